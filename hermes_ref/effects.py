@@ -1,0 +1,254 @@
+"""The vocabulary of the boundary: every way the engine touches the world.
+
+Theory of operation
+-------------------
+The engine core never performs I/O. Where it needs the clock, the provider, the store,
+a tool or the event stream, it ``await``s an effect value::
+
+    reply = await CallProvider(request)
+    rows = await AppendMessages(lease.token, session_id, (assistant_row,), site="tool_calls")
+
+An effect's ``__await__`` yields the effect itself to whoever drives the coroutine and
+returns what the driver sends back. A driver (``hermes_ref.driver`` for asyncio,
+``sim.driver`` for the simulator) performs the effect and resumes the coroutine with
+the result, or throws an ``OperatingError`` into it. A crash is the driver dropping the
+coroutine between two effects: nothing after that point reaches the store.
+
+Effects are frozen slotted dataclasses, not pydantic models: a turn awaits a dozen of
+them and they never cross a process boundary, so validation would buy nothing.
+
+Durable effects carry a ``site``: a short name of the boundary ("user", "tool_calls",
+"tool_results", "final", ...). Crash points are named ``before:<site>`` and
+``after:<site>``, which is how scenarios say where a process dies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from hermes_ref.models import (
+    Event,
+    Lease,
+    Message,
+    ProviderReply,
+    SessionRecord,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+
+T = TypeVar("T")
+
+
+class Effect(Generic[T]):
+    """A request to the driver whose answer has type ``T``."""
+
+    __slots__ = ()
+    durable: ClassVar[bool] = False
+    kind: ClassVar[str] = "effect"
+
+    def __await__(self) -> Generator[Effect[T], Any, T]:
+        result: T = yield self
+        return result
+
+    @property
+    def site(self) -> str:
+        return self.kind
+
+
+# ---- clock, ids, randomness: owned by the driver so runs replay ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Now(Effect[float]):
+    """Seconds since the epoch, from the driver's clock."""
+
+    kind: ClassVar[str] = "now"
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep(Effect[None]):
+    """Wait; the simulator jumps its virtual clock instead."""
+
+    seconds: float
+    kind: ClassVar[str] = "sleep"
+
+
+@dataclass(frozen=True, slots=True)
+class RandomHex(Effect[str]):
+    """``n_chars`` lowercase hex characters from the driver's seeded source."""
+
+    n_chars: int
+    kind: ClassVar[str] = "random_hex"
+
+
+@dataclass(frozen=True, slots=True)
+class MintId(Effect[str]):
+    """A fresh id such as ``turn-7`` or ``call-3``; unique within one store."""
+
+    prefix: str
+    kind: ClassVar[str] = "mint_id"
+
+
+# ---- the durable record ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSession(Effect[SessionRecord | None]):
+    session_id: str
+    kind: ClassVar[str] = "load_session"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadMessages(Effect[tuple[Message, ...]]):
+    """Stored messages of a session with ``row_id > after_row_id``, in row order."""
+
+    session_id: str
+    after_row_id: int = 0
+    kind: ClassVar[str] = "load_messages"
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSession(Effect[None]):
+    record: SessionRecord
+    durable: ClassVar[bool] = True
+    kind: ClassVar[str] = "create_session"
+
+    @property
+    def site(self) -> str:
+        return "session"
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireLease(Effect[Lease | None]):
+    """Take the session's turn lease if it is free or expired; None when it is held."""
+
+    session_id: str
+    holder: str
+    now: float
+    ttl_s: float
+    durable: ClassVar[bool] = True
+    kind: ClassVar[str] = "acquire_lease"
+
+    @property
+    def site(self) -> str:
+        return "lease"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseLease(Effect[None]):
+    lease: Lease
+    durable: ClassVar[bool] = True
+    kind: ClassVar[str] = "release_lease"
+
+    @property
+    def site(self) -> str:
+        return "release"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendMessages(Effect[tuple[Message, ...]]):
+    """Commit rows; returns them with their row ids. Fenced by the lease token."""
+
+    lease_token: int
+    session_id: str
+    messages: tuple[Message, ...]
+    label: str
+    durable: ClassVar[bool] = True
+    kind: ClassVar[str] = "append_messages"
+
+    @property
+    def site(self) -> str:
+        return self.label
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteMessage(Effect[Message]):
+    """Replace the content of one stored row (tail closure fills an empty assistant row)."""
+
+    lease_token: int
+    session_id: str
+    row_id: int
+    content: str
+    label: str
+    durable: ClassVar[bool] = True
+    kind: ClassVar[str] = "rewrite_message"
+
+    @property
+    def site(self) -> str:
+        return self.label
+
+
+# ---- the outside world ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRequest:
+    """One chat-completions request. ``messages`` are API copies (wire form on demand)."""
+
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    prompt_tokens: int
+    max_tokens: int | None = None
+    stream: bool = False
+    purpose: str = "turn"  # "turn" | "grace_summary"
+
+    def wire(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.wire for m in self.messages],
+        }
+        if self.tools:
+            body["tools"] = [t.wire() for t in self.tools]
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if self.stream:
+            body["stream"] = True
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class CallProvider(Effect[ProviderReply]):
+    """One model call. Raises a ``ProviderError`` subclass on failure."""
+
+    request: ProviderRequest
+    session_id: str = ""
+    turn_id: str = ""
+    provider: str = "primary"
+    kind: ClassVar[str] = "call_provider"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteTools(Effect[tuple[ToolResult, ...]]):
+    """Run one segment of calls; results come back in call order (TOOL-5)."""
+
+    lease_token: int
+    session_id: str
+    calls: tuple[ToolCall, ...]
+    parallel: bool
+    kind: ClassVar[str] = "execute_tools"
+
+    @property
+    def site(self) -> str:
+        return "tools"
+
+
+@dataclass(frozen=True, slots=True)
+class Emit(Effect[None]):
+    """Publish an event to the stream; the store logs it with the next commit."""
+
+    event: Event
+    kind: ClassVar[str] = "emit"
+
+
+@dataclass(frozen=True, slots=True)
+class Log(Effect[None]):
+    """A structured log line (the turn-exit line of FIN-7 is one)."""
+
+    level: str
+    message: str
+    fields: tuple[tuple[str, Any], ...] = ()
+    kind: ClassVar[str] = "log"

@@ -1,0 +1,101 @@
+"""Errors say whose fault they are.
+
+    HermesRefError
+    ├── EngineBug                 the engine broke its own rules: crash loudly, never handle
+    │   ├── IllegalTransition     a phase change the transition table does not allow
+    │   └── InvariantBroken       a cheap in-line invariant assertion failed
+    └── OperatingError            the world misbehaved: the engine handles these
+        ├── ProviderError         mapped from HTTP/transport failures at the adapter boundary
+        │   ├── RateLimited       429; carries Retry-After          (transient)
+        │   ├── ProviderServerError  5xx                            (transient)
+        │   ├── ProviderTimeout   connect/read timeout               (transient)
+        │   ├── ContextOverflow   400 context_length_exceeded        (back to preflight)
+        │   ├── ProviderAuthError 401/403                            (one refresh, then terminal)
+        │   ├── ProviderRejected  any other 4xx                      (terminal)
+        │   └── MalformedReply    a 2xx body that is not a usable completion (terminal)
+        ├── PersistenceError      the durable store refused or failed a write
+        │   └── LeaseLost         a write carried a fencing token that no longer holds the lease
+        └── BadInput              a broken scenario file, corrupt database or hostile payload
+
+Foreign exceptions (httpx, sqlite3, OSError) never travel past an adapter: each adapter
+maps them to one of the classes above, keeping the original as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class HermesRefError(Exception):
+    """Root of every error this project raises on purpose."""
+
+
+class EngineBug(HermesRefError):
+    """The engine violated its own contract. Never caught by the engine."""
+
+
+class IllegalTransition(EngineBug):
+    pass
+
+
+class InvariantBroken(EngineBug):
+    pass
+
+
+class OperatingError(HermesRefError):
+    """Something outside the engine failed; the engine decides what to do."""
+
+
+class ProviderError(OperatingError):
+    transient: bool = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimited(ProviderError):
+    transient = True
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message, status=429)
+        self.retry_after_s = retry_after_s
+
+
+class ProviderServerError(ProviderError):
+    transient = True
+
+
+class ProviderTimeout(ProviderError):
+    transient = True
+
+
+class ContextOverflow(ProviderError):
+    pass
+
+
+class ProviderAuthError(ProviderError):
+    pass
+
+
+class ProviderRejected(ProviderError):
+    pass
+
+
+class MalformedReply(ProviderError):
+    pass
+
+
+class PersistenceError(OperatingError):
+    """A durable write did not happen. ``cause`` is a short machine-readable reason."""
+
+    def __init__(self, message: str, *, cause: str = "unknown") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class LeaseLost(PersistenceError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, cause="lease_lost")
+
+
+class BadInput(HermesRefError):
+    """Input the project was handed is unusable; the message names what and where."""

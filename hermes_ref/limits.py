@@ -1,0 +1,79 @@
+"""Every bound and default of the invariant catalog, in one settings model.
+
+Names carry their unit last (``lease_ttl_s``). The numbers are the catalog's bracketed
+defaults; each is a setting, and scenarios override them to reach a boundary quickly
+(``Limits(max_iterations=2)``). The model is frozen: a turn reads one ``Limits`` value.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # SES: session lanes and incarnations
+    group_sessions_per_user: bool = True
+    thread_sessions_per_user: bool = False
+    restart_resume_window_s: float = 120.0
+    stuck_restart_threshold: int = 3
+
+    # LEASE: the per-session turn lease
+    lease_ttl_s: float = 300.0
+    lease_refresh_s: float = 60.0
+    lease_wait_s_max: float = 1800.0
+    lease_poll_s: float = 1.0
+
+    # CTX / CMP: prologue, compression and preflight
+    context_window_tokens: int = 128_000
+    compression_enabled: bool = True
+    compression_threshold: float = 0.50
+    compression_target_ratio: float = 0.20
+    compression_protect_last: int = 20
+    compression_protect_first: int = 3
+    compression_small_window_tokens: int = 512_000
+    compression_small_window_threshold: float = 0.75
+    compression_tail_floor_messages: int = 8
+    compression_passes_max: int = 3
+    compression_progress_ratio: float = 0.95
+    compression_cooldown_s: float = 600.0
+    compression_ineffective_max: int = 2
+    compression_lock_ttl_s: float = 300.0
+    idle_compact_after_s: float = 0.0
+
+    # LOOP: the main loop
+    max_iterations: int = 90
+    iteration_budget: int = 90
+    grace_call_enabled: bool = True
+    transient_retries_max: int = 3
+    backoff_base_s: float = 2.0
+    backoff_max_s: float = 60.0
+    auth_refreshes_max: int = 1
+    dropped_toolcall_retries_max: int = 3
+    thinking_prefill_retries_max: int = 2
+    empty_retries_max: int = 3
+    invalid_json_retries_max: int = 3
+    invalid_tool_rounds_max: int = 3
+
+    # TOOL: the tool round
+    tool_workers_max: int = 8
+    tool_batch_deadline_s: float = 420.0
+    tool_start_gate_s: float = 120.0
+    tool_result_spill_chars: int = 50_000
+
+    # model identity used in requests
+    model: str = "hermes-ref-model"
+    fallback_model: str | None = None
+    max_tokens: int | None = None
+
+    refundable_tools: frozenset[str] = Field(default_factory=lambda: frozenset({"execute_code"}))
+
+    def compression_threshold_effective(self) -> float:
+        """CMP-1: small windows raise the threshold to at least the small-window floor."""
+        if self.context_window_tokens < self.compression_small_window_tokens:
+            return max(self.compression_threshold, self.compression_small_window_threshold)
+        return self.compression_threshold
+
+
+DEFAULT_LIMITS = Limits()

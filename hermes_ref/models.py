@@ -1,0 +1,229 @@
+"""Frozen values that cross the engine's boundary.
+
+Theory of operation
+-------------------
+Everything the engine stores, sends or receives is one of these values. They are
+immutable: a history is a list of ``Message`` values, and "changing" a message means
+building a new one with ``model_copy(update=...)``. Immutability is what lets the
+engine reuse the wire form of historical messages instead of rebuilding it every call
+(``Message.wire`` is computed once per value).
+
+A ``Message`` carries three kinds of data:
+
+* wire fields, which the provider sees: role, content, tool_calls, tool_call_id, name;
+* the ``api_content`` sidecar: when a turn injects per-turn context into the user
+  message, the exact text sent is stored here and replayed on later calls (WIRE-1);
+* local bookkeeping, which never leaves the process (WIRE-3): row id, turn id,
+  timestamps, finish reason, the scaffolding flag and the hidden flag.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JsonDict = dict[str, Any]
+
+
+class Frozen(BaseModel):
+    """Base for every boundary value: immutable, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ScaffoldFlag(StrEnum):
+    """Marks a synthetic message that drives a retry; such messages are never persisted (SCAF-1)."""
+
+    EMPTY_RECOVERY = "empty_recovery_synthetic"
+    EMPTY_TERMINAL_SENTINEL = "empty_terminal_sentinel"
+    THINKING_PREFILL = "thinking_prefill"
+    VERIFICATION_STOP = "verification_stop_synthetic"
+    PRE_VERIFY = "pre_verify_synthetic"
+    DROPPED_TOOLCALL_NUDGE = "dropped_toolcall_nudge"
+    DEGENERATE_FINAL_NUDGE = "degenerate_final_nudge"
+    GRACE_SUMMARY = "budget_grace_prompt"
+
+
+class ToolCall(Frozen):
+    """One function call requested by the model; ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def wire(self) -> JsonDict:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+    def parsed_arguments(self) -> JsonDict | None:
+        """The arguments as a dict, or None when they are not a JSON object."""
+        try:
+            value = json.loads(self.arguments) if self.arguments.strip() else {}
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+
+# Keys that may appear in a wire message; anything else is local bookkeeping (WIRE-3).
+WIRE_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+
+
+class Message(Frozen):
+    """One transcript entry. See the module docstring for which fields reach the wire."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    api_content: str | None = None
+    # local bookkeeping, never sent
+    row_id: int | None = None
+    turn_id: str | None = None
+    finish_reason: str | None = None
+    created_at: float | None = None
+    scaffold: ScaffoldFlag | None = None
+    hidden: bool = False
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Message:
+        """A changed copy; values cached from the old fields (wire, tokens) are not carried."""
+        twin = super().model_copy(update=update, deep=deep)
+        twin.__dict__.pop("wire", None)
+        twin.__dict__.pop("tokens", None)
+        return twin
+
+    @cached_property
+    def wire(self) -> JsonDict:
+        """The chat-completions form of this message, computed once per value.
+
+        The sidecar replaces ``content`` when present, so a later call resends the exact
+        bytes an earlier call sent (WIRE-1).
+        """
+        out: JsonDict = {"role": self.role.value}
+        text = self.api_content if self.api_content is not None else self.content
+        out["content"] = text
+        if self.tool_calls:
+            out["tool_calls"] = [c.wire() for c in self.tool_calls]
+        if self.role is Role.TOOL:
+            out["tool_call_id"] = self.tool_call_id
+            if self.tool_name:
+                out["name"] = self.tool_name
+        return out
+
+    @cached_property
+    def tokens(self) -> int:
+        """Deterministic token estimate of the wire form (see ``tokens.count_message``)."""
+        from hermes_ref.tokens import count_message
+
+        return count_message(self.wire)
+
+    @property
+    def has_visible_text(self) -> bool:
+        return bool(self.content and self.content.strip()) and not self.hidden
+
+
+class ToolKind(StrEnum):
+    """How the segment planner treats a tool (TOOL-4)."""
+
+    READER = "reader"          # path-scoped, may share a segment with other readers
+    WRITER = "writer"          # path-scoped, closes a segment on any overlap
+    PARALLEL_SAFE = "parallel_safe"
+    INTERACTIVE = "interactive"  # always a barrier
+    SEQUENTIAL = "sequential"
+
+
+class ToolSpec(Frozen):
+    name: str
+    description: str
+    parameters: JsonDict = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    kind: ToolKind = ToolKind.SEQUENTIAL
+    side_effecting: bool = True
+    refundable: bool = False   # a round that used only refundable tools refunds its budget unit
+
+    def wire(self) -> JsonDict:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+Disposition = Literal["applied", "none", "unknown"]
+
+
+class ToolResult(Frozen):
+    """The outcome of one call. A tool error is a result, not a turn failure (TOOL-6)."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    disposition: Disposition = "applied"
+
+
+class Usage(Frozen):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ProviderReply(Frozen):
+    """A parsed chat-completions choice (streamed replies are assembled first)."""
+
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str = "stop"
+    reasoning: str | None = None
+    usage: Usage = Usage()
+    model: str = ""
+
+
+class SessionRecord(Frozen):
+    """One incarnation of a session lane (a row of ``sessions``)."""
+
+    id: str
+    key: str
+    platform: str = "cli"
+    chat_type: str = "dm"
+    parent_session_id: str | None = None
+    system_prompt: str
+    started_at: float
+    ended_at: float | None = None
+    end_reason: str | None = None
+
+
+class Lease(Frozen):
+    """A held turn lease. ``token`` is a fencing token: it grows with every grant."""
+
+    session_id: str
+    holder: str
+    token: int
+    acquired_at: float
+    expires_at: float
+
+
+class Event(Frozen):
+    """One entry of a turn's event stream (DEL-1); ``seq`` is assigned by the store."""
+
+    session_id: str
+    turn_id: str
+    kind: str
+    data: JsonDict = Field(default_factory=dict)
+    at: float = 0.0
+    seq: int | None = None
