@@ -1,0 +1,1 @@
+"""I/O adapters: httpx provider, SQLite store, workspace tools. Only drivers import these."""
