@@ -1,0 +1,512 @@
+"""The reference tool catalog and the pure logic every tool runner shares.
+
+Theory of operation
+-------------------
+A tool exists in three places: its ``ToolSpec`` (what the model is offered and how the
+segment planner treats it), a real runner (``hermes_ref.adapters.tools.WorkspaceTools``)
+and a simulated twin (``sim.tools.SimTools``). The two runners differ only in *where*
+bytes live (a workspace folder or an in-memory dict); everything that can be decided
+from values alone lives here, so both give the same answers with the same words:
+
+* ``check_call`` maps a ``ToolCall`` to its spec and validated arguments, or to the
+  error result the model sees ("nothing happened", disposition ``none``). It covers an
+  unknown name, arguments that are not a JSON object, unknown, missing and ill-typed
+  parameters, and action-dependent requirements (``todo add`` needs ``text``).
+* text helpers render a file with line numbers, match a regex line by line, format a
+  process exit and cap long output;
+* stateful tools (patch, todo, memory) decide a ``Change`` from the stored text: the new
+  text to store (or None) and the reply. The runner only reads and writes the bytes.
+
+Nothing here performs I/O: the engine core imports this module to plan segments
+(``scoped_path`` gives the normalized path a READER/WRITER call touches).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import posixpath
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_ref.models import Disposition, JsonDict, ToolCall, ToolKind, ToolResult, ToolSpec
+
+# -- bounds shared by both runners ---------------------------------------------------
+READ_LIMIT_DEFAULT = 500
+READ_LIMIT_MAX = 2000
+SEARCH_MATCHES_MAX = 200
+SEARCH_LINE_CHARS_MAX = 300
+TERMINAL_TIMEOUT_MAX_S = 600.0
+TODO_PATH = ".hermes/todo.json"
+MEMORY_PATH = ".hermes/memory.md"
+
+
+# -- the catalog ---------------------------------------------------------------------
+def _string(description: str, **extra: Any) -> JsonDict:
+    return {"type": "string", "description": description, **extra}
+
+
+def _integer(description: str, **extra: Any) -> JsonDict:
+    return {"type": "integer", "description": description, **extra}
+
+
+def _params(required: dict[str, JsonDict], optional: dict[str, JsonDict] | None = None) -> JsonDict:
+    return {
+        "type": "object",
+        "properties": {**required, **(optional or {})},
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+_PATH = _string("Path relative to the workspace root.")
+
+READ_FILE = ToolSpec(
+    name="read_file",
+    description="Read a UTF-8 text file; lines are numbered from 1.",
+    parameters=_params(
+        {"path": _PATH},
+        {
+            "offset": _integer("First line to show (1-based).", minimum=1, default=1),
+            "limit": _integer(
+                "Maximum number of lines.", minimum=1, maximum=READ_LIMIT_MAX,
+                default=READ_LIMIT_DEFAULT,
+            ),
+        },
+    ),
+    kind=ToolKind.READER,
+    side_effecting=False,
+)
+WRITE_FILE = ToolSpec(
+    name="write_file",
+    description="Create or overwrite a file with the given content; parents are created.",
+    parameters=_params({"path": _PATH, "content": _string("The complete new content.")}),
+    kind=ToolKind.WRITER,
+)
+PATCH = ToolSpec(
+    name="patch",
+    description="Replace old_string with new_string in a file; old_string must occur once.",
+    parameters=_params(
+        {
+            "path": _PATH,
+            "old_string": _string("Exact text to replace; must be unique.", minLength=1),
+            "new_string": _string("Replacement text."),
+        }
+    ),
+    kind=ToolKind.WRITER,
+)
+SEARCH_FILES = ToolSpec(
+    name="search_files",
+    description="Search files under a path with a Python regex; hidden folders are skipped.",
+    parameters=_params(
+        {"pattern": _string("Python regular expression, matched per line.")},
+        {"path": _string("File or folder to search.", default=".")},
+    ),
+    kind=ToolKind.READER,
+    side_effecting=False,
+)
+TERMINAL = ToolSpec(
+    name="terminal",
+    description="Run a shell command in the workspace root; returns output and exit code.",
+    parameters=_params(
+        {"command": _string("Shell command.")},
+        {
+            "timeout_s": {
+                "type": "number", "description": "Seconds before the command is killed.",
+                "exclusiveMinimum": 0, "maximum": TERMINAL_TIMEOUT_MAX_S,
+            }
+        },
+    ),
+    kind=ToolKind.SEQUENTIAL,
+)
+TODO = ToolSpec(
+    name="todo",
+    description="Keep a todo list: add an item, complete one by its number, or list them.",
+    parameters=_params(
+        {"action": _string("What to do.", enum=["add", "complete", "list"])},
+        {
+            "text": _string("Item text (add)."),
+            "index": _integer("Item number (complete).", minimum=1),
+        },
+    ),
+    kind=ToolKind.SEQUENTIAL,
+    side_effecting=True,
+)
+MEMORY = ToolSpec(
+    name="memory",
+    description="Durable notes for later sessions: append a note or read them all.",
+    parameters=_params(
+        {"action": _string("What to do.", enum=["append", "read"])},
+        {"text": _string("Note text (append).")},
+    ),
+    kind=ToolKind.SEQUENTIAL,
+)
+EXECUTE_CODE = ToolSpec(
+    name="execute_code",
+    description="Run a Python program in the workspace root; returns output and exit code.",
+    parameters=_params({"code": _string("Python source.")}),
+    kind=ToolKind.SEQUENTIAL,
+    refundable=True,
+)
+CLARIFY = ToolSpec(
+    name="clarify",
+    description="Ask the user a question and wait for the answer.",
+    parameters=_params(
+        {"question": _string("The question.")},
+        {"choices": {"type": "array", "items": {"type": "string"}, "description": "Options."}},
+    ),
+    kind=ToolKind.INTERACTIVE,
+    side_effecting=False,
+)
+
+REFERENCE_TOOLS: tuple[ToolSpec, ...] = (
+    READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, MEMORY, EXECUTE_CODE,
+)
+# Every known spec, including ``clarify``, which the engine answers and no runner runs.
+TOOLS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in (*REFERENCE_TOOLS, CLARIFY)}
+HOUSEKEEPING_TOOLS = frozenset({"memory", "todo"})
+
+# Parameters an action needs beyond the schema's ``required`` list.
+_ACTION_REQUIRES: dict[tuple[str, str], str] = {
+    ("todo", "add"): "text",
+    ("todo", "complete"): "index",
+    ("memory", "append"): "text",
+}
+
+
+# -- argument validation -------------------------------------------------------------
+class _Invalid(Exception):
+    """Internal: one parameter is wrong; the message names it."""
+
+
+_TYPE_NAMES = {
+    "string": "a string", "integer": "an integer", "number": "a number",
+    "boolean": "a boolean", "array": "an array", "object": "an object",
+}
+
+
+def _typed(name: str, schema: JsonDict, value: Any) -> Any:
+    """``value`` checked against one JSON-schema type (a float like 2.0 counts as integer)."""
+    kind = schema.get("type")
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    ok = {
+        "string": isinstance(value, str),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "number": is_number and (isinstance(value, int) or math.isfinite(value)),
+        "boolean": isinstance(value, bool),
+        "array": isinstance(value, list),
+        "object": isinstance(value, dict),
+    }.get(str(kind), True)
+    if not ok:
+        raise _Invalid(f"parameter '{name}' must be {_TYPE_NAMES.get(str(kind), kind)}")
+    if isinstance(value, str) and not _encodable(value):
+        raise _Invalid(f"parameter '{name}' must be valid Unicode text (lone surrogate)")
+    return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_value(name: str, schema: JsonDict, value: Any) -> Any:
+    value = _typed(name, schema, value)
+    if "enum" in schema and value not in schema["enum"]:
+        raise _Invalid(f"parameter '{name}' must be one of {', '.join(schema['enum'])}")
+    if "minimum" in schema and value < schema["minimum"]:
+        raise _Invalid(f"parameter '{name}' must be >= {schema['minimum']}")
+    if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+        raise _Invalid(f"parameter '{name}' must be > {schema['exclusiveMinimum']}")
+    if "maximum" in schema and value > schema["maximum"]:
+        raise _Invalid(f"parameter '{name}' must be <= {schema['maximum']}")
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        raise _Invalid(f"parameter '{name}' must not be empty")
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):
+        value = [_check_value(f"{name}[{i}]", items, item) for i, item in enumerate(value)]
+    return value
+
+
+def _check_object(schema: JsonDict, raw: JsonDict) -> dict[str, Any]:
+    properties: dict[str, JsonDict] = schema.get("properties", {})
+    required = set(schema.get("required", ()))
+    if schema.get("additionalProperties") is False:
+        for key in raw:
+            if key not in properties:
+                raise _Invalid(f"unknown parameter '{key}'")
+    args: dict[str, Any] = {}
+    for name, prop in properties.items():
+        value = raw.get(name)
+        if value is None:  # an explicit null counts as absent
+            if name in required:
+                raise _Invalid(f"missing required parameter '{name}'")
+            if "default" in prop:
+                args[name] = prop["default"]
+            continue
+        args[name] = _check_value(name, prop, value)
+    return args
+
+
+def validate_arguments(spec: ToolSpec, call: ToolCall) -> dict[str, Any] | str:
+    """The call's arguments checked against ``spec`` (defaults filled in), or a message.
+
+    The message names the offending parameter; nothing has happened when it is returned.
+    """
+    raw = call.parsed_arguments()
+    if raw is None:
+        return f"invalid arguments for {spec.name}: arguments must be a JSON object"
+    try:
+        args = _check_object(spec.parameters, raw)
+        needed = _ACTION_REQUIRES.get((spec.name, str(args.get("action"))))
+        if needed is not None and needed not in args:
+            raise _Invalid(f"parameter '{needed}' is required when action is '{args['action']}'")
+    except _Invalid as problem:
+        return f"invalid arguments for {spec.name}: {problem}"
+    return args
+
+
+def check_call(call: ToolCall) -> tuple[ToolSpec, dict[str, Any]] | ToolResult:
+    """The spec and validated arguments of ``call``, or the error result to return."""
+    spec = TOOLS_BY_NAME.get(call.name)
+    if spec is None:
+        return error_result(call, f"unknown tool: {call.name}")
+    if spec.kind is ToolKind.INTERACTIVE:
+        return error_result(call, f"{call.name} is answered by the engine, not by a tool runner")
+    args = validate_arguments(spec, call)
+    if isinstance(args, str):
+        return error_result(call, args)
+    return spec, args
+
+
+# -- paths ---------------------------------------------------------------------------
+def scoped_path(call: ToolCall) -> str | None:
+    """The normalized path a READER/WRITER call touches ("." for a pathless search).
+
+    Pure string work (``posixpath.normpath``); None for other tools and for arguments
+    that are not a JSON object or carry no string path.
+    """
+    spec = TOOLS_BY_NAME.get(call.name)
+    if spec is None or spec.kind not in (ToolKind.READER, ToolKind.WRITER):
+        return None
+    args = call.parsed_arguments()
+    if args is None:
+        return None
+    path = args.get("path")
+    if path is None and call.name == SEARCH_FILES.name:
+        return "."
+    return posixpath.normpath(path) if isinstance(path, str) else None
+
+
+def relative_path(path: str) -> str | None:
+    """``path`` normalized relative to a workspace root, or None when it leaves the root."""
+    normal = posixpath.normpath(path)
+    if posixpath.isabs(normal) or normal == ".." or normal.startswith("../"):
+        return None
+    return normal
+
+
+def escape_message(path: str) -> str:
+    return f"path escapes the workspace: {path}"
+
+
+# -- results -------------------------------------------------------------------------
+def error_result(call: ToolCall, message: str, disposition: Disposition = "none") -> ToolResult:
+    return ToolResult(
+        call_id=call.id, name=call.name, content=message, is_error=True, disposition=disposition
+    )
+
+
+def ok_result(call: ToolCall, content: str) -> ToolResult:
+    return ToolResult(call_id=call.id, name=call.name, content=content)
+
+
+def ledger_outcome(result: ToolResult) -> str:
+    """What a ledger entry records: "applied", "error" or "unknown"."""
+    if result.disposition == "unknown":
+        return "unknown"
+    return "error" if result.is_error else "applied"
+
+
+def cap_output(text: str, chars_max: int) -> str:
+    """``text`` cut to ``chars_max`` characters, with a note of how much was cut."""
+    if len(text) <= chars_max:
+        return text
+    cut = len(text) - chars_max
+    return f"{text[:chars_max]}\n[output truncated: {cut} of {len(text)} characters cut]"
+
+
+def format_process(output: str, exit_code: int) -> str:
+    """Process output followed by its exit code on a line of its own."""
+    newline = "\n" if output and not output.endswith("\n") else ""
+    return f"{output}{newline}[exit code {exit_code}]"
+
+
+def timeout_message(what: str, timeout_s: float | None = None) -> str:
+    after = f" after {timeout_s:g}s" if timeout_s is not None else ""
+    return f"{what} timed out{after}; its effects are unknown"
+
+
+# -- changes -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a stateful tool decided: the new stored text (None: leave it) and the reply."""
+
+    new: str | None
+    message: str
+    is_error: bool = False
+
+
+# -- file text -----------------------------------------------------------------------
+def _lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines] if text else []
+
+
+def render_lines(text: str, path: str, offset: int, limit: int) -> str:
+    """Lines ``offset .. offset+limit-1`` (1-based) of ``text`` as ``"     n|line"``."""
+    lines = _lines(text)
+    if not lines:
+        return f"({path} is empty)"
+    if offset > len(lines):
+        return f"(offset {offset} is past the end: {path} has {len(lines)} lines)"
+    shown = lines[offset - 1 : offset - 1 + limit]
+    body = "\n".join(f"{offset + i:>6}|{line}" for i, line in enumerate(shown))
+    rest = len(lines) - (offset - 1 + len(shown))
+    if rest > 0:
+        noun = "line" if rest == 1 else "lines"
+        body += f"\n[{rest} more {noun}; continue with offset={offset + len(shown)}]"
+    return body
+
+
+def wrote_message(content: str, path: str) -> str:
+    return f"wrote {len(content.encode('utf-8'))} bytes to {path}"
+
+
+def replace_once(text: str, old: str, new: str, path: str) -> Change:
+    """``old`` replaced by ``new`` in ``text``; an error unless ``old`` occurs exactly once."""
+    count = text.count(old)
+    if count == 0:
+        return Change(None, f"old_string not found in {path}", is_error=True)
+    if count > 1:
+        message = (
+            f"old_string occurs {count} times in {path}; it must occur exactly once "
+            "(include more surrounding context)"
+        )
+        return Change(None, message, is_error=True)
+    return Change(text.replace(old, new, 1), f"patched {path}: replaced 1 occurrence of old_string")
+
+
+def not_found_message(path: str) -> str:
+    return f"file not found: {path}"
+
+
+def is_directory_message(path: str) -> str:
+    return f"is a directory: {path}"
+
+
+def not_a_directory_message(path: str) -> str:
+    return f"a parent of {path} is not a directory"
+
+
+# -- search --------------------------------------------------------------------------
+def compile_pattern(pattern: str) -> re.Pattern[str] | str:
+    """The compiled regex, or the error message for an invalid one."""
+    try:
+        return re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        return f"invalid regex {pattern!r}: {exc}"
+
+
+def in_hidden_dir(rel_to_base: str) -> bool:
+    """True when a folder on the way from the search base to the file starts with '.'."""
+    return any(part.startswith(".") for part in rel_to_base.split("/")[:-1])
+
+
+def search_text(regex: re.Pattern[str], relpath: str, text: str) -> Iterator[str]:
+    """``"relpath:line:text"`` for every line of ``text`` that ``regex`` matches."""
+    for number, line in enumerate(_lines(text), start=1):
+        if regex.search(line):
+            yield f"{relpath}:{number}:{line[:SEARCH_LINE_CHARS_MAX]}"
+
+
+def format_matches(matches: list[str], pattern: str) -> str:
+    """The match list; at most ``SEARCH_MATCHES_MAX`` lines, then a capped note."""
+    if not matches:
+        return f"no matches for {pattern!r}"
+    body = "\n".join(matches[:SEARCH_MATCHES_MAX])
+    if len(matches) > SEARCH_MATCHES_MAX:
+        body += f"\n[results capped at {SEARCH_MATCHES_MAX} matches]"
+    return body
+
+
+# -- todo and memory -----------------------------------------------------------------
+def _is_todo(item: object) -> bool:
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("text"), str)
+        and isinstance(item.get("done"), bool)
+    )
+
+
+def decode_todos(raw: str | None) -> list[dict[str, Any]] | None:
+    """The stored todo list (no file: empty), or None when the stored text is corrupt."""
+    if raw is None:
+        return []
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(items, list) or not all(_is_todo(item) for item in items):
+        return None
+    return items
+
+
+def _encode_todos(items: list[dict[str, Any]]) -> str:
+    return json.dumps(items, ensure_ascii=False, indent=1) + "\n"
+
+
+def _listing(items: list[dict[str, Any]]) -> str:
+    if not items:
+        return "(no todos)"
+    marks = {True: "[x]", False: "[ ]"}
+    rows = (f"{i}. {marks[item['done']]} {item['text']}" for i, item in enumerate(items, 1))
+    return "\n".join(rows)
+
+
+def apply_todo(raw: str | None, args: dict[str, Any]) -> Change:
+    """The todo action applied to the stored list text (``None``: no list yet)."""
+    items = decode_todos(raw)
+    if items is None:
+        return Change(None, f"the todo store {TODO_PATH} is corrupt", is_error=True)
+    if args["action"] == "add":
+        items = [*items, {"text": args["text"], "done": False}]
+        message = f"added todo {len(items)}: {args['text']}\n{_listing(items)}"
+        return Change(_encode_todos(items), message)
+    if args["action"] == "complete":
+        index: int = args["index"]
+        if index > len(items):
+            message = f"no todo with index {index} (there are {len(items)})"
+            return Change(None, message, is_error=True)
+        items[index - 1] = {**items[index - 1], "done": True}
+        message = f"completed todo {index}: {items[index - 1]['text']}\n{_listing(items)}"
+        return Change(_encode_todos(items), message)
+    return Change(None, _listing(items))
+
+
+def apply_memory(raw: str | None, args: dict[str, Any]) -> Change:
+    """The memory action applied to the stored notes (``None``: no notes yet)."""
+    existing = raw or ""
+    if args["action"] == "append":
+        text: str = args["text"]
+        line = text if text.endswith("\n") else text + "\n"
+        return Change(existing + line, f"appended {len(text)} characters to memory")
+    return Change(None, existing if existing else "(memory is empty)")

@@ -1,0 +1,268 @@
+"""Deterministic twins of the reference tools over an in-memory filesystem.
+
+Theory of operation
+-------------------
+``SimTools`` keeps the workspace as ``dict[str, str]``: normalized relative paths to
+text. Folders are implied by the paths (``"a/b.txt"`` makes ``"a"`` a folder). Argument
+validation, result texts, the todo list and the memory notes come from
+``hermes_ref.tool_specs``, the same functions ``WorkspaceTools`` uses, so a script of
+file calls gives the same results in both worlds. The todo list and the notes live in
+the same dict under ``.hermes/`` and show up in ``snapshot_files``.
+
+``terminal`` and ``execute_code`` are simulated: ``echo X`` prints ``X``, any other
+command prints ``ran: <command>``, and code prints ``executed <n> lines``; both exit 0.
+
+Every call that passes validation is *executed* and appended to ``ledger`` (reads too),
+with the caller's ``watermark`` and ``at``: checkers compare the ledger with the durable
+record to prove persist-before-execute. Fault hooks act at execution, after validation:
+
+* ``fail_next(name, message)`` queues one error result for the next call of ``name``;
+* ``hang(name)`` makes every call of ``name`` report a timeout (disposition
+  ``unknown``) until ``clear_faults``; the driver uses ``is_hung`` to jump its virtual
+  clock to the batch deadline.
+
+``cost_s(name)`` is the simulated duration the driver adds to its virtual clock.
+Like the real tools, a call never raises (TOOL-6).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hermes_ref.errors import BadInput
+from hermes_ref.models import ToolCall, ToolResult
+from hermes_ref.ports import LedgerEntry
+from hermes_ref.tool_specs import (
+    MEMORY_PATH,
+    SEARCH_MATCHES_MAX,
+    TODO_PATH,
+    Change,
+    apply_memory,
+    apply_todo,
+    cap_output,
+    check_call,
+    compile_pattern,
+    error_result,
+    escape_message,
+    format_matches,
+    format_process,
+    in_hidden_dir,
+    is_directory_message,
+    ledger_outcome,
+    not_a_directory_message,
+    not_found_message,
+    ok_result,
+    relative_path,
+    render_lines,
+    replace_once,
+    search_text,
+    timeout_message,
+    wrote_message,
+)
+
+DEFAULT_COST_S = 0.01
+DEFAULT_COSTS: Mapping[str, float] = {"terminal": 0.5}
+
+Handler = Callable[[ToolCall, dict[str, Any]], ToolResult]
+
+
+class _Refused(Exception):
+    """Internal: the call cannot proceed; the message is the error result's content."""
+
+
+class SimTools:
+    """Simulated tools over an in-memory filesystem; see the module docstring."""
+
+    def __init__(
+        self,
+        files: Mapping[str, str] | None = None,
+        *,
+        costs: Mapping[str, float] | None = None,
+        output_chars_max: int = 50_000,
+    ) -> None:
+        self._files: dict[str, str] = {}
+        for path, text in (files or {}).items():
+            rel = relative_path(path)
+            if rel is None or rel == ".":
+                raise BadInput(f"initial file path is not inside the workspace: {path!r}")
+            self._files[rel] = text
+        self._costs = {**DEFAULT_COSTS, **(costs or {})}
+        self.output_chars_max = output_chars_max
+        self._failures: dict[str, deque[str]] = {}
+        self._hung: set[str] = set()
+        self.ledger: list[LedgerEntry] = []
+        self._handlers: dict[str, Handler] = {
+            "read_file": self._read_file,
+            "write_file": self._write_file,
+            "patch": self._patch,
+            "search_files": self._search_files,
+            "terminal": self._terminal,
+            "todo": self._todo,
+            "memory": self._memory,
+            "execute_code": self._execute_code,
+        }
+
+    # -- world control -------------------------------------------------------------
+    def fail_next(self, name: str, message: str = "simulated tool failure") -> None:
+        """The next executed call of ``name`` returns an error result with ``message``."""
+        self._failures.setdefault(name, deque()).append(message)
+
+    def hang(self, name: str) -> None:
+        """Every call of ``name`` times out (disposition unknown) until ``clear_faults``."""
+        self._hung.add(name)
+
+    def is_hung(self, name: str) -> bool:
+        return name in self._hung
+
+    def clear_faults(self) -> None:
+        self._failures.clear()
+        self._hung.clear()
+
+    def cost_s(self, name: str) -> float:
+        """Simulated duration of one call of ``name``, in virtual seconds."""
+        return self._costs.get(name, DEFAULT_COST_S)
+
+    def snapshot_files(self) -> dict[str, str]:
+        return dict(self._files)
+
+    def reset_ledger(self) -> None:
+        self.ledger.clear()
+
+    # -- the port ------------------------------------------------------------------
+    def run(self, call: ToolCall, *, watermark: int = 0, at: float = 0.0) -> ToolResult:
+        """Run one call; every failure is an error result, never an exception."""
+        try:
+            result = self._run(call, watermark, at)
+        except Exception as exc:  # TOOL-6: the last line of defence
+            result = error_result(call, f"{call.name} failed: {exc!r}", "unknown")
+        return result.model_copy(
+            update={"content": cap_output(result.content, self.output_chars_max)}
+        )
+
+    def _run(self, call: ToolCall, watermark: int, at: float) -> ToolResult:
+        checked = check_call(call)
+        if isinstance(checked, ToolResult):
+            return checked
+        spec, args = checked
+        result = self._execute(call, spec.name, args)
+        self.ledger.append(
+            LedgerEntry(
+                call_id=call.id, name=call.name, arguments=call.arguments,
+                watermark=watermark, at=at, outcome=ledger_outcome(result),
+            )
+        )
+        return result
+
+    def _execute(self, call: ToolCall, name: str, args: dict[str, Any]) -> ToolResult:
+        if name in self._hung:
+            return error_result(call, timeout_message(name), "unknown")
+        queued = self._failures.get(name)
+        if queued:
+            return error_result(call, queued.popleft())
+        try:
+            return self._handlers[name](call, args)
+        except _Refused as refusal:
+            return error_result(call, str(refusal))
+
+    # -- the in-memory filesystem --------------------------------------------------
+    def _path(self, path: str) -> str:
+        rel = relative_path(path)
+        if rel is None:
+            raise _Refused(escape_message(path))
+        return rel
+
+    def _is_dir(self, rel: str) -> bool:
+        return rel == "." or any(key.startswith(rel + "/") for key in self._files)
+
+    def _text(self, rel: str) -> str:
+        if self._is_dir(rel):
+            raise _Refused(is_directory_message(rel))
+        if rel not in self._files:
+            raise _Refused(not_found_message(rel))
+        return self._files[rel]
+
+    def _store(self, rel: str, text: str) -> None:
+        parent = posixpath.dirname(rel)
+        while parent:
+            if parent in self._files:
+                raise _Refused(not_a_directory_message(rel))
+            parent = posixpath.dirname(parent)
+        self._files[rel] = text
+
+    def _apply(self, call: ToolCall, rel: str, change: Change) -> ToolResult:
+        if change.is_error:
+            return error_result(call, change.message)
+        if change.new is not None:
+            self._store(rel, change.new)
+        return ok_result(call, change.message)
+
+    # -- file tools ----------------------------------------------------------------
+    def _read_file(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        rel = self._path(args["path"])
+        return ok_result(call, render_lines(self._text(rel), rel, args["offset"], args["limit"]))
+
+    def _write_file(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        rel = self._path(args["path"])
+        if self._is_dir(rel):
+            raise _Refused(is_directory_message(rel))
+        self._store(rel, args["content"])
+        return ok_result(call, wrote_message(args["content"], rel))
+
+    def _patch(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        rel = self._path(args["path"])
+        change = replace_once(self._text(rel), args["old_string"], args["new_string"], rel)
+        return self._apply(call, rel, change)
+
+    def _search_files(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        regex = compile_pattern(args["pattern"])
+        if isinstance(regex, str):
+            raise _Refused(regex)
+        matches: list[str] = []
+        for rel in self._files_under(self._path(args["path"])):
+            matches.extend(search_text(regex, rel, self._files[rel]))
+            if len(matches) > SEARCH_MATCHES_MAX:
+                break
+        return ok_result(call, format_matches(matches, args["pattern"]))
+
+    def _files_under(self, base: str) -> list[str]:
+        """Files under ``base`` in path order, skipping hidden folders below ``base``."""
+        if base in self._files:
+            return [base]
+        if not self._is_dir(base):
+            raise _Refused(not_found_message(base))
+        prefix = "" if base == "." else base + "/"
+        return sorted(
+            key for key in self._files
+            if key.startswith(prefix) and not in_hidden_dir(key[len(prefix):])
+        )
+
+    # -- housekeeping --------------------------------------------------------------
+    def _todo(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        return self._apply(call, TODO_PATH, apply_todo(self._files.get(TODO_PATH), args))
+
+    def _memory(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        return self._apply(call, MEMORY_PATH, apply_memory(self._files.get(MEMORY_PATH), args))
+
+    # -- simulated processes -------------------------------------------------------
+    def _terminal(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        return ok_result(call, format_process(simulated_terminal_output(args["command"]), 0))
+
+    def _execute_code(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        lines = len(args["code"].splitlines())
+        return ok_result(call, format_process(f"executed {lines} lines", 0))
+
+
+def simulated_terminal_output(command: str) -> str:
+    """``echo X`` prints ``X`` and a newline; any other command prints ``ran: <command>``."""
+    stripped = command.strip()
+    if stripped != "echo" and not stripped.startswith("echo "):
+        return f"ran: {command}"
+    words = stripped[len("echo") :]
+    try:
+        return " ".join(shlex.split(words)) + "\n"
+    except ValueError:  # unbalanced quotes: print the words as they are
+        return words.strip() + "\n"
