@@ -1,0 +1,183 @@
+"""DDL, PRAGMAs and migrations of the durable SQLite store.
+
+Theory of operation
+-------------------
+The schema is an ordered tuple of ``Migration`` values. ``schema_migrations`` records
+each applied version; ``migrate`` applies every missing one, each in its own
+``BEGIN IMMEDIATE`` transaction that also records the version, so a crash mid-migration
+leaves the database at the previous version. The version is re-read inside that
+transaction, so two processes opening the same new file cannot both apply v1. A database
+whose recorded version is newer than this code knows is refused with ``BadInput``: a
+newer program wrote it, and guessing its layout could lose data.
+
+``configure`` sets the per-connection PRAGMAs (they are not stored in the file, except
+WAL mode) and must run on every connection before anything else.
+
+The connection is expected in autocommit mode (``isolation_level=None``): every
+transaction here is explicit.
+
+Message scaffolding (``Message.scaffold``) is deliberately not a column: scaffolding is
+never persisted (SCAF-1), and the store refuses it before it reaches SQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import NamedTuple
+
+from hermes_ref.errors import BadInput
+
+SYNCHRONOUS_MODES = frozenset({"NORMAL", "FULL", "OFF"})
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+
+
+class Migration(NamedTuple):
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+_V1 = (
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        key TEXT NOT NULL,
+        platform TEXT NOT NULL,
+        chat_type TEXT NOT NULL,
+        parent_session_id TEXT REFERENCES sessions(id),
+        system_prompt TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        end_reason TEXT
+    )""",
+    "CREATE INDEX idx_sessions_key ON sessions(key)",
+    """CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+        content TEXT,
+        api_content TEXT,
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        tool_name TEXT,
+        finish_reason TEXT,
+        turn_id TEXT,
+        hidden INTEGER NOT NULL DEFAULT 0,
+        created_at REAL
+    )""",
+    # load_messages(session, after_row_id) and the foreign key from messages
+    "CREATE INDEX idx_messages_session ON messages(session_id, id)",
+    """CREATE TABLE admissions (
+        admission_id TEXT PRIMARY KEY,
+        seq INTEGER NOT NULL UNIQUE,
+        principal_id TEXT NOT NULL,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        request_id TEXT NOT NULL,
+        payload_json TEXT NOT NULL,
+        payload_digest TEXT NOT NULL,
+        intent TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('queued', 'started', 'unknown', 'terminal')),
+        outcome TEXT,
+        owner_epoch INTEGER,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        UNIQUE (principal_id, session_id, request_id)
+    )""",
+    "CREATE INDEX idx_admissions_session ON admissions(session_id, status)",
+    """CREATE TABLE turn_leases (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id),
+        holder TEXT,
+        token INTEGER NOT NULL,
+        acquired_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    )""",
+    """CREATE TABLE compression_locks (
+        session_id TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        acquired_at REAL NOT NULL,
+        expires_at REAL NOT NULL
+    )""",
+    """CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        at REAL NOT NULL
+    )""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", _V1),)
+LATEST_VERSION = MIGRATIONS[-1].version
+
+_CREATE_MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    "version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+)
+_CURRENT_VERSION = "SELECT COALESCE(MAX(version), 0) FROM schema_migrations"
+
+
+def check_synchronous(synchronous: str) -> str:
+    """The PRAGMA synchronous value, upper-cased; BadInput for anything else."""
+    mode = synchronous.upper()
+    if mode not in SYNCHRONOUS_MODES:
+        raise BadInput(
+            f"synchronous={synchronous!r} is not one of {sorted(SYNCHRONOUS_MODES)}"
+        )
+    return mode
+
+
+def configure(
+    conn: sqlite3.Connection,
+    synchronous: str = "FULL",
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+) -> None:
+    """Apply the per-connection PRAGMAs. Values are checked, never interpolated raw."""
+    mode = check_synchronous(synchronous)
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    conn.execute("PRAGMA journal_mode = WAL").fetchall()
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute(f"PRAGMA synchronous = {mode}")
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    conn.execute(_CREATE_MIGRATIONS_TABLE)
+    version: int = conn.execute(_CURRENT_VERSION).fetchone()[0]
+    return version
+
+
+def migrate(conn: sqlite3.Connection, where: str) -> int:
+    """Bring the schema to ``LATEST_VERSION``; returns the version found before.
+
+    ``where`` names the database in error messages.
+    """
+    found = current_version(conn)
+    if found > LATEST_VERSION:
+        raise BadInput(
+            f"{where}: database schema version {found} is newer than the newest version "
+            f"this program knows ({LATEST_VERSION})"
+        )
+    for migration in MIGRATIONS:
+        if migration.version > found:
+            _apply(conn, migration)
+    return found
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # re-read under the write lock: another connection may have migrated meanwhile
+        if conn.execute(_CURRENT_VERSION).fetchone()[0] >= migration.version:
+            conn.execute("ROLLBACK")
+            return
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)",
+            (migration.version, time.time()),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

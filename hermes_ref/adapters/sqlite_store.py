@@ -1,0 +1,183 @@
+"""The durable store for the asyncio driver: ``AsyncStore`` over aiosqlite.
+
+Theory of operation
+-------------------
+aiosqlite owns one sqlite3 connection on a private worker thread and runs queued
+callables there, one at a time. All SQL lives in ``sqlite_ops`` as synchronous functions
+that each do a whole transaction (``BEGIN IMMEDIATE`` … ``COMMIT``); ``_hop`` queues one of
+them on the worker, so every store method is one thread hop and at most one transaction.
+The connection is created by aiosqlite's connector and then checked, configured and
+migrated by ``sqlite_ops.prepare`` in one hop, all on the worker thread that will use it.
+
+Pending events follow ``MemoryStore``: ``log_event`` encodes and buffers in memory (no
+hop); the next write takes the whole buffer into its transaction. The buffer is handed
+over before the hop, so concurrent writes never insert the same event twice; it is put
+back when the write fails or writes nothing (a refused ``acquire_lease``). A write whose
+caller is cancelled still runs on the worker (it was already queued): its events commit
+with it or are lost, exactly like events pending at a crash.
+
+``commits`` counts the write transactions committed on this connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+
+import aiosqlite
+
+from hermes_ref.adapters import liveness
+from hermes_ref.adapters import sqlite_ops as ops
+from hermes_ref.adapters.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS, check_synchronous
+from hermes_ref.errors import PersistenceError
+from hermes_ref.models import Event, Lease, Message, SessionRecord
+from hermes_ref.ports import DurableRecord
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_WriteOp = Callable[Concatenate[ops.StoreConnection, Sequence[ops.EventRow], P], R]
+
+
+class AsyncSqliteStore:
+    """An ``AsyncStore`` on a SQLite file. Create with ``await AsyncSqliteStore.open(path)``."""
+
+    def __init__(self, db: aiosqlite.Connection, raw: ops.StoreConnection, path: Path,
+                 holder_alive: Callable[[str], bool] | None = None) -> None:
+        self.path = path
+        self._holder_alive = holder_alive
+        self._db = db
+        self._raw = raw  # made on the worker thread, used only there; we only read .commits
+        self._pending: list[ops.EventRow] = []
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        holder_alive: Callable[[str], bool] | None = liveness.holder_alive,
+    ) -> AsyncSqliteStore:
+        """Open, check, configure and migrate the database; all SQL runs on the worker.
+
+        The header check (one small read) runs here first, so the aiosqlite connector,
+        a bare ``sqlite3.connect``, practically never fails; a failing ``prepare`` closes
+        the connection through aiosqlite, which also stops its worker thread cleanly.
+        """
+        mode = check_synchronous(synchronous)
+        ops.check_header(path)
+        opened: list[ops.StoreConnection] = []
+
+        def connect() -> ops.StoreConnection:
+            opened.append(ops.connect(path, busy_timeout_ms=busy_timeout_ms))
+            return opened[0]
+
+        store = cls(await aiosqlite.Connection(connect, iter_chunk_size=64), opened[0], Path(path),
+                    holder_alive)
+        try:
+            await store._hop(ops.prepare, path, synchronous=mode, busy_timeout_ms=busy_timeout_ms)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    @property
+    def commits(self) -> int:
+        return self._raw.commits
+
+    async def _hop(
+        self,
+        fn: Callable[Concatenate[ops.StoreConnection, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """Run ``fn(connection, *args)`` whole on aiosqlite's worker thread.
+
+        aiosqlite's public API hops to the worker once per call (BEGIN, each statement,
+        COMMIT: three or more hops per transaction, each a queue put plus a wake-up of the
+        event loop). Its private ``Connection._execute`` queues any callable on that same
+        worker, in order with everything else, so a whole transaction costs one hop. This is
+        the only use of aiosqlite internals besides constructing the Connection.
+        """
+        if self._closed:
+            raise PersistenceError(f"{self.path}: store is closed", cause="closed")
+        execute = cast(Callable[..., Awaitable[Any]], self._db._execute)
+        return cast(R, await execute(fn, self._raw, *args, **kwargs))
+
+    async def _write(self, op: _WriteOp[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run a write op with the pending events; keep them if nothing committed."""
+        events, self._pending = self._pending, []
+        try:
+            result = await self._hop(op, events, *args, **kwargs)
+        except asyncio.CancelledError:
+            raise  # already queued: the events commit with the op or are lost (see module doc)
+        except BaseException:
+            self._pending[:0] = events
+            raise
+        if result is None and op is ops.acquire_lease:
+            self._pending[:0] = events  # refused: nothing was written
+        return result
+
+    # -- sessions -------------------------------------------------------------------------
+    async def create_session(self, record: SessionRecord) -> None:
+        await self._write(ops.create_session, record)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        return await self._hop(ops.get_session, session_id)
+
+    async def end_session(self, session_id: str, reason: str, at: float) -> None:
+        await self._write(ops.end_session, session_id, reason, at)
+
+    # -- messages -------------------------------------------------------------------------
+    async def load_messages(self, session_id: str, after_row_id: int = 0) -> tuple[Message, ...]:
+        return await self._hop(ops.load_messages, session_id, after_row_id)
+
+    async def append_messages(
+        self, session_id: str, lease_token: int, messages: tuple[Message, ...]
+    ) -> tuple[Message, ...]:
+        return await self._write(ops.append_messages, session_id, lease_token, messages)
+
+    async def rewrite_message(
+        self, session_id: str, lease_token: int, row_id: int, content: str
+    ) -> Message:
+        return await self._write(ops.rewrite_message, session_id, lease_token, row_id, content)
+
+    async def watermark(self) -> int:
+        return await self._hop(ops.watermark)
+
+    # -- leases ---------------------------------------------------------------------------
+    async def acquire_lease(
+        self, session_id: str, holder: str, now: float, ttl_s: float
+    ) -> Lease | None:
+        return await self._write(
+            ops.acquire_lease, session_id, holder, now, ttl_s, self._holder_alive
+        )
+
+    async def release_lease(self, lease: Lease) -> None:
+        await self._write(ops.release_lease, lease)
+
+    # -- events ---------------------------------------------------------------------------
+    async def log_event(self, event: Event) -> None:
+        self._pending.append(ops.encode_event(event))
+
+    async def flush_events(self) -> None:
+        if self._pending:
+            await self._write(ops.flush_events)
+
+    # -- world operations -----------------------------------------------------------------
+    async def snapshot(self) -> DurableRecord:
+        return await self._hop(ops.snapshot)
+
+    async def crash(self) -> None:
+        """The process died: pending events are gone; committed rows stay in the file."""
+        await self.close()
+
+    async def close(self) -> None:
+        self._pending.clear()
+        if not self._closed:
+            self._closed = True
+            await self._db.close()

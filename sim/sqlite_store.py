@@ -1,0 +1,144 @@
+"""The simulator's durable store over stdlib sqlite3 (a synchronous ``Store``).
+
+Theory of operation
+-------------------
+All SQL lives in ``hermes_ref.adapters.sqlite_ops``; this class owns one connection and
+the pending-event buffer, exactly like ``MemoryStore``: ``log_event`` encodes the event
+and keeps it in memory; the next write method hands the whole buffer to its op, which
+inserts it in the write's own transaction. The buffer is taken before the op runs and put
+back if the op fails or (a refused ``acquire_lease``) writes nothing, so pending events
+are committed exactly once, in order.
+
+``crash()`` is a killed process: the buffer is dropped and the connection closed without
+committing anything (every write already committed before it returned). ``reopen()``, or
+a new ``SqliteStore`` on the same path, recovers the committed state from the file.
+
+``commits`` counts the write transactions committed through this object, across reopens
+(schema migrations are not counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+from hermes_ref.adapters import sqlite_ops as ops
+from hermes_ref.adapters.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS
+from hermes_ref.models import Event, Lease, Message, SessionRecord
+from hermes_ref.ports import DurableRecord
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class SqliteStore:
+    """A synchronous ``Store`` on a SQLite file."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        holder_alive: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self._holder_alive = holder_alive
+        self._synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._pending: list[ops.EventRow] = []
+        self._past_commits = 0
+        self._conn = self._open()
+
+    def _open(self) -> ops.StoreConnection:
+        return ops.open_connection(
+            self.path, synchronous=self._synchronous, busy_timeout_ms=self._busy_timeout_ms
+        )
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed through this store (all connections)."""
+        return self._past_commits + self._conn.commits
+
+    def _write(
+        self,
+        op: Callable[Concatenate[ops.StoreConnection, Sequence[ops.EventRow], P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """Run a write op with the pending events; keep them if nothing committed."""
+        events, self._pending = self._pending, []
+        try:
+            result = op(self._conn, events, *args, **kwargs)
+        except BaseException:
+            self._pending[:0] = events
+            raise
+        if result is None and op is ops.acquire_lease:
+            self._pending[:0] = events  # refused: nothing was written
+        return result
+
+    # -- sessions -------------------------------------------------------------------------
+    def create_session(self, record: SessionRecord) -> None:
+        self._write(ops.create_session, record)
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        return ops.get_session(self._conn, session_id)
+
+    def end_session(self, session_id: str, reason: str, at: float) -> None:
+        self._write(ops.end_session, session_id, reason, at)
+
+    # -- messages -------------------------------------------------------------------------
+    def load_messages(self, session_id: str, after_row_id: int = 0) -> tuple[Message, ...]:
+        return ops.load_messages(self._conn, session_id, after_row_id)
+
+    def append_messages(
+        self, session_id: str, lease_token: int, messages: tuple[Message, ...]
+    ) -> tuple[Message, ...]:
+        return self._write(ops.append_messages, session_id, lease_token, messages)
+
+    def rewrite_message(
+        self, session_id: str, lease_token: int, row_id: int, content: str
+    ) -> Message:
+        return self._write(ops.rewrite_message, session_id, lease_token, row_id, content)
+
+    def watermark(self) -> int:
+        return ops.watermark(self._conn)
+
+    # -- leases ---------------------------------------------------------------------------
+    def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float) -> Lease | None:
+        return self._write(ops.acquire_lease, session_id, holder, now, ttl_s, self._holder_alive)
+
+    def release_lease(self, lease: Lease) -> None:
+        self._write(ops.release_lease, lease)
+
+    # -- events ---------------------------------------------------------------------------
+    def log_event(self, event: Event) -> None:
+        self._pending.append(ops.encode_event(event))
+
+    def flush_events(self) -> None:
+        if self._pending:
+            self._write(ops.flush_events)
+
+    # -- world operations -----------------------------------------------------------------
+    def snapshot(self) -> DurableRecord:
+        return ops.snapshot(self._conn)
+
+    def crash(self) -> None:
+        """The process died: pending events are gone, committed rows stay in the file."""
+        self._pending.clear()
+        self._close_connection()
+
+    def reopen(self) -> None:
+        """Recover after ``crash()`` (or ``close()``) from what the file holds."""
+        self._close_connection()
+        self._conn = self._open()
+
+    def close(self) -> None:
+        self._pending.clear()
+        self._close_connection()
+
+    def _close_connection(self) -> None:
+        self._past_commits += self._conn.commits
+        self._conn.commits = 0
+        self._conn.close()  # an open transaction, if any, is rolled back by SQLite

@@ -1,0 +1,186 @@
+"""The simulator's in-memory store: committed state plus pending writes.
+
+Theory of operation
+-------------------
+Every write method is one transaction that commits before it returns, exactly like the
+SQLite store. What is *pending* is the event log: events wait in ``_pending_events`` and
+are committed together with the next write (or by ``flush_events``). ``crash()`` throws
+pending events away, which is what a killed process does to a write-behind buffer; the
+committed rows survive because they live in the world, not in the engine.
+
+Values are frozen, so "committing" a message is appending the value with its row id.
+Reads return tuples of those values; nothing a caller holds can change the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hermes_ref.errors import LeaseLost, PersistenceError
+from hermes_ref.models import Event, Lease, Message, SessionRecord
+from hermes_ref.ports import DurableRecord, LeaseRow, StoredMessage
+
+
+class MemoryStore:
+    """The durable record of a simulated world, kept in memory."""
+
+    def __init__(self, *, holder_alive: Callable[[str], bool] | None = None) -> None:
+        # LEASE-3: a lease whose holder process is dead may be reclaimed before it expires.
+        self._holder_alive = holder_alive or (lambda holder: True)
+        self._sessions: dict[str, SessionRecord] = {}
+        self._messages: list[StoredMessage] = []
+        self._by_session: dict[str, list[Message]] = {}
+        self._row_index: dict[int, int] = {}  # row_id -> index in _messages
+        self._leases: dict[str, LeaseRow] = {}
+        self._events: list[Event] = []
+        self._pending_events: list[Event] = []
+        self._next_row_id = 1
+        self._next_event_seq = 1
+
+    # -- sessions -------------------------------------------------------------------
+    def create_session(self, record: SessionRecord) -> None:
+        if record.id in self._sessions:
+            raise PersistenceError(f"session {record.id!r} already exists", cause="duplicate")
+        if record.parent_session_id and record.parent_session_id not in self._sessions:
+            raise PersistenceError(
+                f"parent session {record.parent_session_id!r} does not exist", cause="foreign_key"
+            )
+        self._sessions[record.id] = record
+        self._by_session.setdefault(record.id, [])
+        self._commit_events()
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        return self._sessions.get(session_id)
+
+    def end_session(self, session_id: str, reason: str, at: float) -> None:
+        current = self._sessions.get(session_id)
+        if current is None:
+            raise PersistenceError(f"no session {session_id!r}", cause="not_found")
+        if current.ended_at is None:
+            self._sessions[session_id] = current.model_copy(
+                update={"ended_at": at, "end_reason": reason}
+            )
+        self._commit_events()
+
+    # -- messages -------------------------------------------------------------------
+    def load_messages(self, session_id: str, after_row_id: int = 0) -> tuple[Message, ...]:
+        rows = self._by_session.get(session_id, [])
+        if after_row_id <= 0:
+            return tuple(rows)
+        # rows are in row-id order: walk back from the end (the common case is a short tail)
+        start = len(rows)
+        while start > 0 and (rows[start - 1].row_id or 0) > after_row_id:
+            start -= 1
+        return tuple(rows[start:])
+
+    def _check_fence(self, session_id: str, lease_token: int) -> None:
+        lease = self._leases.get(session_id)
+        if lease is None or lease.holder is None or lease.token != lease_token:
+            raise LeaseLost(
+                f"write to session {session_id!r} with lease token {lease_token} "
+                f"but the current token is {lease.token if lease else None}"
+            )
+
+    def append_messages(
+        self, session_id: str, lease_token: int, messages: tuple[Message, ...]
+    ) -> tuple[Message, ...]:
+        if session_id not in self._sessions:
+            raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
+        self._check_fence(session_id, lease_token)
+        for message in messages:
+            if message.scaffold is not None:
+                raise PersistenceError(
+                    f"refusing to persist scaffolding ({message.scaffold.value})", cause="scaffolding"
+                )
+        stored: list[Message] = []
+        for message in messages:
+            row = message.model_copy(update={"row_id": self._next_row_id})
+            self._row_index[self._next_row_id] = len(self._messages)
+            self._next_row_id += 1
+            self._messages.append(StoredMessage(session_id=session_id, message=row))
+            self._by_session[session_id].append(row)
+            stored.append(row)
+        self._commit_events()
+        return tuple(stored)
+
+    def rewrite_message(
+        self, session_id: str, lease_token: int, row_id: int, content: str
+    ) -> Message:
+        self._check_fence(session_id, lease_token)
+        index = self._row_index.get(row_id)
+        if index is None or self._messages[index].session_id != session_id:
+            raise PersistenceError(f"no row {row_id} in session {session_id!r}", cause="not_found")
+        old = self._messages[index].message
+        # WIRE-2: a content rewrite drops the sidecar
+        new = old.model_copy(update={"content": content, "api_content": None})
+        self._messages[index] = StoredMessage(session_id=session_id, message=new)
+        rows = self._by_session[session_id]
+        for i in range(len(rows) - 1, -1, -1):
+            if rows[i].row_id == row_id:
+                rows[i] = new
+                break
+        self._commit_events()
+        return new
+
+    def watermark(self) -> int:
+        return self._next_row_id - 1
+
+    # -- leases ---------------------------------------------------------------------
+    def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float) -> Lease | None:
+        if session_id not in self._sessions:
+            raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
+        current = self._leases.get(session_id)
+        if (current is not None and current.holder is not None and current.expires_at > now
+                and self._holder_alive(current.holder)):
+            return None
+        token = (current.token if current else 0) + 1
+        row = LeaseRow(
+            session_id=session_id, holder=holder, token=token,
+            acquired_at=now, expires_at=now + ttl_s,
+        )
+        self._leases[session_id] = row
+        self._commit_events()
+        return Lease(
+            session_id=session_id, holder=holder, token=token,
+            acquired_at=now, expires_at=now + ttl_s,
+        )
+
+    def release_lease(self, lease: Lease) -> None:
+        current = self._leases.get(lease.session_id)
+        if current is not None and current.token == lease.token and current.holder == lease.holder:
+            self._leases[lease.session_id] = current.model_copy(
+                update={"holder": None, "expires_at": 0.0}
+            )
+        self._commit_events()
+
+    # -- events ---------------------------------------------------------------------
+    def log_event(self, event: Event) -> None:
+        self._pending_events.append(event)
+
+    def flush_events(self) -> None:
+        self._commit_events()
+
+    def _commit_events(self) -> None:
+        for event in self._pending_events:
+            self._events.append(event.model_copy(update={"seq": self._next_event_seq}))
+            self._next_event_seq += 1
+        self._pending_events.clear()
+
+    # -- world operations -------------------------------------------------------------
+    def crash(self) -> None:
+        """The process died: pending writes are gone, committed ones stay."""
+        self._pending_events.clear()
+
+    def reopen(self) -> None:
+        """Nothing to reopen: the committed state lives in the world, not a connection."""
+
+    def snapshot(self) -> DurableRecord:
+        return DurableRecord(
+            sessions=tuple(self._sessions.values()),
+            messages=tuple(self._messages),
+            events=tuple(self._events),
+            leases=tuple(self._leases.values()),
+        )
+
+    def close(self) -> None:
+        self._pending_events.clear()
