@@ -1,0 +1,127 @@
+"""Per-turn and per-session state of the engine.
+
+Theory of operation
+-------------------
+Two lifetimes, two owners:
+
+* ``SessionCache`` lives as long as the engine instance and belongs to one session: the
+  cached system prompt (built once, replayed byte for byte: CTX-3), the cached durable
+  transcript, the last lease token this engine held, and the session-scoped nudge
+  counters that a new turn does NOT reset (CTX-1). A new engine instance (a restart)
+  starts with no cache and rebuilds it from the durable record alone.
+* ``TurnState`` lives for one turn: retry counters, the persistence-failure flag and the
+  iteration budget, all rebuilt by the prologue (CTX-1).
+
+The cached transcript is trusted only when the fencing token proves that nobody else
+held the lease since this engine released it (token == last token + 1); otherwise the
+prologue reloads the whole transcript. That keeps the per-turn cost flat without ever
+serving a stale history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hermes_ref.effects import Effect
+from hermes_ref.limits import Limits
+from hermes_ref.models import Lease, Message, ToolSpec
+from hermes_ref.outcomes import ExitReason
+from hermes_ref.phases import Phase, PhaseTracker
+from hermes_ref.transcript import Transcript
+
+
+class IterationBudget:
+    """One unit per model call; refunds never go below zero (LOOP-2)."""
+
+    __slots__ = ("max_total", "used")
+
+    def __init__(self, max_total: int) -> None:
+        self.max_total = max_total
+        self.used = 0
+
+    def consume(self) -> bool:
+        if self.used >= self.max_total:
+            return False
+        self.used += 1
+        return True
+
+    def refund(self) -> None:
+        if self.used > 0:
+            self.used -= 1
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.max_total - self.used)
+
+
+@dataclass(slots=True)
+class SessionCache:
+    session_id: str
+    system_prompt: str
+    system_message: Message
+    history: Transcript = field(default_factory=Transcript)
+    last_row_id: int = 0
+    last_lease_token: int = 0
+    turns_since_memory: int = 0   # session-scoped nudge counter, never reset per turn
+    iters_since_skill: int = 0    # session-scoped nudge counter, never reset per turn
+    user_turns: int = 0
+
+
+@dataclass(slots=True)
+class TurnState:
+    """Counters that every turn starts from zero (CTX-1)."""
+
+    budget: IterationBudget
+    api_calls: int = 0
+    grace_pending: bool = False
+    invalid_tool_rounds: int = 0
+    invalid_json_retries: int = 0
+    empty_retries: int = 0
+    dropped_toolcall_retries: int = 0
+    thinking_prefill_retries: int = 0
+    post_tool_nudged: bool = False
+    persistence_failed: bool = False
+    persistence_cause: str | None = None
+    last_round_had_tools: bool = False
+
+
+@dataclass(slots=True)
+class TurnContext:
+    """Everything one turn reads and writes, handed from phase to phase."""
+
+    session_id: str
+    turn_id: str
+    user_text: str
+    limits: Limits
+    tools: tuple[ToolSpec, ...]
+    cache: SessionCache
+    lease: Lease
+    tracker: PhaseTracker
+    state: TurnState
+    transcript: Transcript
+    started_at: float
+    final_response: str | None = None
+    exit_reason: ExitReason | None = None
+    exit_detail: str = ""
+    failed: bool = False
+    interrupted: bool = False
+    streamed_text: str = ""
+    cleanup_errors: list[str] = field(default_factory=list)
+
+    def enter(self, phase: Phase) -> None:
+        self.tracker.enter(phase)
+
+    def finish(self, reason: ExitReason, detail: str = "", *, failed: bool = False) -> None:
+        """Record the loop's exit reason once (LOOP-3); later calls keep the first."""
+        if self.exit_reason is None:
+            self.exit_reason = reason
+            self.exit_detail = detail
+            self.failed = failed
+
+    @property
+    def token(self) -> int:
+        return self.lease.token
+
+
+# Re-exported for modules that only need the base effect type in annotations.
+__all__ = ["Effect", "IterationBudget", "SessionCache", "TurnContext", "TurnState"]

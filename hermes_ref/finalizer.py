@@ -1,0 +1,181 @@
+"""The finalizer: close the turn so the next one starts from a clean record.
+
+Theory of operation
+-------------------
+Finalizing is a phase, not a ``finally`` block: a crash must be able to stop it, and it
+performs effects, which the house rule forbids inside ``except``/``finally``. Steps, in
+order, each guarded on its own so one failure never costs the user the answer (FIN-6):
+
+1. Budget fallback (FIN-1): the loop ran out without an answer → one tool-less grace
+   call asks for a summary.
+2. Drop scaffolding from the working list (SCAF-1).
+3. Silent-stop guard (FIN-8): no answer, not interrupted, tail is a tool result →
+   failed with ``pending_tool_result`` and an explanatory answer.
+4. Persist what is still pending (the final assistant row).
+5. Tail closure (FIN-3): a delivered answer has a matching assistant row; a tail that is
+   not an assistant row gets one appended, an assistant tail without visible text is
+   filled and written again.
+6. Failure boundary (FIN-5): a failed turn that leaves a user or tool tail gets an engine
+   assistant row (not after context-pressure failures).
+7. The turn-exit line and the completion event (FIN-7, DEL-1), then release the lease.
+"""
+
+from __future__ import annotations
+
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import AppendMessages, Emit, Now, ReleaseLease, RewriteMessage
+from hermes_ref.errors import PersistenceError
+from hermes_ref.loop import build_request, call_with_retries
+from hermes_ref.models import Event, Message, Role, ScaffoldFlag
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason, TurnResult
+from hermes_ref.phases import Phase
+from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT, scaffold
+
+PENDING_TOOL_RESULT_TEXT = (
+    "The turn stopped right after a tool result, before the model answered. "
+    "The tool results are recorded; ask again to continue from them."
+)
+
+
+async def _budget_fallback(ctx: TurnContext) -> None:
+    """FIN-1 / LOOP-2: out of budget without an answer → one tool-less summary call."""
+    state = ctx.state
+    at_max = state.api_calls >= ctx.limits.max_iterations
+    reason = ExitReason.MAX_ITERATIONS if at_max else ExitReason.BUDGET_EXHAUSTED
+    ctx.finish(reason, f"{state.api_calls}/{ctx.limits.max_iterations}")
+    if ctx.final_response is not None or not ctx.limits.grace_call_enabled:
+        return
+    ctx.transcript.append(
+        scaffold(Role.USER, GRACE_SUMMARY_PROMPT, ScaffoldFlag.GRACE_SUMMARY, ctx.turn_id)
+    )
+    state.api_calls += 1
+    reply = await call_with_retries(ctx, build_request(ctx, with_tools=False, purpose="grace"))
+    text = (reply.content or "").strip() if reply is not None else ""
+    if text and reply is not None:
+        ctx.final_response = reply.content
+        ctx.transcript.append(Message(role=Role.ASSISTANT, content=reply.content,
+                                      finish_reason=reply.finish_reason, turn_id=ctx.turn_id))
+
+
+def _silent_stop_guard(ctx: TurnContext) -> None:
+    """FIN-8: never end quietly on a tool result."""
+    tail = ctx.transcript.tail()
+    if (ctx.final_response is None and not ctx.interrupted and not ctx.streamed_text
+            and tail is not None and tail.role is Role.TOOL):
+        ctx.exit_reason = ExitReason.PENDING_TOOL_RESULT
+        ctx.failed = True
+        ctx.final_response = PENDING_TOOL_RESULT_TEXT
+
+
+async def _append(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+    try:
+        stored = await AppendMessages(ctx.token, ctx.session_id, rows, label)
+    except PersistenceError as error:
+        ctx.cleanup_errors.append(f"persist {label}: {error.cause}: {error}")
+        return False
+    ctx.transcript.replace_pending(stored)
+    return True
+
+
+def _delivered(ctx: TurnContext) -> bool:
+    return bool(ctx.final_response and ctx.final_response.strip()) and not ctx.failed
+
+
+async def _close_tail(ctx: TurnContext) -> None:
+    """FIN-3: the delivered answer must be the durable tail's visible text."""
+    if not _delivered(ctx) or ctx.final_response is None:
+        return
+    tail = ctx.transcript.durable_tail()
+    if tail is None or tail.role is not Role.ASSISTANT:
+        row = Message(role=Role.ASSISTANT, content=ctx.final_response, turn_id=ctx.turn_id)
+        ctx.transcript.append(row)
+        await _append(ctx, (row,), "tail_closure")
+    elif not tail.has_visible_text and tail.row_id is not None:
+        try:
+            new = await RewriteMessage(ctx.token, ctx.session_id, tail.row_id,
+                                       ctx.final_response, "tail_closure")
+        except PersistenceError as error:
+            ctx.cleanup_errors.append(f"rewrite tail: {error.cause}: {error}")
+            return
+        ctx.transcript.replace_row(new)
+
+
+async def _failure_boundary(ctx: TurnContext) -> None:
+    """FIN-5: a failed turn leaves no open user or tool tail (context pressure excepted)."""
+    if not ctx.failed or ctx.exit_reason in CONTEXT_PRESSURE_EXITS:
+        return
+    tail = ctx.transcript.durable_tail()
+    if tail is None or tail.role not in (Role.USER, Role.TOOL):
+        return
+    reason = ctx.exit_reason.value if ctx.exit_reason else "unknown"
+    row = Message(role=Role.ASSISTANT, content=f"[turn ended without an answer: {reason}]",
+                  turn_id=ctx.turn_id)
+    ctx.transcript.append(row)
+    await _append(ctx, (row,), "boundary")
+
+
+def exit_fields(ctx: TurnContext) -> dict[str, object]:
+    """FIN-7: the one turn-exit line; WARNING when it ends on an uninterrupted tool result."""
+    tail = ctx.transcript.durable_tail()
+    last_role = tail.role.value if tail is not None else "none"
+    warn = last_role == Role.TOOL.value and not ctx.interrupted
+    return {
+        "level": "WARNING" if warn else "INFO",
+        "reason": ctx.exit_reason.value if ctx.exit_reason else "unknown",
+        "detail": ctx.exit_detail,
+        "api_calls": ctx.state.api_calls,
+        "max_iterations": ctx.limits.max_iterations,
+        "budget_used": ctx.state.budget.used,
+        "budget_max": ctx.state.budget.max_total,
+        "last_role": last_role,
+        "response_len": len(ctx.final_response or ""),
+    }
+
+
+async def finalize(ctx: TurnContext) -> TurnResult:
+    ctx.enter(Phase.FINALIZE)
+    if ctx.exit_reason is None:
+        await _budget_fallback(ctx)
+    ctx.transcript.drop_scaffolding()
+    _silent_stop_guard(ctx)
+    pending = ctx.transcript.pending()
+    if pending:
+        await _append(ctx, pending, "final")
+    await _close_tail(ctx)
+    await _failure_boundary(ctx)
+    now = await Now()
+    fields = exit_fields(ctx)
+    await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.exit",
+                     data=fields, at=now))
+    await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.completed",
+                     data={"final_response": ctx.final_response, "failed": ctx.failed},
+                     at=now))
+    await ReleaseLease(ctx.lease)
+    _update_cache(ctx)
+    ctx.enter(Phase.DONE)
+    return _result(ctx)
+
+
+def _update_cache(ctx: TurnContext) -> None:
+    """Keep the transcript for the next turn only if everything in it is durable."""
+    cache = ctx.cache
+    if ctx.transcript.pending() or ctx.cleanup_errors or ctx.state.persistence_failed:
+        cache.last_lease_token = 0  # force a reload from the durable record
+        return
+    cache.history = ctx.transcript
+    tail = ctx.transcript.durable_tail()
+    cache.last_row_id = tail.row_id or 0 if tail is not None else 0
+    cache.last_lease_token = ctx.lease.token
+
+
+def _result(ctx: TurnContext) -> TurnResult:
+    reason = ctx.exit_reason or ExitReason.TEXT_RESPONSE
+    failure = f"{reason.value}:{ctx.exit_detail}" if ctx.failed else None
+    return TurnResult(
+        session_id=ctx.session_id, turn_id=ctx.turn_id, final_response=ctx.final_response,
+        exit_reason=reason, exit_detail=ctx.exit_detail, api_calls=ctx.state.api_calls,
+        budget_used=ctx.state.budget.used,
+        completed=ctx.final_response is not None and not ctx.failed and not ctx.interrupted,
+        failed=ctx.failed, interrupted=ctx.interrupted, failure_reason=failure,
+        cleanup_errors=tuple(ctx.cleanup_errors),
+    )

@@ -1,0 +1,157 @@
+"""The main loop: call the model until it answers, the budget ends or something fails.
+
+Theory of operation
+-------------------
+The loop runs while ``api_calls < max_iterations and budget.remaining > 0`` or a grace
+call is pending (LOOP-1). Each iteration spends one budget unit (LOOP-2), builds the
+request from the working transcript, and calls the provider through ``call_with_retries``
+which classifies failures (LOOP-5):
+
+* transient (429 honouring Retry-After, 5xx, timeout): back off and retry the same call;
+* auth: one more try (a credential refresh in a real deployment), then terminal;
+* context overflow: back to preflight, which fails closed when it cannot relieve it;
+* any other provider error: terminal.
+
+A reply with tool calls goes to the tool round. A reply that promised tool calls but
+carried none gets a marked re-prompt, at most ``dropped_toolcall_retries_max`` times in a
+row (LOOP-7). An empty reply walks a short ladder: one nudge after a tool round, bounded
+retries, then the ``(empty)`` sentinel and ``empty_response_exhausted`` (LOOP-8). All of
+those synthetic messages are scaffolding (SCAF-1). Anything else is the final answer;
+it joins the working list unpersisted and the finalizer writes it.
+
+Every exit records one reason from the closed set in ``outcomes.ExitReason`` (LOOP-3).
+"""
+
+from __future__ import annotations
+
+from hermes_ref import preflight, tool_round
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import CallProvider, ProviderRequest, Sleep
+from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderError, RateLimited
+from hermes_ref.models import Message, ProviderReply, Role, ScaffoldFlag
+from hermes_ref.outcomes import ExitReason
+from hermes_ref.phases import Phase
+from hermes_ref.scaffolding import (
+    DROPPED_TOOLCALL_NUDGE,
+    EMPTY_AFTER_TOOLS_NUDGE,
+    EMPTY_SENTINEL,
+    scaffold,
+)
+
+
+def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "turn") -> ProviderRequest:
+    """The next request: system prompt, then the working list (O(1) token bookkeeping)."""
+    system = ctx.cache.system_message
+    return ProviderRequest(
+        model=ctx.limits.model,
+        messages=(system, *ctx.transcript),
+        tools=ctx.tools if with_tools else (),
+        prompt_tokens=system.tokens + ctx.transcript.tokens,
+        max_tokens=ctx.limits.max_tokens,
+        purpose=purpose,
+    )
+
+
+def _backoff_s(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
+    if isinstance(error, RateLimited) and error.retry_after_s is not None:
+        return max(0.0, error.retry_after_s)
+    return min(ctx.limits.backoff_max_s, ctx.limits.backoff_base_s * (2 ** attempt))
+
+
+async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> ProviderReply | None:
+    """One logical model call with LOOP-5 classification. None means the turn ended."""
+    attempt = 0
+    auth_refreshes = 0
+    while True:
+        failure: ProviderError | None = None
+        try:
+            return await CallProvider(request, ctx.session_id, ctx.turn_id)
+        except ProviderError as error:
+            failure = error
+        if isinstance(failure, ContextOverflow):
+            ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"context_overflow: {failure}", failed=True)
+            return None
+        if isinstance(failure, ProviderAuthError) and auth_refreshes < ctx.limits.auth_refreshes_max:
+            auth_refreshes += 1
+            continue
+        if failure.transient and attempt < ctx.limits.transient_retries_max:
+            await Sleep(_backoff_s(ctx, attempt, failure))
+            attempt += 1
+            continue
+        kind = type(failure).__name__
+        ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"{kind}: {failure}", failed=True)
+        return None
+
+
+def _loop_may_continue(ctx: TurnContext) -> bool:
+    state = ctx.state
+    within = state.api_calls < ctx.limits.max_iterations and state.budget.remaining > 0
+    return within or state.grace_pending
+
+
+async def run_loop(ctx: TurnContext) -> None:
+    """Iterate until an exit reason is recorded or the budget ends (the finalizer handles that)."""
+    state = ctx.state
+    while ctx.exit_reason is None and _loop_may_continue(ctx):
+        if state.grace_pending:
+            state.grace_pending = False
+        elif not state.budget.consume():
+            break
+        state.api_calls += 1
+        ctx.enter(Phase.PREFLIGHT)
+        if not await preflight.check(ctx):
+            return
+        ctx.enter(Phase.MODEL_CALL)
+        reply = await call_with_retries(ctx, build_request(ctx))
+        if reply is None:
+            return
+        await handle_reply(ctx, reply)
+
+
+async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
+    """Route one reply: tool round, dropped-call re-prompt, empty ladder or final answer."""
+    state = ctx.state
+    if reply.tool_calls:
+        assistant = Message(
+            role=Role.ASSISTANT, content=reply.content, tool_calls=reply.tool_calls,
+            finish_reason=reply.finish_reason, turn_id=ctx.turn_id,
+        )
+        await tool_round.run_tool_round(ctx, assistant)
+        return
+    text = (reply.content or "").strip()
+    if reply.finish_reason == "tool_calls" and not text:
+        if state.dropped_toolcall_retries < ctx.limits.dropped_toolcall_retries_max:
+            state.dropped_toolcall_retries += 1
+            flag = ScaffoldFlag.DROPPED_TOOLCALL_NUDGE
+            ctx.transcript.append(scaffold(Role.ASSISTANT, "", flag, ctx.turn_id))
+            ctx.transcript.append(scaffold(Role.USER, DROPPED_TOOLCALL_NUDGE, flag, ctx.turn_id))
+            return
+    if not text:
+        _handle_empty(ctx)
+        return
+    state.empty_retries = 0
+    ctx.final_response = reply.content
+    ctx.transcript.append(Message(
+        role=Role.ASSISTANT, content=reply.content, finish_reason=reply.finish_reason,
+        turn_id=ctx.turn_id,
+    ))
+    ctx.finish(ExitReason.TEXT_RESPONSE, f"finish_reason={reply.finish_reason}")
+
+
+def _handle_empty(ctx: TurnContext) -> None:
+    """LOOP-8, the rungs this engine implements: nudge once after tools, retry, sentinel."""
+    state = ctx.state
+    flag = ScaffoldFlag.EMPTY_RECOVERY
+    if state.last_round_had_tools and not state.post_tool_nudged:
+        state.post_tool_nudged = True
+        ctx.transcript.append(scaffold(Role.ASSISTANT, EMPTY_SENTINEL, flag, ctx.turn_id))
+        ctx.transcript.append(scaffold(Role.USER, EMPTY_AFTER_TOOLS_NUDGE, flag, ctx.turn_id))
+        return
+    if state.empty_retries < ctx.limits.empty_retries_max:
+        state.empty_retries += 1
+        return
+    ctx.transcript.append(
+        scaffold(Role.ASSISTANT, EMPTY_SENTINEL, ScaffoldFlag.EMPTY_TERMINAL_SENTINEL, ctx.turn_id)
+    )
+    ctx.final_response = EMPTY_SENTINEL
+    ctx.finish(ExitReason.EMPTY_RESPONSE_EXHAUSTED, "", failed=True)

@@ -1,0 +1,203 @@
+"""The turn prologue: everything that happens before the first model call.
+
+Theory of operation
+-------------------
+In order, because the order is the contract:
+
+1. Read the clock and mint the turn id (from the driver, so runs replay).
+2. System prompt, then session row (CTX-4): the prompt is built once per session and
+   replayed byte for byte from the session row afterwards (CTX-3); a session row is never
+   written without it, and nothing is written for a session before its row exists.
+3. Take the session's turn lease (LEASE-1), waiting in bounded polls; a turn that cannot
+   get it returns early with the user's input handed back (LEASE-5).
+4. Sync the history: the cached transcript is reused only when the fencing token proves
+   nobody else held the lease since (see ``context``); otherwise it is reloaded.
+5. Repair a crashed predecessor: calls without results get an ``unknown`` result and are
+   never re-run (TOOL-10); an open user/tool tail gets an engine boundary row (FIN-5).
+6. Reset per-turn state and rebuild the budget (CTX-1); copy the history (CTX-2).
+7. Persist the user row, once, with its final ``api_content`` sidecar, before the first
+   model call (CTX-8, WIRE-1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
+from hermes_ref.effects import (
+    AcquireLease,
+    AppendMessages,
+    CreateSession,
+    Emit,
+    LoadMessages,
+    LoadSession,
+    MintId,
+    Now,
+    Sleep,
+)
+from hermes_ref.errors import PersistenceError
+from hermes_ref.limits import Limits
+from hermes_ref.models import Event, Lease, Message, Role, SessionRecord, ToolSpec
+from hermes_ref.outcomes import ExitReason, TurnResult
+from hermes_ref.phases import Phase, PhaseTracker
+from hermes_ref.transcript import Transcript
+
+RECOVERED_CALL_TEXT = (
+    "unknown: the process stopped after this call was recorded and before its result was; "
+    "it was not run again. Check its effect before retrying it."
+)
+RECOVERED_BOUNDARY_TEXT = "[the previous turn ended before it could answer]"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInput:
+    """One admitted input for one session incarnation."""
+
+    session_id: str
+    text: str
+    session_key: str = "agent:main:cli:dm"
+    platform: str = "cli"
+    injected_context: str | None = None  # per-turn context that goes only to the API copy
+
+
+def build_system_prompt(session_key: str, platform: str, tools: tuple[ToolSpec, ...]) -> str:
+    """Three layers, stable first, so the cacheable prefix is as long as possible (CTX-3)."""
+    stable = "You are a careful assistant. Use tools when they help; answer in plain text."
+    context = f"Session: {session_key} on {platform}."
+    volatile = "Tools available: " + (", ".join(t.name for t in tools) or "none") + "."
+    return "\n\n".join((stable, context, volatile))
+
+
+def compose_api_content(text: str, injected: str | None) -> str | None:
+    """WIRE-1: the exact user bytes sent when per-turn context is injected, else None."""
+    if not injected:
+        return None
+    return f"{text}\n\n<context>\n{injected}\n</context>"
+
+
+async def _ensure_session(
+    inp: TurnInput, tools: tuple[ToolSpec, ...], now: float
+) -> SessionRecord:
+    record = await LoadSession(inp.session_id)
+    if record is not None:
+        return record
+    prompt = build_system_prompt(inp.session_key, inp.platform, tools)
+    record = SessionRecord(
+        id=inp.session_id, key=inp.session_key, platform=inp.platform,
+        system_prompt=prompt, started_at=now,
+    )
+    await CreateSession(record)
+    return record
+
+
+async def _acquire_lease(
+    session_id: str, holder: str, limits: Limits, now: float
+) -> Lease | None:
+    deadline = now + limits.lease_wait_s_max
+    while True:
+        lease = await AcquireLease(session_id, holder, now, limits.lease_ttl_s)
+        if lease is not None or now >= deadline:
+            return lease
+        await Sleep(limits.lease_poll_s)
+        now = await Now()
+
+
+async def _sync_history(cache: SessionCache, lease: Lease) -> None:
+    """Reuse the cache only if no other holder came between (fencing token +1)."""
+    if cache.last_lease_token and lease.token == cache.last_lease_token + 1:
+        return
+    rows = await LoadMessages(cache.session_id, 0)
+    cache.history = Transcript(rows)
+    cache.last_row_id = (rows[-1].row_id or 0) if rows else 0
+
+
+async def _repair_tail(ctx: TurnContext) -> bool:
+    """Close what a crashed turn left open; never re-run a recorded call (TOOL-10)."""
+    owner, missing = ctx.transcript.trailing_open_calls()
+    rows: list[Message] = []
+    if owner is not None:
+        names = {c.id: c.name for c in owner.tool_calls}
+        rows = [
+            Message(role=Role.TOOL, content=RECOVERED_CALL_TEXT, tool_call_id=call_id,
+                    tool_name=names[call_id], turn_id=ctx.turn_id)
+            for call_id in missing
+        ]
+    tail = rows[-1] if rows else ctx.transcript.durable_tail()
+    if tail is not None and tail.role in (Role.USER, Role.TOOL):
+        rows.append(Message(role=Role.ASSISTANT, content=RECOVERED_BOUNDARY_TEXT,
+                            turn_id=ctx.turn_id))
+    if not rows:
+        return True
+    try:
+        stored = await AppendMessages(ctx.token, ctx.session_id, tuple(rows), "recovery")
+    except PersistenceError as error:
+        ctx.state.persistence_failed = True
+        ctx.state.persistence_cause = f"{error.cause}: {error}"
+        return False
+    ctx.transcript.extend(stored)
+    return True
+
+
+async def _persist_user(ctx: TurnContext, user: Message) -> bool:
+    try:
+        stored = await AppendMessages(ctx.token, ctx.session_id, (user,), "user")
+    except PersistenceError as error:
+        ctx.state.persistence_failed = True
+        ctx.state.persistence_cause = f"{error.cause}: {error}"
+        return False
+    ctx.transcript.extend(stored)
+    return True
+
+
+def lease_timeout_result(inp: TurnInput, turn_id: str, user: Message) -> TurnResult:
+    return TurnResult(
+        session_id=inp.session_id, turn_id=turn_id, final_response=None,
+        exit_reason=ExitReason.LEASE_TIMEOUT, failed=True, retryable=True,
+        failure_reason="session_busy",
+        exit_detail=f"session_turn_lease_timeout:{inp.session_id}",
+        carried_input=user,
+    )
+
+
+@dataclass(slots=True)
+class PrologueDeps:
+    limits: Limits
+    tools: tuple[ToolSpec, ...]
+    holder: str
+    caches: dict[str, SessionCache]
+    tracker: PhaseTracker
+
+
+async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext | TurnResult:
+    """Run the prologue; a ``TurnResult`` means the turn ended before it began."""
+    deps.tracker.enter(Phase.PROLOGUE)
+    now = await Now()
+    turn_id = await MintId("turn")
+    user = Message(role=Role.USER, content=inp.text, turn_id=turn_id, created_at=now,
+                   api_content=compose_api_content(inp.text, inp.injected_context))
+    cache = deps.caches.get(inp.session_id)
+    if cache is None:
+        record = await _ensure_session(inp, deps.tools, now)
+        system = Message(role=Role.SYSTEM, content=record.system_prompt)
+        cache = SessionCache(inp.session_id, record.system_prompt, system)
+    lease = await _acquire_lease(inp.session_id, f"{deps.holder}:turn={turn_id}", deps.limits, now)
+    if lease is None:
+        deps.tracker.enter(Phase.DONE)
+        return lease_timeout_result(inp, turn_id, user)
+    deps.caches[inp.session_id] = cache
+    await _sync_history(cache, lease)
+    ctx = TurnContext(
+        session_id=inp.session_id, turn_id=turn_id, user_text=inp.text, limits=deps.limits,
+        tools=deps.tools, cache=cache, lease=lease, tracker=deps.tracker,
+        state=TurnState(budget=IterationBudget(deps.limits.iteration_budget)),
+        transcript=cache.history.copy(), started_at=now,
+    )
+    cache.user_turns += 1
+    cache.turns_since_memory += 1
+    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.started",
+                     data={"lease_token": lease.token}, at=now))
+    if not await _repair_tail(ctx) or not await _persist_user(ctx, user):
+        ctx.finish(ExitReason.PERSISTENCE_FAILED, ctx.state.persistence_cause or "unknown",
+                   failed=True)
+        ctx.final_response = ""
+    return ctx

@@ -1,0 +1,47 @@
+"""Synthetic messages that steer retries, and the rules that keep them out of the record.
+
+Theory of operation
+-------------------
+When the model answers with nothing usable, the engine sometimes adds a message of its
+own to the next request: a nudge after a tool round, a re-prompt after a dropped tool
+call, a terminal sentinel. Such a message is *scaffolding*. It carries a
+``ScaffoldFlag`` and lives only in the turn's working list:
+
+* it is never persisted, at any position (SCAF-1): the stores refuse it, and the
+  engine filters it before every write (``durable_only``);
+* it is dropped from the working list before the finalizer closes the tail;
+* after a crash nothing is replayed from it (SCAF-2), because nothing was stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hermes_ref.models import Message, Role, ScaffoldFlag
+
+DROPPED_TOOLCALL_NUDGE = (
+    "Your last reply said it would call a tool but contained no tool call. "
+    "Call the tool now, or answer in text."
+)
+EMPTY_AFTER_TOOLS_NUDGE = (
+    "The tool results are above. Continue: answer the user in text or call another tool."
+)
+GRACE_SUMMARY_PROMPT = (
+    "The step budget for this turn is used up. Without calling any tool, summarize for "
+    "the user what was done and what is still open."
+)
+EMPTY_SENTINEL = "(empty)"
+
+
+def scaffold(role: Role, content: str, flag: ScaffoldFlag, turn_id: str) -> Message:
+    """A synthetic message carrying its flag."""
+    return Message(role=role, content=content, scaffold=flag, turn_id=turn_id)
+
+
+def durable_only(messages: Iterable[Message]) -> tuple[Message, ...]:
+    """The messages that may be written: everything not flagged as scaffolding."""
+    return tuple(m for m in messages if m.scaffold is None)
+
+
+def is_scaffold(message: Message) -> bool:
+    return message.scaffold is not None

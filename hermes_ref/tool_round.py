@@ -1,0 +1,192 @@
+"""One tool round: persist the calls, then run them, then persist the results.
+
+Theory of operation
+-------------------
+The order inside a round is the heart of crash safety (TOOL-1)::
+
+    await AppendMessages(token, sid, (assistant_with_calls,), "tool_calls")   # durable first
+    for segment in plan_segments(calls):
+        results = await ExecuteTools(token, sid, segment.calls, segment.parallel)
+        await AppendMessages(token, sid, result_rows, "tool_results")
+
+If the process dies after the first line, the record shows calls without results and
+recovery reports them as unknown instead of running them again (TOOL-10). If the first
+write fails, no tool runs and the turn ends ``session_persistence_failed``. Results are
+appended to the model's view only after they are durable (TOOL-8).
+
+Every call keeps its place (TOOL-2): a call to a tool that does not exist gets an error
+result in place and is never dispatched. Every call id gets exactly one result (TOOL-3).
+
+``plan_segments`` (TOOL-4) cuts the model's calls into segments that keep the model's
+order: path readers share a segment unless a writer touches an overlapping path,
+declared parallel-safe tools join, interactive tools and unparsable arguments are
+barriers, and everything else runs alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import AppendMessages, ExecuteTools
+from hermes_ref.errors import PersistenceError
+from hermes_ref.models import Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
+from hermes_ref.outcomes import ExitReason
+from hermes_ref.phases import Phase
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    calls: tuple[ToolCall, ...]
+    parallel: bool
+
+
+def _path_of(call: ToolCall, spec: ToolSpec) -> str | None:
+    args = call.parsed_arguments()
+    if args is None:
+        return None
+    raw = args.get("path", "." if spec.kind is ToolKind.READER else None)
+    if not isinstance(raw, str) or not raw:
+        return None
+    parts = [p for p in raw.replace("\\", "/").split("/") if p not in ("", ".")]
+    return "/".join(parts)
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Component-prefix overlap: 'a' overlaps 'a/b'; 'ab' does not overlap 'a'."""
+    if a == "" or b == "":
+        return True
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _joins(run: list[tuple[ToolCall, ToolSpec, str | None]], spec: ToolSpec, path: str) -> bool:
+    for _, other_spec, other_path in run:
+        if other_path is None:
+            continue
+        both_readers = spec.kind is ToolKind.READER and other_spec.kind is ToolKind.READER
+        if not both_readers and _overlaps(path, other_path):
+            return False
+    return True
+
+
+def plan_segments(calls: tuple[ToolCall, ...], specs: dict[str, ToolSpec]) -> list[Segment]:
+    """Cut calls into ordered segments (TOOL-4). Unknown tools are planned as barriers."""
+    segments: list[Segment] = []
+    run: list[tuple[ToolCall, ToolSpec, str | None]] = []
+
+    def close_run() -> None:
+        if run:
+            segments.append(Segment(tuple(c for c, _, _ in run), parallel=len(run) > 1))
+            run.clear()
+
+    for call in calls:
+        spec = specs.get(call.name)
+        joinable = spec is not None and call.parsed_arguments() is not None
+        path: str | None = None
+        if spec is not None and joinable and spec.kind in (ToolKind.READER, ToolKind.WRITER):
+            path = _path_of(call, spec)
+            joinable = path is not None and _joins(run, spec, path)
+            if not joinable and path is not None:
+                close_run()
+                run.append((call, spec, path))
+                continue
+        elif spec is not None and joinable:
+            joinable = spec.kind is ToolKind.PARALLEL_SAFE
+        if spec is not None and joinable:
+            run.append((call, spec, path))
+            continue
+        close_run()
+        segments.append(Segment((call,), parallel=False))
+    close_run()
+    return segments
+
+
+def _result_row(ctx: TurnContext, result: ToolResult) -> Message:
+    return Message(
+        role=Role.TOOL,
+        content=result.content,
+        tool_call_id=result.call_id,
+        tool_name=result.name,
+        turn_id=ctx.turn_id,
+    )
+
+
+def unknown_tool_result(call: ToolCall, known: list[str]) -> ToolResult:
+    return ToolResult(
+        call_id=call.id,
+        name=call.name,
+        content=f"error: tool {call.name!r} does not exist; available tools: {', '.join(known)}",
+        is_error=True,
+        disposition="none",
+    )
+
+
+async def _persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+    """Append rows durably; on failure record why and report False (no effect in except)."""
+    try:
+        stored = await AppendMessages(ctx.token, ctx.session_id, rows, label)
+    except PersistenceError as error:
+        ctx.state.persistence_failed = True
+        ctx.state.persistence_cause = f"{error.cause}: {error}"
+        return False
+    ctx.transcript.extend(stored)
+    return True
+
+
+def _fail_persistence(ctx: TurnContext) -> None:
+    ctx.finish(
+        ExitReason.PERSISTENCE_FAILED, ctx.state.persistence_cause or "unknown", failed=True
+    )
+    ctx.final_response = ""
+
+
+async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
+    """Persist, execute and record one round. Returns False when the turn must end."""
+    ctx.enter(Phase.TOOL_ROUND)
+    specs = {t.name: t for t in ctx.tools}
+    if not await _persist(ctx, (assistant,), "tool_calls"):
+        _fail_persistence(ctx)
+        return False
+    ctx.state.dropped_toolcall_retries = 0
+    valid = tuple(c for c in assistant.tool_calls if c.name in specs)
+    if not valid:
+        return await _all_invalid_round(ctx, assistant, list(specs))
+    ctx.state.invalid_tool_rounds = 0
+    known = sorted(specs)
+    for segment in plan_segments(assistant.tool_calls, specs):
+        results = await _run_segment(ctx, segment, specs, known)
+        if not await _persist(ctx, tuple(_result_row(ctx, r) for r in results), "tool_results"):
+            _fail_persistence(ctx)
+            return False
+    if all(c.name in ctx.limits.refundable_tools for c in assistant.tool_calls):
+        ctx.state.budget.refund()  # LOOP-2: a round of refundable tools costs no budget
+    ctx.state.last_round_had_tools = True
+    ctx.state.post_tool_nudged = False
+    return True
+
+
+async def _run_segment(
+    ctx: TurnContext, segment: Segment, specs: dict[str, ToolSpec], known: list[str]
+) -> tuple[ToolResult, ...]:
+    dispatch = tuple(c for c in segment.calls if c.name in specs)
+    ran: dict[str, ToolResult] = {}
+    if dispatch:
+        results = await ExecuteTools(ctx.token, ctx.session_id, dispatch, segment.parallel)
+        ran = {r.call_id: r for r in results}
+    return tuple(
+        ran[c.id] if c.id in ran else unknown_tool_result(c, known) for c in segment.calls
+    )
+
+
+async def _all_invalid_round(ctx: TurnContext, assistant: Message, known: list[str]) -> bool:
+    """TOOL-2: every call names a missing tool; answer each in place, count the round."""
+    results = tuple(unknown_tool_result(c, sorted(known)) for c in assistant.tool_calls)
+    if not await _persist(ctx, tuple(_result_row(ctx, r) for r in results), "tool_results"):
+        _fail_persistence(ctx)
+        return False
+    ctx.state.invalid_tool_rounds += 1
+    if ctx.state.invalid_tool_rounds >= ctx.limits.invalid_tool_rounds_max:
+        names = ", ".join(c.name for c in assistant.tool_calls)
+        ctx.finish(ExitReason.INVALID_TOOL_CALLS, f"model generated invalid tool calls: {names}")
+        return False
+    return True

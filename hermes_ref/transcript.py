@@ -1,0 +1,125 @@
+"""The turn's working list of messages, with a running token count.
+
+Theory of operation
+-------------------
+The working list is what the next request is built from: durable rows (with row ids),
+the not-yet-persisted final answer and, briefly, scaffolding. It keeps a running token
+total so that building a request costs O(new messages), not O(history): history values
+are frozen, so their token counts never change once added (WIRE-1 makes their wire bytes
+immutable too).
+
+``durable_tail`` is the last message that has a row id: the tail of the durable
+transcript, which is what tail closure (FIN-3) inspects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hermes_ref.models import Message, Role
+
+
+class Transcript:
+    __slots__ = ("_messages", "_tokens")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self._messages: list[Message] = []
+        self._tokens = 0
+        self.extend(messages)
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]  # plain list iterator
+        return iter(self._messages)
+
+    @property
+    def tokens(self) -> int:
+        return self._tokens
+
+    def messages(self) -> tuple[Message, ...]:
+        return tuple(self._messages)
+
+    def copy(self) -> Transcript:
+        """A copy sharing the (immutable) messages: O(n) pointer copy, no re-counting."""
+        twin = Transcript()
+        twin._messages = list(self._messages)
+        twin._tokens = self._tokens
+        return twin
+
+    def append(self, message: Message) -> None:
+        self._messages.append(message)
+        self._tokens += message.tokens
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        for message in messages:
+            self.append(message)
+
+    def tail(self) -> Message | None:
+        return self._messages[-1] if self._messages else None
+
+    def durable_tail(self) -> Message | None:
+        for message in reversed(self._messages):
+            if message.row_id is not None:
+                return message
+        return None
+
+    def replace_last(self, message: Message) -> None:
+        old = self._messages[-1]
+        self._messages[-1] = message
+        self._tokens += message.tokens - old.tokens
+
+    def replace_row(self, message: Message) -> None:
+        """Swap in a rewritten stored row (matched by row id)."""
+        for index in range(len(self._messages) - 1, -1, -1):
+            if self._messages[index].row_id == message.row_id:
+                self._tokens += message.tokens - self._messages[index].tokens
+                self._messages[index] = message
+                return
+
+    def drop_scaffolding(self) -> int:
+        """Remove every scaffolding message; returns how many were removed."""
+        kept = [m for m in self._messages if m.scaffold is None]
+        removed = len(self._messages) - len(kept)
+        if removed:
+            self._messages = kept
+            self._tokens = sum(m.tokens for m in kept)
+        return removed
+
+    def replace_pending(self, stored: tuple[Message, ...]) -> None:
+        """Swap pending messages, in order, for their stored twins (same values + row id)."""
+        queue = list(stored)
+        for index, message in enumerate(self._messages):
+            if not queue:
+                break
+            if message.row_id is None and message.scaffold is None:
+                self._messages[index] = queue.pop(0)
+
+    def pending(self) -> tuple[Message, ...]:
+        """Messages that are neither stored nor scaffolding: what the next flush writes."""
+        return tuple(m for m in self._messages if m.row_id is None and m.scaffold is None)
+
+    def trailing_open_calls(self) -> tuple[Message | None, list[str]]:
+        """The last assistant tool-call row and its call ids that have no result yet.
+
+        Only the trailing group is inspected (the assistant row and the tool rows after
+        it): every earlier group was closed when the turn or recovery that wrote it ended,
+        so this stays O(tail) however long the history is.
+        """
+        answered: set[str] = set()
+        for index in range(len(self._messages) - 1, -1, -1):
+            message = self._messages[index]
+            if message.role is Role.TOOL:
+                answered.add(message.tool_call_id or "")
+                continue
+            if message.role is Role.ASSISTANT and message.tool_calls:
+                missing = [c.id for c in message.tool_calls if c.id not in answered]
+                return (message, missing) if missing else (None, [])
+            break
+        return None, []
+
+    def last_user_index(self) -> int | None:
+        for index in range(len(self._messages) - 1, -1, -1):
+            if self._messages[index].role is Role.USER:
+                return index
+        return None

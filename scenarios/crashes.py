@@ -1,0 +1,72 @@
+"""Stories of a process dying at each durable boundary of a tool round, then recovering.
+
+Each story crashes the simulated process at one named point, starts a new process on
+the same durable record, and runs another turn. The new process knows only what was
+committed: calls without results are reported unknown and never run again, and an open
+tail gets an engine boundary row before the new user row.
+"""
+
+from __future__ import annotations
+
+from hermes_ref.models import Role
+from hermes_ref.prologue import RECOVERED_BOUNDARY_TEXT, RECOVERED_CALL_TEXT
+from sim.harness import Story, scenario
+from sim.provider import text, tool_calls
+
+
+def _crash_then_recover(s: Story, point: str) -> None:
+    s.files({"notes.txt": "draft"})
+    s.faults(crash=point)
+    s.script(tool_calls(("write_file", {"path": "notes.txt", "content": "final"})),
+             text("Saved."))
+    first = s.turn("Save the final version of my notes.")
+    s.expect(first is None, f"the process died at {point}")
+    s.restart()
+    s.faults()
+    s.script(text("I am here."))
+    after = s.turn("Are you still there?")
+    s.expect(after is not None and after.final_response == "I am here.", "the next turn answers")
+
+
+@scenario("A crash before the tool-call row commits runs no tool and leaves a closed tail",
+          invariants=("TOOL-1", "TOOL-3", "FIN-3", "CTX-8"), stage="crash")
+def crash_before_tool_call_row(s: Story) -> None:
+    _crash_then_recover(s, "before:tool_calls")
+    s.expect(s.world.tools.ledger == [], "no tool ran")
+    rows = s.transcript()
+    s.expect(rows[1].role is Role.ASSISTANT and rows[1].content == RECOVERED_BOUNDARY_TEXT,
+             "recovery closed the orphaned user row with a boundary row")
+
+
+@scenario("A crash after the tool-call row commits never runs the tool on restart",
+          invariants=("TOOL-1", "TOOL-3", "FIN-3"), stage="crash")
+def crash_after_tool_call_row(s: Story) -> None:
+    _crash_then_recover(s, "after:tool_calls")
+    s.expect(s.world.tools.ledger == [], "the recorded call was not executed by recovery")
+    unknown = [r for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(len(unknown) == 1 and unknown[0].content == RECOVERED_CALL_TEXT,
+             "the call is reported unknown")
+    s.expect(s.world.tools.snapshot_files()["notes.txt"] == "draft", "the file was not written")
+
+
+@scenario("A crash after the tool ran but before its result commits reports it unknown, once",
+          invariants=("TOOL-1", "TOOL-3", "FIN-3"), stage="crash")
+def crash_after_tool_ran(s: Story) -> None:
+    _crash_then_recover(s, "after:tools")
+    s.expect(len(s.world.tools.ledger) == 1, "the tool ran exactly once in total")
+    s.expect(s.world.tools.snapshot_files()["notes.txt"] == "final", "its effect stayed")
+    unknown = [r for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(len(unknown) == 1 and unknown[0].content == RECOVERED_CALL_TEXT,
+             "the lost result is reported unknown, not re-run")
+
+
+@scenario("A crash before the final answer is written leaves a tail the next turn closes",
+          invariants=("TOOL-3", "FIN-3", "CTX-2"), stage="crash")
+def crash_before_final_row(s: Story) -> None:
+    _crash_then_recover(s, "before:final")
+    rows = s.transcript()
+    roles = [r.role for r in rows]
+    s.expect(roles[:4] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT],
+             "the tool round survived and recovery closed its tail")
+    s.expect(rows[3].content == RECOVERED_BOUNDARY_TEXT, "the closing row is the boundary row")
+    s.expect(len(s.world.tools.ledger) == 1, "the tool ran once")

@@ -1,0 +1,64 @@
+"""Stories of how a turn is closed: budget fallback, guarded persistence, the exit line."""
+
+from __future__ import annotations
+
+from hermes_ref.models import Role
+from hermes_ref.outcomes import ExitReason
+from sim.harness import Story, scenario
+from sim.provider import text, tool_calls
+
+
+@scenario("When the step budget runs out, one tool-less call summarizes",
+          invariants=("LOOP-1", "LOOP-2", "LOOP-3", "FIN-3", "FIN-7"), stage="finalizer")
+def budget_exhaustion_gets_a_grace_summary(s: Story) -> None:
+    s.limits(max_iterations=2, iteration_budget=2)
+    s.files({"a.txt": "1", "b.txt": "2"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})),
+             tool_calls(("read_file", {"path": "b.txt"})),
+             text("I read a.txt and b.txt; the comparison is still open."))
+    result = s.turn("Compare every file.")
+    s.expect(result is not None and result.exit_reason is ExitReason.MAX_ITERATIONS,
+             "exit reason max_iterations_reached")
+    s.expect(result is not None and result.api_calls == 3, "two budgeted calls and one grace call")
+    grace = s.world.calls[-1].request
+    s.expect(grace.tools == () and grace.purpose == "grace", "the grace call offers no tools")
+
+
+@scenario("A failed write of the final row still delivers the answer, and the tail is closed",
+          invariants=("FIN-6", "FIN-3", "LOOP-3", "CTX-2"), stage="finalizer")
+def final_row_write_failure_keeps_the_answer(s: Story) -> None:
+    s.faults(fail_writes={"final": 1})
+    s.script(text("All done."), text("Nothing else is pending."))
+    result = s.turn("Finish up.")
+    s.expect(result is not None and result.final_response == "All done.", "the answer is delivered")
+    s.expect(result is not None and len(result.cleanup_errors) == 1, "the failure is reported")
+    tail = s.transcript()[-1]
+    s.expect(tail.role is Role.ASSISTANT and tail.content == "All done.",
+             "tail closure wrote the answer after the failed flush")
+    s.turn("Anything else?")
+    s.expect(len(s.transcript()) == 4, "the next turn starts from the durable record only")
+
+
+@scenario("A turn that stops on a tool result says so and closes the tail",
+          invariants=("FIN-7", "FIN-3", "LOOP-3"), stage="finalizer")
+def stop_on_tool_result_is_explained(s: Story) -> None:
+    s.limits(max_iterations=1, iteration_budget=1, grace_call_enabled=False)
+    s.files({"a.txt": "1"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})))
+    result = s.turn("Read a.txt.")
+    s.expect(result is not None and result.exit_reason is ExitReason.PENDING_TOOL_RESULT,
+             "exit reason pending_tool_result")
+    s.expect(s.transcript()[-1].role is Role.ASSISTANT, "an engine boundary row closes the tail")
+
+
+@scenario("A turn left ending on a tool result is logged as a WARNING",
+          invariants=("FIN-7",), stage="finalizer")
+def open_tool_tail_logs_a_warning(s: Story) -> None:
+    s.limits(max_iterations=1, iteration_budget=1, grace_call_enabled=False)
+    s.files({"a.txt": "1"})
+    s.faults(fail_writes={"boundary": 1})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})))
+    s.turn("Read a.txt.")
+    exits = [e for e in s.world.stream if e.kind == "turn.exit"]
+    s.expect(exits[-1].data["level"] == "WARNING" and exits[-1].data["last_role"] == "tool",
+             "the exit line is a WARNING naming the tool tail")

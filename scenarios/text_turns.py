@@ -1,0 +1,44 @@
+"""Stories of turns that end in plain text."""
+
+from __future__ import annotations
+
+from hermes_ref.errors import ProviderServerError, RateLimited
+from hermes_ref.models import Role
+from hermes_ref.outcomes import ExitReason
+from sim.harness import Story, scenario
+from sim.provider import text
+
+
+@scenario("A plain question gets a plain answer and the transcript ends on it",
+          invariants=("CTX-1", "CTX-4", "CTX-8", "WIRE-3", "LOOP-3", "FIN-3", "FIN-7"),
+          stage="text")
+def plain_question_gets_plain_answer(s: Story) -> None:
+    s.script(text("Paris."))
+    result = s.turn("What is the capital of France?")
+    s.expect(result is not None and result.final_response == "Paris.", "the answer is returned")
+    s.expect(result is not None and result.exit_reason is ExitReason.TEXT_RESPONSE,
+             "the exit reason is text_response")
+    rows = s.transcript()
+    s.expect([r.role for r in rows] == [Role.USER, Role.ASSISTANT], "user row, then the answer")
+
+
+@scenario("The second turn sends exactly the stored history, sidecar bytes included",
+          invariants=("CTX-1", "CTX-2", "CTX-4", "WIRE-3", "LOOP-2"), stage="text")
+def second_turn_replays_stored_history(s: Story) -> None:
+    s.script(text("Noted."), text("You asked me to remember blue."))
+    s.turn("Remember: blue.", injected="memory: the user likes short answers")
+    second = s.turn("What did I ask you to remember?")
+    s.expect(second is not None and second.budget_used == 1, "the second turn starts a fresh budget")
+    first_user = s.transcript()[0]
+    s.expect(first_user.api_content is not None and first_user.content == "Remember: blue.",
+             "the injected context lives only in the api_content sidecar")
+
+
+@scenario("A rate limit and a server error are retried without spending budget",
+          invariants=("LOOP-2", "LOOP-3", "CTX-8"), stage="text")
+def transient_errors_are_retried(s: Story) -> None:
+    s.script(RateLimited("slow down", retry_after_s=7.0),
+             ProviderServerError("bad gateway", status=502), text("Here you go."))
+    result = s.turn("Tell me something.")
+    s.expect(result is not None and result.final_response == "Here you go.", "the third try answers")
+    s.expect(result is not None and result.budget_used == 1, "retries of one call cost one unit")

@@ -1,0 +1,79 @@
+"""Stories of tool rounds: persist before execute, one result per call, errors as results."""
+
+from __future__ import annotations
+
+from hermes_ref.models import Role
+from hermes_ref.outcomes import ExitReason
+from sim.harness import Story, scenario
+from sim.provider import text, tool_calls
+
+
+@scenario("A tool call is written down before the tool runs",
+          invariants=("TOOL-1", "TOOL-3", "CTX-2", "CTX-8", "FIN-3"), stage="tool_round")
+def tool_call_is_durable_before_it_runs(s: Story) -> None:
+    s.files({"notes.txt": "buy milk"})
+    s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("Your note says: buy milk."))
+    result = s.turn("What is in my notes?")
+    s.expect(result is not None and result.final_response == "Your note says: buy milk.", "answered")
+    roles = [r.role for r in s.transcript()]
+    s.expect(roles == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT],
+             "user, call, result, answer")
+
+
+@scenario("Parallel reads run as one segment and every call gets one result in call order",
+          invariants=("TOOL-1", "TOOL-3"), stage="tool_round")
+def parallel_reads_share_a_segment(s: Story) -> None:
+    s.files({"a.txt": "alpha", "b.txt": "beta", "c.txt": "gamma"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"}), ("read_file", {"path": "b.txt"}),
+                        ("read_file", {"path": "c.txt"})),
+             text("alpha, beta, gamma"))
+    s.turn("Read all three files.")
+    results = [r.tool_call_id for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(results == ["call_1", "call_2", "call_3"], "results in call order")
+    s.expect("parallel" in s.world.timeline.render(), "the reads ran as one parallel segment")
+
+
+@scenario("A failing tool becomes a result the model reads, not a failed turn",
+          invariants=("TOOL-6", "TOOL-3"), stage="tool_round")
+def failing_tool_is_a_result(s: Story) -> None:
+    s.script(tool_calls(("terminal", {"command": "make test"})), text("The tests could not run."))
+    s.world.tools.fail_next("terminal", "make: *** No rule to make target 'test'")
+    result = s.turn("Run the tests.")
+    s.expect(result is not None and not result.failed, "the turn does not fail")
+    s.expect(result is not None and result.api_calls == 2, "the model saw the error and answered")
+
+
+@scenario("A call to a tool that does not exist gets an error result in place",
+          invariants=("TOOL-3", "TOOL-6"), stage="tool_round")
+def unknown_tool_answered_in_place(s: Story) -> None:
+    s.files({"a.txt": "alpha"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"}), ("teleport", {"to": "mars"})),
+             text("I read a.txt; teleport is not a tool."))
+    s.turn("Read a.txt and teleport.")
+    results = [r for r in s.transcript() if r.role is Role.TOOL]
+    s.expect([r.tool_call_id for r in results] == ["call_1", "call_2"], "both calls answered")
+    s.expect("does not exist" in (results[1].content or ""), "the unknown call got an error")
+    s.expect([e.name for e in s.world.tools.ledger] == ["read_file"], "only the real tool ran")
+
+
+@scenario("A round that only ran execute_code costs no budget",
+          invariants=("LOOP-2", "TOOL-1"), stage="tool_round")
+def execute_code_round_is_refunded(s: Story) -> None:
+    s.script(tool_calls(("execute_code", {"code": "print(6 * 7)"})), text("42"))
+    result = s.turn("Compute 6 * 7 with code.")
+    s.expect(result is not None and result.api_calls == 2 and result.budget_used == 1,
+             "two calls, one budget unit")
+
+
+@scenario("If the tool-call row cannot be written, no tool runs and the turn ends "
+          "session_persistence_failed",
+          invariants=("TOOL-1", "LOOP-3", "FIN-7"), stage="tool_round")
+def tool_call_row_write_fails(s: Story) -> None:
+    s.files({"notes.txt": "x"})
+    s.faults(fail_writes={"tool_calls": 1})
+    s.script(tool_calls(("write_file", {"path": "notes.txt", "content": "y"})))
+    result = s.turn("Overwrite my notes.")
+    s.expect(result is not None and result.exit_reason is ExitReason.PERSISTENCE_FAILED,
+             "exit reason session_persistence_failed")
+    s.expect(s.world.tools.ledger == [], "no tool ran")
+    s.expect(s.world.tools.snapshot_files()["notes.txt"] == "x", "the file is untouched")

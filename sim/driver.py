@@ -1,0 +1,198 @@
+"""The synchronous simulator driver: runs engine coroutines against a ``World``.
+
+Theory of operation
+-------------------
+``SimDriver.run(coro)`` steps the coroutine by hand: each ``send`` returns the next
+effect, the driver performs it against the world and sends the result back, or throws
+the world's ``OperatingError`` into the coroutine. There is no event loop and no thread,
+so the order of everything is fixed by the seed and the script.
+
+Before and after each effect the driver consults the fault plan. A crash is the driver
+*dropping* the coroutine: it closes it (so any stray effect inside a ``finally`` would
+surface as a RuntimeError — the house rule forbids those), tells the store to lose its
+pending writes, and raises ``Crashed``. Nothing the engine would have done after that
+point can reach the world. The caller then starts a new ``Engine`` on the same world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from hermes_ref import effects as fx
+from hermes_ref.errors import OperatingError, PersistenceError
+from hermes_ref.models import ToolResult
+from sim.faults import Crashed
+from sim.world import CallRecord, World
+
+T = TypeVar("T")
+Handler = Callable[[Any], Any]
+
+
+def _short(text: str | None, limit: int = 48) -> str:
+    if text is None:
+        return "None"
+    flat = text.replace("\n", " ")
+    return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+
+
+class SimDriver:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.effects_performed = 0
+        self._handlers: dict[type[Any], Handler] = {
+            fx.Now: lambda e: world.clock.now(),
+            fx.Sleep: self._sleep,
+            fx.RandomHex: lambda e: world.chooser.hex("ids", e.n_chars),
+            fx.MintId: lambda e: world.mint_id(e.prefix),
+            fx.LoadSession: lambda e: world.store.get_session(e.session_id),
+            fx.LoadMessages: lambda e: world.store.load_messages(e.session_id, e.after_row_id),
+            fx.CreateSession: self._create_session,
+            fx.AcquireLease: self._acquire_lease,
+            fx.ReleaseLease: self._release_lease,
+            fx.AppendMessages: self._append,
+            fx.RewriteMessage: self._rewrite,
+            fx.CallProvider: self._call_provider,
+            fx.ExecuteTools: self._execute_tools,
+            fx.Emit: self._emit,
+            fx.Log: lambda e: world.timeline.add("log", f"{e.level} {e.message}"),
+        }
+
+    # -- the stepping loop ----------------------------------------------------------
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        faults = self.world.fault_state
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            site = effect.site
+            if faults.crash_due("before", site):
+                self._drop(coro, f"before:{site}")
+            try:
+                value = self._handlers[type(effect)](effect)
+            except OperatingError as failure:
+                error = failure
+            self.effects_performed += 1
+            if error is None and faults.crash_due("after", site):
+                self._drop(coro, f"after:{site}")
+
+    def _drop(self, coro: Coroutine[Any, Any, Any], point: str) -> None:
+        coro.close()
+        self.world.crash(point, self.effects_performed)
+        raise Crashed(point)
+
+    # -- handlers -------------------------------------------------------------------
+    def _sleep(self, effect: fx.Sleep) -> None:
+        self.world.clock.advance(effect.seconds)
+        self.world.timeline.add("sleep", f"{effect.seconds:g} s")
+
+    def _fail_if_planned(self, site: str) -> None:
+        if self.world.fault_state.write_fails(site):
+            cause = self.world.faults.write_failure_cause
+            self.world.timeline.add("FAULT", f"write at {site} fails ({cause})")
+            raise PersistenceError(f"simulated store failure at {site}", cause=cause)
+
+    def _create_session(self, effect: fx.CreateSession) -> None:
+        self._fail_if_planned("session")
+        self.world.store.create_session(effect.record)
+        self.world.timeline.add("write", f"session   {effect.record.id} created")
+
+    def _acquire_lease(self, effect: fx.AcquireLease) -> Any:
+        self._fail_if_planned("lease")
+        lease = self.world.store.acquire_lease(
+            effect.session_id, effect.holder, effect.now, effect.ttl_s
+        )
+        got = f"token {lease.token}" if lease else "busy"
+        self.world.timeline.add("write", f"lease     {effect.session_id} {got}")
+        return lease
+
+    def _release_lease(self, effect: fx.ReleaseLease) -> None:
+        self._fail_if_planned("release")
+        self.world.store.release_lease(effect.lease)
+        self.world.timeline.add("write", f"release   token {effect.lease.token}")
+
+    def _append(self, effect: fx.AppendMessages) -> Any:
+        self._fail_if_planned(effect.label)
+        rows = self.world.store.append_messages(
+            effect.session_id, effect.lease_token, effect.messages
+        )
+        if self.world.timeline.enabled:
+            for row in rows:
+                self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} {_describe(row)}")
+        return rows
+
+    def _rewrite(self, effect: fx.RewriteMessage) -> Any:
+        self._fail_if_planned(effect.label)
+        row = self.world.store.rewrite_message(
+            effect.session_id, effect.lease_token, effect.row_id, effect.content
+        )
+        self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} rewritten {_short(row.content)}")
+        return row
+
+    def _call_provider(self, effect: fx.CallProvider) -> Any:
+        world = self.world
+        provider = world.provider
+        if effect.provider == "fallback" and world.fallback_provider is not None:
+            provider = world.fallback_provider
+        watermark = world.store.watermark()
+        try:
+            reply = provider.complete(effect.request)
+        except OperatingError as failure:
+            world.calls.append(CallRecord(self.effects_performed, effect.session_id,
+                                          effect.turn_id, effect.request, None,
+                                          type(failure).__name__, watermark))
+            world.timeline.add("call", f"{effect.provider} -> {type(failure).__name__}: {failure}")
+            raise
+        world.calls.append(CallRecord(self.effects_performed, effect.session_id, effect.turn_id,
+                                      effect.request, reply, None, watermark))
+        if world.timeline.enabled:
+            if reply.tool_calls:
+                calls = ", ".join(f"{c.name}({c.id})" for c in reply.tool_calls)
+                world.timeline.add("call", f"{effect.provider} -> tool_calls {calls}")
+            else:
+                world.timeline.add(
+                    "call", f"{effect.provider} -> {reply.finish_reason} {_short(reply.content)}"
+                )
+        return reply
+
+    def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
+        world = self.world
+        watermark = world.store.watermark()
+        results: list[ToolResult] = []
+        costs: list[float] = []
+        for call in effect.calls:
+            results.append(world.tools.run(call, watermark=watermark, at=world.clock.now()))
+            costs.append(world.tools.cost_s(call.name))
+        world.clock.advance(max(costs) if effect.parallel else sum(costs))
+        if world.timeline.enabled:
+            mode = "parallel" if effect.parallel else "sequential"
+            for result in results:
+                state = "error" if result.is_error else "ok"
+                world.timeline.add("tool", f"{mode:<10} {result.call_id} {result.name} {state}")
+        return tuple(results)
+
+    def _emit(self, effect: fx.Emit) -> None:
+        world = self.world
+        world.store.log_event(effect.event)
+        world.stream.append(effect.event)
+        for subscriber in world.subscribers:
+            subscriber(effect.event)
+        if world.timeline.enabled and effect.event.kind == "turn.exit":
+            data = effect.event.data
+            world.timeline.add(
+                "exit", f"{data['level']} reason={data['reason']} calls={data['api_calls']} "
+                f"budget={data['budget_used']}/{data['budget_max']} last={data['last_role']}",
+            )
+
+
+def _describe(row: Any) -> str:
+    role = row.role.value
+    if row.tool_calls:
+        return f"{role} calls " + ", ".join(f"{c.id} {c.name}" for c in row.tool_calls)
+    if role == "tool":
+        return f"tool result {row.tool_call_id} {_short(row.content, 32)}"
+    return f"{role} {_short(row.content)}"

@@ -1,0 +1,95 @@
+"""Fault kinds, fault plans and the named sites where they strike.
+
+Theory of operation
+-------------------
+A *site* names a boundary of the turn: every durable effect has one ("user",
+"tool_calls", "tool_results", "final", ...) and tool execution is "tools". A *crash
+point* is a site with a side and an occurrence: ``after:tool_calls`` means "the process
+dies right after the assistant tool-call row commits", ``before:final#2`` "right before
+the second final-row write". The driver checks the plan before and after every effect.
+
+Provider faults (rate limits, 5xx, timeouts, overflow, empty or dropped-call replies)
+are steps of the fake provider's script, not entries here: the provider is the part of
+the world that misbehaves, so its script says how.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field
+
+from hermes_ref.errors import BadInput
+from hermes_ref.models import Frozen
+
+# Every site a durable effect or tool execution can carry, in turn order.
+SITES: tuple[str, ...] = (
+    "session", "lease", "recovery", "user", "tool_calls", "tools", "tool_results",
+    "final", "tail_closure", "boundary", "release",
+)
+
+_POINT = re.compile(r"^(before|after):([a-z_]+)(?:#(\d+))?$")
+
+
+class CrashPoint(Frozen):
+    when: Literal["before", "after"]
+    site: str
+    occurrence: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> CrashPoint:
+        match = _POINT.match(text.strip())
+        if match is None or match.group(2) not in SITES:
+            raise BadInput(
+                f"crash point {text!r} is not of the form before|after:<site>[#n] "
+                f"with a site among {', '.join(SITES)}"
+            )
+        when = "before" if match.group(1) == "before" else "after"
+        return cls(when=when, site=match.group(2), occurrence=int(match.group(3) or 1))
+
+    @property
+    def name(self) -> str:
+        suffix = f"#{self.occurrence}" if self.occurrence != 1 else ""
+        return f"{self.when}:{self.site}{suffix}"
+
+
+class FaultPlan(Frozen):
+    """What goes wrong in one run, besides the provider's script."""
+
+    crash: CrashPoint | None = None
+    fail_writes: dict[str, int] = Field(default_factory=dict)  # site -> failing writes
+    write_failure_cause: str = "injected_io_error"
+
+
+class Crashed(Exception):
+    """The simulated process died at a crash point (harness-level, never seen by the engine)."""
+
+    def __init__(self, point: str) -> None:
+        super().__init__(f"process crashed at {point}")
+        self.point = point
+
+
+class FaultState:
+    """Counts site occurrences during a run and decides when a planned fault fires."""
+
+    def __init__(self, plan: FaultPlan) -> None:
+        self.plan = plan
+        self._seen: dict[tuple[str, str], int] = {}
+        self._failed: dict[str, int] = {}
+
+    def crash_due(self, when: str, site: str) -> bool:
+        key = (when, site)
+        count = self._seen.get(key, 0) + 1
+        self._seen[key] = count
+        crash = self.plan.crash
+        return crash is not None and crash.when == when and crash.site == site \
+            and crash.occurrence == count
+
+    def write_fails(self, site: str) -> bool:
+        budget = self.plan.fail_writes.get(site, 0)
+        used = self._failed.get(site, 0)
+        if used < budget:
+            self._failed[site] = used + 1
+            return True
+        return False

@@ -1,0 +1,295 @@
+"""The scenario DSL and runner: small stories that drive the engine through a world.
+
+Theory of operation
+-------------------
+A scenario is a function decorated with ``@scenario(title, invariants=...)`` that tells
+a story through a ``Story``::
+
+    @scenario("A tool call is durable before the tool runs", invariants=("TOOL-1",))
+    def tool_call_is_durable_first(s: Story) -> None:
+        s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("It says hi."))
+        s.files({"notes.txt": "hi"})
+        result = s.turn("What do my notes say?")
+        s.expect(result is not None and result.final_response == "It says hi.", "answered")
+
+The story sets up the world (script, files, limits, faults), then runs turns, crashes
+and restarts. After every step the runner reads the durable record and runs every
+checker; a violation, a failed ``expect`` or an unexpected exception fails the scenario.
+
+The same story runs on the in-memory store and on the SQLite store; the rendered
+timeline and transcript must be the same text on both.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermes_ref.engine import Engine
+from hermes_ref.limits import Limits
+from hermes_ref.models import Message, ProviderReply
+from hermes_ref.outcomes import TurnResult
+from hermes_ref.prologue import TurnInput
+from hermes_ref.tool_specs import REFERENCE_TOOLS
+from sim.checkers import Observation, Violation, run_all
+from sim.driver import SimDriver
+from sim.faults import CrashPoint, Crashed, FaultPlan
+from sim.provider import ScriptedProvider
+from sim.store import MemoryStore
+from sim.tools import SimTools
+from sim.world import CrashableStore, SimProvider, World
+
+StoreKind = str  # "memory" | "sqlite"
+STORE_KINDS: tuple[StoreKind, ...] = ("memory", "sqlite")
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    name: str
+    title: str
+    invariants: tuple[str, ...]
+    stage: str
+    story: Callable[[Story], None]
+    module: str
+
+
+REGISTRY: dict[str, ScenarioSpec] = {}
+
+
+def scenario(
+    title: str, *, invariants: tuple[str, ...], stage: str = "turn"
+) -> Callable[[Callable[[Story], None]], Callable[[Story], None]]:
+    """Register a story. ``title`` reads as a sentence; ``invariants`` are catalog ids."""
+
+    def register(fn: Callable[[Story], None]) -> Callable[[Story], None]:
+        name = fn.__name__
+        if name in REGISTRY and REGISTRY[name].module != fn.__module__:
+            raise ValueError(f"two scenarios are named {name!r}")
+        REGISTRY[name] = ScenarioSpec(name, title, invariants, stage, fn, fn.__module__)
+        return fn
+
+    return register
+
+
+class ExpectationFailed(AssertionError):
+    pass
+
+
+def make_store(kind: StoreKind, workdir: Path, holder_alive: Callable[[str], bool]) -> CrashableStore:
+    if kind == "memory":
+        return MemoryStore(holder_alive=holder_alive)
+    if kind == "sqlite":
+        from sim.sqlite_store import SqliteStore
+
+        return SqliteStore(workdir / "hermes-ref.db", holder_alive=holder_alive)
+    raise ValueError(f"unknown store kind {kind!r} (known: {', '.join(STORE_KINDS)})")
+
+
+@dataclass
+class Story:
+    """The handle a scenario uses to build its world and drive turns."""
+
+    store_kind: StoreKind
+    workdir: Path
+    seed: int = 0
+    trace: bool = True
+    violations: list[Violation] = field(default_factory=list)
+    _limits: Limits = field(default_factory=Limits)
+    _provider: SimProvider | None = None
+    _files: dict[str, str] = field(default_factory=dict)
+    _faults: FaultPlan = field(default_factory=FaultPlan)
+    _world: World | None = None
+    _engine: Engine | None = None
+    _last: TurnResult | None = None
+
+    # -- setting the stage ------------------------------------------------------------
+    def script(self, *steps: Any) -> ScriptedProvider:
+        provider = ScriptedProvider(list(steps))
+        self._provider = provider
+        if self._world is not None:
+            self._world.provider = provider
+        return provider
+
+    def use_provider(self, provider: SimProvider) -> None:
+        self._provider = provider
+        if self._world is not None:
+            self._world.provider = provider
+
+    def files(self, files: dict[str, str]) -> None:
+        self._files.update(files)
+
+    def limits(self, **overrides: Any) -> None:
+        self._limits = self._limits.model_copy(update=overrides)
+        if self._engine is not None:
+            self._engine.limits = self._limits
+
+    def faults(self, *, crash: str | None = None, fail_writes: dict[str, int] | None = None) -> None:
+        """Plan faults for what follows (a crash point like ``after:tool_calls``)."""
+        plan = FaultPlan(crash=CrashPoint.parse(crash) if crash else None,
+                         fail_writes=fail_writes or {})
+        self._faults = plan
+        if self._world is not None:
+            from sim.faults import FaultState
+
+            self._world.faults = plan
+            self._world.fault_state = FaultState(plan)
+
+    # -- the world --------------------------------------------------------------------
+    @property
+    def world(self) -> World:
+        if self._world is None:
+            self._world = self._build_world()
+        return self._world
+
+    def _build_world(self) -> World:
+        provider = self._provider or ScriptedProvider([])
+        alive: dict[str, Callable[[str], bool]] = {}
+        store = make_store(self.store_kind, self.workdir, lambda h: alive["fn"](h))
+        world = World(store=store, provider=provider, tools=SimTools(dict(self._files)),
+                      seed=self.seed, faults=self._faults, trace=self.trace)
+        alive["fn"] = world.holder_alive
+        return world
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            world = self.world
+            self._engine = Engine(limits=self._limits, tools=REFERENCE_TOOLS,
+                                  holder=world.holder, phase_observer=world.timeline.phase)
+        return self._engine
+
+    # -- steps --------------------------------------------------------------------------
+    def turn(self, text: str, *, session: str = "s-1", injected: str | None = None) -> TurnResult | None:
+        """Run one turn; None when the process crashed during it."""
+        world, engine = self.world, self.engine
+        world.timeline.add("turn", f"{session} {text!r}")
+        try:
+            result = SimDriver(world).run(
+                engine.run_turn(TurnInput(session_id=session, text=text, injected_context=injected))
+            )
+        except Crashed:
+            self._engine = None  # the process is gone with everything it held
+            result = None
+        self._last = result
+        if result is not None:
+            world.timeline.add("result", f"{result.exit_reason.value} final={_brief(result.final_response)}")
+        self.check()
+        return result
+
+    def restart(self) -> None:
+        """Start a new process on the same world (the old one is dead)."""
+        self.world.restart()
+        self._engine = None
+        self.check()
+
+    def expect(self, condition: bool, message: str) -> None:
+        if not condition:
+            self.world.timeline.add("EXPECT", f"failed: {message}")
+            raise ExpectationFailed(message)
+
+    def transcript(self, session: str = "s-1") -> list[Message]:
+        return self.world.store.snapshot().transcript(session)
+
+    def check(self) -> list[Violation]:
+        world = self.world
+        obs = Observation(record=world.store.snapshot(), ledger=tuple(world.tools.ledger),
+                          calls=tuple(world.calls), crash_seqs=tuple(world.crash_seqs),
+                          limits=self._limits)
+        found = run_all(obs)
+        known = {str(v) for v in self.violations}
+        fresh = [v for v in found if str(v) not in known]
+        for violation in fresh:
+            world.timeline.add("VIOLATE", str(violation))
+        self.violations.extend(fresh)
+        return fresh
+
+
+def _brief(text: str | None) -> str:
+    if text is None:
+        return "None"
+    flat = text.replace("\n", " ")
+    return repr(flat if len(flat) <= 40 else flat[:39] + "…")
+
+
+@dataclass
+class ScenarioOutcome:
+    name: str
+    title: str
+    store_kind: StoreKind
+    invariants: tuple[str, ...]
+    violations: list[str]
+    error: str | None
+    timeline: str
+    transcript: str
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations and self.error is None
+
+
+def render_transcript(story: Story) -> str:
+    lines: list[str] = []
+    record = story.world.store.snapshot()
+    for session in record.sessions:
+        end = f" ended={session.end_reason}" if session.end_reason else ""
+        lines.append(f"session {session.id}{end}")
+        for row in record.transcript(session.id):
+            lines.append("  " + _render_row(row))
+    return "\n".join(lines) + "\n"
+
+
+def _render_row(row: Message) -> str:
+    head = f"#{row.row_id} {row.role.value}"
+    if row.tool_calls:
+        calls = "; ".join(f"{c.id} {c.name}({c.arguments})" for c in row.tool_calls)
+        return f"{head} [{calls}] {row.content or ''}".rstrip()
+    if row.tool_call_id:
+        head += f" ({row.tool_call_id})"
+    sidecar = " +api_content" if row.api_content else ""
+    return f"{head}{sidecar}: {row.content}"
+
+
+@contextmanager
+def _workdir(base: Path | None) -> Iterator[Path]:
+    if base is not None:
+        base.mkdir(parents=True, exist_ok=True)
+        yield base
+        return
+    with tempfile.TemporaryDirectory(prefix="hermes-ref-") as tmp:
+        yield Path(tmp)
+
+
+def run_scenario(spec: ScenarioSpec, store_kind: StoreKind = "memory", *,
+                 workdir: Path | None = None, seed: int = 0, trace: bool = True) -> ScenarioOutcome:
+    """Run one story on one store kind and collect its verdict."""
+    with _workdir(workdir) as tmp:
+        story = Story(store_kind=store_kind, workdir=tmp, seed=seed, trace=trace)
+        error: str | None = None
+        try:
+            spec.story(story)
+            story.check()
+            provider = story.world.provider
+            if isinstance(provider, ScriptedProvider):
+                provider.assert_consumed()
+        except ExpectationFailed as failed:
+            error = f"expectation failed: {failed}"
+        except Exception as exc:  # a scenario must report, not explode
+            error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=6))
+        verdict = "PASS" if not story.violations and error is None else "FAIL"
+        story.world.timeline.add("verdict", f"{verdict} ({len(story.violations)} violations)")
+        outcome = ScenarioOutcome(
+            name=spec.name, title=spec.title, store_kind=store_kind, invariants=spec.invariants,
+            violations=[str(v) for v in story.violations], error=error,
+            timeline=story.world.timeline.render(), transcript=render_transcript(story),
+        )
+        story.world.store.close()
+        return outcome
+
+
+def reply_text(reply: ProviderReply | None) -> str:
+    return "" if reply is None else (reply.content or "")

@@ -1,0 +1,126 @@
+"""One simulated world: clock, chooser, store, provider, tools, faults and the timeline.
+
+Theory of operation
+-------------------
+The world is everything outside the engine, and it outlives engine instances: when the
+simulated process crashes, the world keeps its committed store, its tool ledger and its
+clock, and a fresh ``Engine`` is started against it. Only what the engine held in memory
+(and the store's pending writes) is lost.
+
+The timeline is the narrated record of a run: one short line per phase change, effect,
+durable write, fault and checker verdict. Scenarios snapshot it, so it contains only
+deterministic values (virtual time relative to the start, ids from the world).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from hermes_ref.effects import ProviderRequest
+from hermes_ref.models import Event, ProviderReply
+from hermes_ref.phases import Phase
+from hermes_ref.ports import Store
+from sim.choices import Chooser
+from sim.clock import VirtualClock
+from sim.faults import FaultPlan, FaultState
+from sim.tools import SimTools
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """What the provider was asked and answered: the world's own record of one call."""
+
+    seq: int                  # the driver's effect counter when the call was made
+    session_id: str
+    turn_id: str
+    request: ProviderRequest
+    reply: ProviderReply | None
+    error: str | None
+    watermark: int            # committed message high-water mark at call time
+
+
+class SimProvider(Protocol):
+    def complete(self, request: ProviderRequest) -> ProviderReply: ...
+
+
+class CrashableStore(Store, Protocol):
+    def crash(self) -> None: ...
+    def reopen(self) -> None: ...
+
+
+@dataclass
+class Timeline:
+    """Narrated lines of one run; disabled timelines cost one attribute check per effect."""
+
+    clock: VirtualClock
+    enabled: bool = True
+    lines: list[str] = field(default_factory=list)
+    start_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.start_s = self.clock.now()
+
+    def add(self, kind: str, text: str) -> None:
+        if self.enabled:
+            elapsed = self.clock.now() - self.start_s
+            self.lines.append(f"{elapsed:9.3f}  {kind:<8} {text}")
+
+    def phase(self, old: Phase, new: Phase) -> None:
+        if self.enabled:
+            self.add("phase", f"{old.value} -> {new.value}")
+
+    def render(self) -> str:
+        return "\n".join(self.lines) + ("\n" if self.lines else "")
+
+
+@dataclass
+class World:
+    store: CrashableStore
+    provider: SimProvider
+    tools: SimTools
+    seed: int = 0
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    trace: bool = True
+    id_base: int = 0
+    clock: VirtualClock = field(default_factory=VirtualClock)
+    fallback_provider: SimProvider | None = None
+    stream: list[Event] = field(default_factory=list)
+    subscribers: list[Callable[[Event], None]] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+    crash_seqs: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.chooser = Chooser(self.seed)
+        self.fault_state = FaultState(self.faults)
+        self.timeline = Timeline(self.clock, enabled=self.trace)
+        self._ids = self.id_base
+        self.crashes = 0
+        self.pid = 1  # the simulated process id; a restart starts a new one
+
+    def mint_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}-{self._ids}"
+
+    def crash(self, point: str, seq: int) -> None:
+        """The process dies: pending writes are gone; the committed record stays."""
+        self.crashes += 1
+        self.crash_seqs.append(seq)
+        self.store.crash()
+        self.store.reopen()  # the file survives; what reads it next is a new connection
+        self.timeline.add("CRASH", point)
+
+    def restart(self) -> str:
+        """A new process: returns its holder identity (the old pid is now dead)."""
+        self.pid += 1
+        self.timeline.add("restart", f"process pid={self.pid}")
+        return self.holder
+
+    @property
+    def holder(self) -> str:
+        return f"pid={self.pid}"
+
+    def holder_alive(self, holder: str) -> bool:
+        """LEASE-3 in the simulator: only the current process is alive."""
+        return holder.split(":", 1)[0] == self.holder
