@@ -70,6 +70,8 @@ class SimDriver:
                 return stop.value  # type: ignore[no-any-return]
             value, error = None, None
             site = effect.site
+            if faults.effect_crash_due():
+                self._drop(coro, f"effect#{faults.effects}:{effect.kind}")
             if faults.crash_due("before", site):
                 self._drop(coro, f"before:{site}")
             try:
@@ -81,6 +83,8 @@ class SimDriver:
                 self._drop(coro, f"after:{site}")
 
     def _drop(self, coro: Coroutine[Any, Any, Any], point: str) -> None:
+        if self.world.on_crash is not None:
+            self.world.on_crash(point)  # a real crash: the process may die right here
         coro.close()
         self.world.crash(point, self.effects_performed)
         raise Crashed(point)

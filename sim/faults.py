@@ -58,6 +58,7 @@ class FaultPlan(Frozen):
     """What goes wrong in one run, besides the provider's script."""
 
     crash: CrashPoint | None = None
+    crash_at_effect: int | None = None  # die before the world's n-th effect (1-based)
     fail_writes: dict[str, int] = Field(default_factory=dict)  # site -> failing writes
     write_failure_cause: str = "injected_io_error"
 
@@ -77,6 +78,12 @@ class FaultState:
         self.plan = plan
         self._seen: dict[tuple[str, str], int] = {}
         self._failed: dict[str, int] = {}
+        self.effects = 0
+
+    def effect_crash_due(self) -> bool:
+        """Count one more effect; True when the plan kills the process before it."""
+        self.effects += 1
+        return self.plan.crash_at_effect == self.effects
 
     def crash_due(self, when: str, site: str) -> bool:
         key = (when, site)

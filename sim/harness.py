@@ -128,10 +128,11 @@ class Story:
         if self._engine is not None:
             self._engine.limits = self._limits
 
-    def faults(self, *, crash: str | None = None, fail_writes: dict[str, int] | None = None) -> None:
+    def faults(self, *, crash: str | None = None, crash_at_effect: int | None = None,
+               fail_writes: dict[str, int] | None = None) -> None:
         """Plan faults for what follows (a crash point like ``after:tool_calls``)."""
         plan = FaultPlan(crash=CrashPoint.parse(crash) if crash else None,
-                         fail_writes=fail_writes or {})
+                         crash_at_effect=crash_at_effect, fail_writes=fail_writes or {})
         self._faults = plan
         if self._world is not None:
             from sim.faults import FaultState
@@ -280,6 +281,7 @@ def run_scenario(spec: ScenarioSpec, store_kind: StoreKind = "memory", *,
             error = f"expectation failed: {failed}"
         except Exception as exc:  # a scenario must report, not explode
             error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=6))
+            story.check()  # the record still tells what the failure left behind
         verdict = "PASS" if not story.violations and error is None else "FAIL"
         story.world.timeline.add("verdict", f"{verdict} ({len(story.violations)} violations)")
         outcome = ScenarioOutcome(

@@ -90,6 +90,7 @@ class World:
     subscribers: list[Callable[[Event], None]] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
     crash_seqs: list[int] = field(default_factory=list)
+    on_crash: Callable[[str], None] | None = None  # called first at a crash point
 
     def __post_init__(self) -> None:
         self.chooser = Chooser(self.seed)

@@ -1,0 +1,197 @@
+"""The ``hermes-ref`` command line.
+
+    hermes-ref scenarios list
+    hermes-ref scenarios run [NAME ...] [--store sqlite|memory|both] [--quiet]
+    hermes-ref invariants [--json] [--store ...]
+    hermes-ref invariants verify [--json]
+    hermes-ref bench [--json] [--quick]
+    hermes-ref fake-provider serve --script FILE [--host 127.0.0.1] [--port 0]
+
+Exit status: 0 when everything held, 1 when a scenario failed or a sabotage went
+uncaught, 2 for bad usage or bad input (a broken script file, an unknown scenario).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from hermes_ref.errors import BadInput
+
+STORE_CHOICES = ("sqlite", "memory", "both")
+
+
+def _kinds(choice: str) -> tuple[str, ...]:
+    return ("memory", "sqlite") if choice == "both" else (choice,)
+
+
+def _registry() -> dict[str, Any]:
+    import scenarios
+
+    return scenarios.load_all()
+
+
+def _select(names: Sequence[str]) -> list[Any]:
+    registry = _registry()
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise BadInput(f"unknown scenario(s): {', '.join(unknown)} "
+                       "(see 'hermes-ref scenarios list')")
+    return [registry[n] for n in names] if names else list(registry.values())
+
+
+def cmd_scenarios_list(args: argparse.Namespace, out: TextIO) -> int:
+    for spec in _registry().values():
+        out.write(f"{spec.name:<44} {spec.stage:<11} {','.join(spec.invariants)}\n")
+        out.write(f"    {spec.title}\n")
+    return 0
+
+
+def cmd_scenarios_run(args: argparse.Namespace, out: TextIO) -> int:
+    from sim.harness import run_scenario
+
+    failures = 0
+    total = 0
+    for spec in _select(args.names):
+        for kind in _kinds(args.store):
+            outcome = run_scenario(spec, kind, seed=args.seed)
+            total += 1
+            verdict = "PASS" if outcome.passed else "FAIL"
+            out.write(f"== {verdict} {spec.name} [{kind}] {','.join(spec.invariants)}\n")
+            out.write(f"   {spec.title}\n")
+            if not args.quiet or not outcome.passed:
+                out.write(outcome.timeline)
+            for violation in outcome.violations:
+                out.write(f"   violation: {violation}\n")
+            if outcome.error:
+                out.write(f"   error: {outcome.error}\n")
+            failures += not outcome.passed
+    out.write(f"{total - failures} passed, {failures} failed\n")
+    return 1 if failures else 0
+
+
+def cmd_invariants(args: argparse.Namespace, out: TextIO) -> int:
+    from sim.coverage import build_matrix, run_everything, verify_all
+
+    registry = _registry()
+    kinds = _kinds(args.store)
+    rows = build_matrix(registry, run_everything(registry, kinds), verify_all(registry))
+    if args.json:
+        json.dump([r.as_json() for r in rows], out, indent=2)
+        out.write("\n")
+        return 0
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+        out.write(f"{row.id:<9} {row.status:<8} scenarios={len(row.scenarios):<2} "
+                  f"checker={','.join(row.checker) or '-'} "
+                  f"sabotage={','.join(row.sabotage) or '-'}\n")
+    out.write(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "\n")
+    return 0
+
+
+def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
+    from sim.coverage import verify_all
+
+    verdicts = verify_all(_registry(), _kinds(args.store))
+    if args.json:
+        json.dump([{"sabotage": v.name, "invariants": list(v.invariants), "caught": v.caught,
+                    "scenarios": v.scenarios, "failed": v.failed, "by_checker": v.by_checker,
+                    "evidence": v.evidence} for v in verdicts], out, indent=2)
+        out.write("\n")
+    else:
+        for v in verdicts:
+            mark = "caught" if v.caught else "NOT CAUGHT"
+            out.write(f"{mark:<11} {v.name:<28} {','.join(v.invariants):<16} "
+                      f"{len(v.by_checker)}/{len(v.scenarios)} scenarios red\n")
+            out.write(f"    {v.description}\n")
+            if v.evidence:
+                out.write(f"    e.g. {v.evidence}\n")
+    missed = [v.name for v in verdicts if not v.caught]
+    caught = len(verdicts) - len(missed)
+    out.write(f"{caught} passed, {len(missed)} failed\n")
+    return 1 if missed else 0
+
+
+def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
+    from sim.bench import main as bench_main
+
+    return bench_main(quick=args.quick, as_json=args.json, out=out)
+
+
+def cmd_fake_provider_serve(args: argparse.Namespace, out: TextIO) -> int:
+    import time
+
+    from sim.provider import load_script, serve_fake_provider
+
+    provider = load_script(args.script)
+    server, url = serve_fake_provider(provider, host=args.host, port=args.port)
+    out.write(f"fake provider serving {provider.remaining} scripted step(s) at {url}\n")
+    out.flush()
+    try:
+        while provider.remaining > 0 or args.keep:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hermes-ref", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    scen = sub.add_parser("scenarios", help="list or run the executable scenarios")
+    scen_sub = scen.add_subparsers(dest="action", required=True)
+    scen_sub.add_parser("list", help="every scenario with its stage and invariant ids")
+    run = scen_sub.add_parser("run", help="run scenarios with a narrated timeline")
+    run.add_argument("names", nargs="*", help="scenario names (default: all)")
+    run.add_argument("--store", choices=STORE_CHOICES, default="sqlite")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--quiet", action="store_true", help="timelines only for failures")
+
+    inv = sub.add_parser("invariants", help="the coverage matrix of the invariant catalog")
+    inv.add_argument("action", nargs="?", choices=("verify",),
+                     help="verify: run every sabotage and demand that it is caught")
+    inv.add_argument("--json", action="store_true")
+    inv.add_argument("--store", choices=STORE_CHOICES, default="memory")
+
+    bench = sub.add_parser("bench", help="throughput and scaling benchmarks")
+    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+
+    fake = sub.add_parser("fake-provider", help="the fake provider as a real HTTP server")
+    fake_sub = fake.add_subparsers(dest="action", required=True)
+    serve = fake_sub.add_parser("serve", help="serve a JSON script on 127.0.0.1")
+    serve.add_argument("--script", required=True)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0)
+    serve.add_argument("--keep", action="store_true", help="keep serving after the script ends")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stream = out or sys.stdout
+    handlers = {
+        ("scenarios", "list"): cmd_scenarios_list,
+        ("scenarios", "run"): cmd_scenarios_run,
+        ("invariants", None): cmd_invariants,
+        ("invariants", "verify"): cmd_invariants_verify,
+        ("bench", None): cmd_bench,
+        ("fake-provider", "serve"): cmd_fake_provider_serve,
+    }
+    key = (args.command, getattr(args, "action", None))
+    try:
+        return handlers[key](args, stream)
+    except BadInput as error:
+        sys.stderr.write(f"hermes-ref: {error}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
