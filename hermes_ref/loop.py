@@ -55,7 +55,7 @@ def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "
 def _backoff_s(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
     if isinstance(error, RateLimited) and error.retry_after_s is not None:
         return max(0.0, error.retry_after_s)
-    return min(ctx.limits.backoff_max_s, ctx.limits.backoff_base_s * (2 ** attempt))
+    return min(ctx.limits.backoff_max_s, ctx.limits.backoff_base_s * (2.0 ** attempt))
 
 
 async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> ProviderReply | None:
@@ -119,13 +119,13 @@ async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
         await tool_round.run_tool_round(ctx, assistant)
         return
     text = (reply.content or "").strip()
-    if reply.finish_reason == "tool_calls" and not text:
-        if state.dropped_toolcall_retries < ctx.limits.dropped_toolcall_retries_max:
-            state.dropped_toolcall_retries += 1
-            flag = ScaffoldFlag.DROPPED_TOOLCALL_NUDGE
-            ctx.transcript.append(scaffold(Role.ASSISTANT, "", flag, ctx.turn_id))
-            ctx.transcript.append(scaffold(Role.USER, DROPPED_TOOLCALL_NUDGE, flag, ctx.turn_id))
-            return
+    dropped = reply.finish_reason == "tool_calls" and not text
+    if dropped and state.dropped_toolcall_retries < ctx.limits.dropped_toolcall_retries_max:
+        state.dropped_toolcall_retries += 1
+        flag = ScaffoldFlag.DROPPED_TOOLCALL_NUDGE
+        ctx.transcript.append(scaffold(Role.ASSISTANT, "", flag, ctx.turn_id))
+        ctx.transcript.append(scaffold(Role.USER, DROPPED_TOOLCALL_NUDGE, flag, ctx.turn_id))
+        return
     if not text:
         _handle_empty(ctx)
         return

@@ -20,6 +20,7 @@ A ``Message`` carries three kinds of data:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from enum import StrEnum
 from functools import cached_property
 from typing import Any, Literal
@@ -99,7 +100,7 @@ class Message(Frozen):
     scaffold: ScaffoldFlag | None = None
     hidden: bool = False
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Message:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
         """A changed copy; values cached from the old fields (wire, tokens) are not carried."""
         twin = super().model_copy(update=update, deep=deep)
         twin.__dict__.pop("wire", None)

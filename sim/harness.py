@@ -38,7 +38,7 @@ from hermes_ref.prologue import TurnInput
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.checkers import Observation, Violation, run_all
 from sim.driver import SimDriver
-from sim.faults import CrashPoint, Crashed, FaultPlan
+from sim.faults import Crashed, CrashPoint, FaultPlan
 from sim.provider import ScriptedProvider
 from sim.store import MemoryStore
 from sim.tools import SimTools

@@ -25,7 +25,7 @@ from hermes_ref import context, effects, finalizer, loop, prologue, tool_round
 from hermes_ref.context import IterationBudget, TurnContext
 from hermes_ref.effects import AppendMessages, ExecuteTools
 from hermes_ref.errors import PersistenceError
-from hermes_ref.models import Message, Role
+from hermes_ref.models import Message
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
 

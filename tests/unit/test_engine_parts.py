@@ -1,0 +1,177 @@
+"""Pure decisions of the engine, tested directly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hermes_ref.context import IterationBudget
+from hermes_ref.errors import BadInput, IllegalTransition
+from hermes_ref.limits import Limits
+from hermes_ref.models import Message, Role, ScaffoldFlag, ToolCall
+from hermes_ref.phases import TRANSITIONS, Phase, PhaseTracker, render_mermaid
+from hermes_ref.prologue import compose_api_content
+from hermes_ref.tool_round import plan_segments
+from hermes_ref.tool_specs import TOOLS_BY_NAME
+from hermes_ref.transcript import Transcript
+from sim.faults import CrashPoint
+
+
+def call(name: str, **args: object) -> ToolCall:
+    return ToolCall(id=f"{name}-{len(args)}-{json.dumps(args, sort_keys=True)}", name=name,
+                    arguments=json.dumps(args))
+
+
+def shape(calls: list[ToolCall]) -> list[tuple[bool, list[str]]]:
+    return [(s.parallel, [c.name for c in s.calls]) for s in plan_segments(tuple(calls), TOOLS_BY_NAME)]
+
+
+def test_readers_on_distinct_paths_share_a_segment() -> None:
+    """Three reads of different files form one parallel segment."""
+    calls = [call("read_file", path=p) for p in ("a", "b", "c")]
+    assert shape(calls) == [(True, ["read_file"] * 3)]
+
+
+def test_writer_overlap_closes_the_segment() -> None:
+    """A write to a path a read in the run touches starts a new segment."""
+    calls = [call("read_file", path="a.txt"), call("write_file", path="a.txt", content="x")]
+    assert shape(calls) == [(False, ["read_file"]), (False, ["write_file"])]
+
+
+def test_readers_may_overlap_each_other() -> None:
+    """Two reads of the same file stay parallel: readers do not conflict."""
+    calls = [call("read_file", path="a/x"), call("read_file", path="a/x")]
+    assert shape(calls) == [(True, ["read_file", "read_file"])]
+
+
+def test_directory_prefix_counts_as_overlap() -> None:
+    """Writing 'a/b' conflicts with searching 'a', but 'ab' does not conflict with 'a'."""
+    assert shape([call("search_files", pattern="x", path="a"),
+                  call("write_file", path="a/b", content="")]) == [
+        (False, ["search_files"]), (False, ["write_file"])]
+    assert shape([call("read_file", path="a"), call("write_file", path="ab", content="")]) == [
+        (True, ["read_file", "write_file"])]
+
+
+def test_barriers_keep_model_order() -> None:
+    """Sequential tools and unknown tools split runs and never move."""
+    calls = [call("read_file", path="a"), call("terminal", command="ls"),
+             call("read_file", path="b"), call("nope")]
+    assert shape(calls) == [(False, ["read_file"]), (False, ["terminal"]),
+                            (False, ["read_file"]), (False, ["nope"])]
+
+
+def test_unparsable_arguments_are_a_barrier() -> None:
+    """A call whose arguments are not a JSON object runs alone."""
+    bad = ToolCall(id="x", name="read_file", arguments="{not json")
+    assert shape([call("read_file", path="a"), bad, call("read_file", path="b")]) == [
+        (False, ["read_file"]), (False, ["read_file"]), (False, ["read_file"])]
+
+
+@given(st.lists(st.sampled_from(["read_file", "write_file", "terminal", "search_files"]),
+                max_size=8))
+def test_plan_preserves_every_call_in_order(names: list[str]) -> None:
+    """Segmentation never drops, duplicates or reorders calls."""
+    calls = [ToolCall(id=str(i), name=n, arguments=json.dumps({"path": f"p{i % 3}",
+             "content": "", "pattern": "x", "command": "ls"})) for i, n in enumerate(names)]
+    flat = [c.id for s in plan_segments(tuple(calls), TOOLS_BY_NAME) for c in s.calls]
+    assert flat == [c.id for c in calls]
+
+
+def test_budget_consumes_and_refunds_within_bounds() -> None:
+    """Consume stops at the maximum; a refund never goes below zero (LOOP-2)."""
+    budget = IterationBudget(2)
+    assert [budget.consume(), budget.consume(), budget.consume()] == [True, True, False]
+    budget.refund()
+    assert budget.remaining == 1
+    empty = IterationBudget(1)
+    empty.refund()
+    assert empty.used == 0
+
+
+def test_illegal_phase_transition_is_an_engine_bug() -> None:
+    """The tracker refuses a transition the table does not list."""
+    tracker = PhaseTracker()
+    tracker.enter(Phase.PROLOGUE)
+    with pytest.raises(IllegalTransition):
+        tracker.enter(Phase.TOOL_ROUND)
+
+
+def test_every_phase_can_reach_done() -> None:
+    """The transition table has no dead ends."""
+    for start in Phase:
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in TRANSITIONS[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        assert Phase.DONE in seen or start is Phase.DONE
+    assert "tool_round --> preflight" in render_mermaid()
+
+
+def test_transcript_tracks_tokens_and_drops_scaffolding() -> None:
+    """The running token total follows appends and scaffolding removal."""
+    t = Transcript([Message(role=Role.USER, content="hello world")])
+    nudge = Message(role=Role.USER, content="nudge", scaffold=ScaffoldFlag.EMPTY_RECOVERY)
+    t.append(nudge)
+    before = t.tokens
+    assert t.drop_scaffolding() == 1
+    assert t.tokens == before - nudge.tokens == sum(m.tokens for m in t)
+
+
+def test_copy_does_not_share_the_list() -> None:
+    """A turn's copy of the history never changes the cached list (CTX-2)."""
+    cached = Transcript([Message(role=Role.USER, content="a")])
+    work = cached.copy()
+    work.append(Message(role=Role.ASSISTANT, content="b"))
+    assert len(cached) == 1 and len(work) == 2
+
+
+def test_trailing_open_calls_sees_only_the_last_group() -> None:
+    """Missing results are reported for the trailing assistant row only."""
+    calls = (ToolCall(id="a", name="read_file"), ToolCall(id="b", name="read_file"))
+    t = Transcript([Message(role=Role.USER, content="q"),
+                    Message(role=Role.ASSISTANT, tool_calls=calls),
+                    Message(role=Role.TOOL, content="r", tool_call_id="a")])
+    owner, missing = t.trailing_open_calls()
+    assert owner is not None and missing == ["b"]
+
+
+def test_wire_form_hides_bookkeeping_and_replays_sidecar() -> None:
+    """The wire carries the sidecar text and none of the local fields (WIRE-1, WIRE-3)."""
+    sent = compose_api_content("hi", "memory: X")
+    m = Message(role=Role.USER, content="hi", api_content=sent, row_id=3, turn_id="t",
+                created_at=1.0)
+    assert m.wire == {"role": "user", "content": sent}
+    assert compose_api_content("hi", None) is None
+
+
+def test_model_copy_recomputes_cached_wire() -> None:
+    """A changed copy never serves the old wire bytes (WIRE-2)."""
+    m = Message(role=Role.ASSISTANT, content="old", api_content="old+ctx")
+    assert m.wire["content"] == "old+ctx"
+    n = m.model_copy(update={"content": "new", "api_content": None})
+    assert n.wire["content"] == "new"
+
+
+def test_small_windows_raise_the_compression_threshold() -> None:
+    """CMP-1: below 512K tokens the threshold is at least 0.75."""
+    assert Limits(context_window_tokens=200_000).compression_threshold_effective() == 0.75
+    assert Limits(context_window_tokens=1_000_000).compression_threshold_effective() == 0.50
+
+
+@pytest.mark.parametrize("text", ["during:tools", "before:nowhere", "after:tool_calls#x", ""])
+def test_bad_crash_point_names_what_is_wrong(text: str) -> None:
+    """A malformed crash point is refused with the accepted form and sites."""
+    with pytest.raises(BadInput, match="before\\|after"):
+        CrashPoint.parse(text)
+
+
+def test_crash_point_round_trips() -> None:
+    """Parsed crash points print back in the same form."""
+    assert CrashPoint.parse("after:tools#2").name == "after:tools#2"
+    assert CrashPoint.parse("before:final").occurrence == 1
