@@ -137,6 +137,12 @@ class Provider(Protocol):
     def complete(self, request: ProviderRequest) -> ProviderReply: ...
 
 
+class AsyncProvider(Protocol):
+    """Asynchronous provider port (asyncio driver; ``HttpProvider``); same contract."""
+
+    async def complete(self, request: ProviderRequest) -> ProviderReply: ...
+
+
 class ToolRunner(Protocol):
     """Synchronous tool port: runs one call; a tool error is a result, never a raise."""
 

@@ -1,0 +1,268 @@
+"""The production driver: runs engine coroutines on asyncio against real ports.
+
+Theory of operation
+-------------------
+``AsyncDriver.run(coro)`` steps the engine coroutine by hand, exactly like the
+simulator's ``SimDriver.run``: ``coro.send(value)`` returns the next effect, the driver
+performs it and sends the result back, or throws the port's ``OperatingError`` into the
+coroutine. Any other exception (a harness error, a bug, a cancellation) closes the
+coroutine and propagates: that is a crash, and nothing the engine would have done
+afterwards reaches the store.
+
+Effects are dispatched by exact type through two dicts built once per driver:
+
+* *immediate* handlers (clock, ids, randomness, log lines) are plain functions;
+* *awaited* handlers return an awaitable. For the store effects the handler returns the
+  store method's coroutine itself, so a durable effect costs one store call and no
+  wrapper coroutine.
+
+Tools (``ExecuteTools``) get the store's committed watermark once per segment (the
+simulator does the same) and the clock at each call's start. With ``tools_in_thread``
+each call runs through ``asyncio.to_thread``; a parallel segment runs at most
+``tool_workers_max`` calls at once, and a segment has a batch deadline (TOOL-5): a call
+still running at the deadline gets a timed-out result with disposition ``unknown`` (its
+thread cannot be stopped and finishes on its own), a call that never started gets one
+with disposition ``none``. Results always come back in call order. Without threads the
+calls run one after another on the loop (they are synchronous, so a parallel segment
+cannot overlap); the deadline is checked between calls, since a running call cannot be
+interrupted.
+
+``Emit`` logs the event with the store (it commits with the next write), then hands it
+to ``on_event``; a ``turn.exit`` event also becomes the one turn-exit log line (FIN-7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from hermes_ref import effects as fx
+from hermes_ref.errors import OperatingError
+from hermes_ref.models import Event, ToolCall, ToolResult
+from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
+from hermes_ref.tool_specs import timeout_message
+
+__all__ = ["AsyncDriver", "AsyncProvider"]
+
+T = TypeVar("T")
+Immediate = Callable[[Any], Any]
+Awaited = Callable[[Any], Awaitable[Any]]
+
+_LEVELS = logging.getLevelNamesMapping()
+_EXIT_LINE = "turn exit reason=%s api_calls=%s budget=%s/%s last_role=%s response_len=%s"
+
+
+class AsyncDriver:
+    """Performs a turn's effects through real ports; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: AsyncStore,
+        provider: AsyncProvider,
+        tools: ToolRunner,
+        fallback_provider: AsyncProvider | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tools_in_thread: bool = True,
+        tool_workers_max: int = 8,
+        tool_batch_deadline_s: float = 420.0,
+        on_event: Callable[[Event], None] | None = None,
+        log: logging.Logger | None = None,
+    ) -> None:
+        if tool_workers_max < 1:
+            raise ValueError(f"tool_workers_max must be at least 1, got {tool_workers_max}")
+        self.store = store
+        self.provider = provider
+        self.fallback_provider = fallback_provider
+        self.tools = tools
+        self.clock = clock
+        self.tools_in_thread = tools_in_thread
+        self.tool_workers_max = tool_workers_max
+        self.tool_batch_deadline_s = tool_batch_deadline_s
+        self.on_event = on_event
+        self.log = log or logging.getLogger(__name__)
+        self._sleep = sleep
+        self._immediate = self._immediate_handlers()
+        self._awaited = self._awaited_handlers()
+
+    def _immediate_handlers(self) -> dict[type[Any], Immediate]:
+        """Effects answered without awaiting anything."""
+        clock = self.clock
+        return {
+            fx.Now: lambda e: clock(),
+            fx.RandomHex: _random_hex,
+            fx.MintId: _mint_id,
+            fx.Log: self._log_line,
+        }
+
+    def _awaited_handlers(self) -> dict[type[Any], Awaited]:
+        """Effects answered by an awaitable; store effects map one to one onto the port."""
+        store, sleep = self.store, self._sleep
+        return {
+            fx.Sleep: lambda e: sleep(e.seconds),
+            fx.LoadSession: lambda e: store.get_session(e.session_id),
+            fx.LoadMessages: lambda e: store.load_messages(e.session_id, e.after_row_id),
+            fx.CreateSession: lambda e: store.create_session(e.record),
+            fx.AcquireLease: lambda e: store.acquire_lease(e.session_id, e.holder, e.now, e.ttl_s),
+            fx.ReleaseLease: lambda e: store.release_lease(e.lease),
+            fx.AppendMessages: lambda e: store.append_messages(
+                e.session_id, e.lease_token, e.messages),
+            fx.RewriteMessage: lambda e: store.rewrite_message(
+                e.session_id, e.lease_token, e.row_id, e.content),
+            fx.CallProvider: self._call_provider,
+            fx.ExecuteTools: self._execute_tools,
+            fx.Emit: self._emit,
+        }
+
+    # -- the stepping loop ----------------------------------------------------------------
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Drive ``coro`` to its return value, performing every effect it awaits."""
+        immediate, awaited = self._immediate, self._awaited
+        send, throw = coro.send, coro.throw
+        value: Any = None
+        error: OperatingError | None = None
+        while True:
+            try:
+                effect = send(value) if error is None else throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            error = None
+            try:
+                handler = immediate.get(type(effect))
+                if handler is not None:
+                    value = handler(effect)
+                else:
+                    value = await awaited.get(type(effect), _unknown_effect)(effect)
+            except OperatingError as failure:
+                value, error = None, failure
+            except BaseException:
+                coro.close()  # a crash: the engine does nothing more
+                raise
+
+    # -- handlers -------------------------------------------------------------------------
+    def _call_provider(self, effect: fx.CallProvider) -> Awaitable[Any]:
+        provider = self.provider
+        if effect.provider == "fallback" and self.fallback_provider is not None:
+            provider = self.fallback_provider
+        return provider.complete(effect.request)
+
+    async def _emit(self, effect: fx.Emit) -> None:
+        event = effect.event
+        await self.store.log_event(event)
+        if self.on_event is not None:
+            self.on_event(event)
+        if event.kind == "turn.exit":
+            self._exit_line(event)
+
+    def _exit_line(self, event: Event) -> None:
+        """FIN-7: one line per turn; WARNING when the engine says so."""
+        data = event.data
+        level = logging.WARNING if data.get("level") == "WARNING" else logging.INFO
+        if self.log.isEnabledFor(level):
+            self.log.log(level, _EXIT_LINE, data.get("reason"), data.get("api_calls"),
+                         data.get("budget_used"), data.get("budget_max"),
+                         data.get("last_role"), data.get("response_len"))
+
+    def _log_line(self, effect: fx.Log) -> None:
+        level = _LEVELS.get(effect.level.upper(), logging.INFO)
+        if self.log.isEnabledFor(level):
+            fields = "".join(f" {key}={value}" for key, value in effect.fields)
+            self.log.log(level, "%s%s", effect.message, fields)
+
+    # -- tools ----------------------------------------------------------------------------
+    async def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
+        watermark = await self.store.watermark()
+        calls = effect.calls
+        if not self.tools_in_thread:
+            return self._run_inline(calls, watermark)
+        if effect.parallel and len(calls) > 1:
+            return await self._run_parallel(calls, watermark)
+        return await self._run_sequential(calls, watermark)
+
+    def _run_inline(self, calls: tuple[ToolCall, ...], watermark: int) -> tuple[ToolResult, ...]:
+        """Synchronous tools on the loop, in order; the deadline is checked between calls."""
+        run, clock = self.tools.run, self.clock
+        if len(calls) == 1:
+            return (run(calls[0], watermark=watermark, at=clock()),)
+        deadline = time.monotonic() + self.tool_batch_deadline_s
+        results: list[ToolResult] = []
+        for call in calls:
+            if time.monotonic() >= deadline:
+                results.append(self._timed_out(call, started=False))
+            else:
+                results.append(run(call, watermark=watermark, at=clock()))
+        return tuple(results)
+
+    async def _run_sequential(
+        self, calls: tuple[ToolCall, ...], watermark: int
+    ) -> tuple[ToolResult, ...]:
+        """One call at a time in a worker thread, all under one batch deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.tool_batch_deadline_s
+        results: list[ToolResult] = []
+        for call in calls:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                results.append(self._timed_out(call, started=False))
+                continue
+            work = asyncio.to_thread(self.tools.run, call, watermark=watermark, at=self.clock())
+            try:
+                results.append(await asyncio.wait_for(work, remaining))
+            except TimeoutError:
+                results.append(self._timed_out(call, started=True))
+        return tuple(results)
+
+    async def _run_parallel(
+        self, calls: tuple[ToolCall, ...], watermark: int
+    ) -> tuple[ToolResult, ...]:
+        """At most ``tool_workers_max`` calls at once; results in call order (TOOL-5)."""
+        gate = asyncio.Semaphore(self.tool_workers_max)
+        started: set[int] = set()
+
+        async def one(index: int, call: ToolCall) -> ToolResult:
+            async with gate:
+                started.add(index)
+                return await asyncio.to_thread(
+                    self.tools.run, call, watermark=watermark, at=self.clock())
+
+        tasks = [asyncio.create_task(one(i, call)) for i, call in enumerate(calls)]
+        try:
+            await asyncio.wait(tasks, timeout=self.tool_batch_deadline_s)
+        finally:
+            for task in tasks:
+                task.cancel()  # no-op for finished tasks; abandons calls past the deadline
+        return tuple(
+            task.result() if task.done() and not task.cancelled()
+            else self._timed_out(call, started=i in started)
+            for i, (task, call) in enumerate(zip(tasks, calls, strict=True))
+        )
+
+    def _timed_out(self, call: ToolCall, *, started: bool) -> ToolResult:
+        """The result of a call the batch deadline cut off (TOOL-3: every call gets one)."""
+        limit = self.tool_batch_deadline_s
+        if started:
+            content = timeout_message(call.name, limit)
+            return ToolResult(call_id=call.id, name=call.name, content=content,
+                              is_error=True, disposition="unknown")
+        content = f"{call.name} timed out after {limit:g}s before it started; it did not run"
+        return ToolResult(call_id=call.id, name=call.name, content=content,
+                          is_error=True, disposition="none")
+
+
+async def _unknown_effect(effect: object) -> None:
+    raise TypeError(f"AsyncDriver cannot perform {type(effect).__name__}: {effect!r}")
+
+
+def _random_hex(effect: fx.RandomHex) -> str:
+    n = effect.n_chars
+    return secrets.token_hex((n + 1) // 2)[:n]
+
+
+def _mint_id(effect: fx.MintId) -> str:
+    return f"{effect.prefix}-{uuid.uuid4().hex[:12]}"
