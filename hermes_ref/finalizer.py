@@ -162,6 +162,7 @@ def _update_cache(ctx: TurnContext) -> None:
     if ctx.transcript.pending() or ctx.cleanup_errors or ctx.state.persistence_failed:
         cache.last_lease_token = 0  # force a reload from the durable record
         return
+    ctx.transcript.settle()
     cache.history = ctx.transcript
     tail = ctx.transcript.durable_tail()
     cache.last_row_id = tail.row_id or 0 if tail is not None else 0

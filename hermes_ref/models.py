@@ -23,9 +23,11 @@ import json
 from collections.abc import Mapping
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from hermes_ref.tokens import count_message
 
 JsonDict = dict[str, Any]
 
@@ -34,6 +36,34 @@ class Frozen(BaseModel):
     """Base for every boundary value: immutable, no unknown fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # cached_property names a subclass computes from its fields; a copy must not keep them
+    cached_names: ClassVar[tuple[str, ...]] = ()
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A changed copy that never carries values cached from the old fields.
+
+        Like pydantic's own ``model_copy`` this does not validate ``update``; unlike it,
+        the shallow path is a plain dict copy, because the stores copy every row and
+        event they commit and pydantic's generic copy dominated that cost.
+        """
+        if deep:
+            twin = super().model_copy(update=update, deep=True)
+            for name in self.cached_names:
+                twin.__dict__.pop(name, None)
+            return twin
+        values = dict(self.__dict__)
+        for name in self.cached_names:
+            values.pop(name, None)
+        fields_set = set(self.__pydantic_fields_set__)
+        if update:
+            values.update(update)
+            fields_set.update(update)
+        twin = object.__new__(type(self))
+        object.__setattr__(twin, "__dict__", values)
+        object.__setattr__(twin, "__pydantic_fields_set__", fields_set)
+        object.__setattr__(twin, "__pydantic_extra__", None)
+        object.__setattr__(twin, "__pydantic_private__", None)
+        return twin
 
 
 class Role(StrEnum):
@@ -100,12 +130,7 @@ class Message(Frozen):
     scaffold: ScaffoldFlag | None = None
     hidden: bool = False
 
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
-        """A changed copy; values cached from the old fields (wire, tokens) are not carried."""
-        twin = super().model_copy(update=update, deep=deep)
-        twin.__dict__.pop("wire", None)
-        twin.__dict__.pop("tokens", None)
-        return twin
+    cached_names: ClassVar[tuple[str, ...]] = ("wire", "tokens")
 
     @cached_property
     def wire(self) -> JsonDict:
@@ -128,8 +153,6 @@ class Message(Frozen):
     @cached_property
     def tokens(self) -> int:
         """Deterministic token estimate of the wire form (see ``tokens.count_message``)."""
-        from hermes_ref.tokens import count_message
-
         return count_message(self.wire)
 
     @property

@@ -20,12 +20,21 @@ from hermes_ref.models import Message, Role
 
 
 class Transcript:
-    __slots__ = ("_messages", "_tokens")
+    """Working list; ``_stable`` counts the leading messages known durable and final.
+
+    Everything before ``_stable`` came from the store and can no longer be pending or
+    scaffolding, so the scans a turn makes (pending rows, scaffolding, replacement) start
+    there: their cost follows the size of the turn, not the size of the history.
+    """
+
+    __slots__ = ("_messages", "_stable", "_tokens")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._messages: list[Message] = []
         self._tokens = 0
         self.extend(messages)
+        self._stable = len(self._messages) if all(
+            m.row_id is not None and m.scaffold is None for m in self._messages) else 0
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -45,7 +54,12 @@ class Transcript:
         twin = Transcript()
         twin._messages = list(self._messages)
         twin._tokens = self._tokens
+        twin._stable = self._stable
         return twin
+
+    def settle(self) -> None:
+        """Declare the whole list durable and final (called once everything is stored)."""
+        self._stable = len(self._messages)
 
     def append(self, message: Message) -> None:
         self._messages.append(message)
@@ -79,25 +93,30 @@ class Transcript:
 
     def drop_scaffolding(self) -> int:
         """Remove every scaffolding message; returns how many were removed."""
-        kept = [m for m in self._messages if m.scaffold is None]
-        removed = len(self._messages) - len(kept)
+        head = self._stable
+        tail = self._messages[head:]
+        kept = [m for m in tail if m.scaffold is None]
+        removed = len(tail) - len(kept)
         if removed:
-            self._messages = kept
-            self._tokens = sum(m.tokens for m in kept)
+            self._tokens -= sum(m.tokens for m in tail if m.scaffold is not None)
+            del self._messages[head:]
+            self._messages.extend(kept)
         return removed
 
     def replace_pending(self, stored: tuple[Message, ...]) -> None:
         """Swap pending messages, in order, for their stored twins (same values + row id)."""
         queue = list(stored)
-        for index, message in enumerate(self._messages):
+        for index in range(self._stable, len(self._messages)):
             if not queue:
                 break
+            message = self._messages[index]
             if message.row_id is None and message.scaffold is None:
                 self._messages[index] = queue.pop(0)
 
     def pending(self) -> tuple[Message, ...]:
         """Messages that are neither stored nor scaffolding: what the next flush writes."""
-        return tuple(m for m in self._messages if m.row_id is None and m.scaffold is None)
+        return tuple(m for m in self._messages[self._stable:]
+                     if m.row_id is None and m.scaffold is None)
 
     def trailing_open_calls(self) -> tuple[Message | None, list[str]]:
         """The last assistant tool-call row and its call ids that have no result yet.

@@ -69,18 +69,23 @@ class SimDriver:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             value, error = None, None
-            site = effect.site
-            if faults.effect_crash_due():
-                self._drop(coro, f"effect#{faults.effects}:{effect.kind}")
-            if faults.crash_due("before", site):
-                self._drop(coro, f"before:{site}")
+            planned = faults.crashes_planned
+            if planned:
+                self._crash_before(coro, effect)
             try:
                 value = self._handlers[type(effect)](effect)
             except OperatingError as failure:
                 error = failure
             self.effects_performed += 1
-            if error is None and faults.crash_due("after", site):
-                self._drop(coro, f"after:{site}")
+            if planned and error is None and faults.crash_due("after", effect.site):
+                self._drop(coro, f"after:{effect.site}")
+
+    def _crash_before(self, coro: Coroutine[Any, Any, Any], effect: Any) -> None:
+        faults = self.world.fault_state
+        if faults.effect_crash_due():
+            self._drop(coro, f"effect#{faults.effects}:{effect.kind}")
+        if faults.crash_due("before", effect.site):
+            self._drop(coro, f"before:{effect.site}")
 
     def _drop(self, coro: Coroutine[Any, Any, Any], point: str) -> None:
         if self.world.on_crash is not None:

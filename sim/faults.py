@@ -79,6 +79,8 @@ class FaultState:
         self._seen: dict[tuple[str, str], int] = {}
         self._failed: dict[str, int] = {}
         self.effects = 0
+        # with no crash planned, the driver skips the per-effect bookkeeping entirely
+        self.crashes_planned = plan.crash is not None or plan.crash_at_effect is not None
 
     def effect_crash_due(self) -> bool:
         """Count one more effect; True when the plan kills the process before it."""
