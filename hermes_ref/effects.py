@@ -111,10 +111,17 @@ class LoadMessages(Effect[tuple[Message, ...]]):
 
 
 @dataclass(frozen=True, slots=True)
-class CreateSession(Effect[None]):
+class EnsureSession(Effect[tuple[SessionRecord, bool]]):
+    """The session row, created from ``record`` if absent, in one transaction.
+
+    Returns the stored row (whose system prompt wins over ``record``'s: CTX-3) and
+    whether this call created it. Atomic, so two processes racing on a new session
+    agree on one row.
+    """
+
     record: SessionRecord
     durable: ClassVar[bool] = True
-    kind: ClassVar[str] = "create_session"
+    kind: ClassVar[str] = "ensure_session"
 
     @property
     def site(self) -> str:

@@ -27,10 +27,9 @@ from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnS
 from hermes_ref.effects import (
     AcquireLease,
     AppendMessages,
-    CreateSession,
     Emit,
+    EnsureSession,
     LoadMessages,
-    LoadSession,
     MintId,
     Now,
     Sleep,
@@ -77,17 +76,18 @@ def compose_api_content(text: str, injected: str | None) -> str | None:
 
 async def _ensure_session(
     inp: TurnInput, tools: tuple[ToolSpec, ...], now: float
-) -> SessionRecord:
-    record = await LoadSession(inp.session_id)
-    if record is not None:
-        return record
+) -> tuple[SessionRecord, bool]:
+    """The session row, created if absent; the flag says whether this turn created it.
+
+    The prompt is built before the row is written, so a row never lacks it (CTX-4); if the
+    row already exists, its stored prompt is the one replayed (CTX-3).
+    """
     prompt = build_system_prompt(inp.session_key, inp.platform, tools)
     record = SessionRecord(
         id=inp.session_id, key=inp.session_key, platform=inp.platform,
         system_prompt=prompt, started_at=now,
     )
-    await CreateSession(record)
-    return record
+    return await EnsureSession(record)
 
 
 async def _acquire_lease(
@@ -102,9 +102,15 @@ async def _acquire_lease(
         now = await Now()
 
 
-async def _sync_history(cache: SessionCache, lease: Lease) -> None:
-    """Reuse the cache only if no other holder came between (fencing token +1)."""
+async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> None:
+    """Reuse the cache only if no other holder came between (fencing token +1).
+
+    A session this turn created and whose lease is the first ever granted (token 1) has
+    no rows yet: nobody else can have written between its creation and this grant.
+    """
     if cache.last_lease_token and lease.token == cache.last_lease_token + 1:
+        return
+    if created and lease.token == 1:
         return
     rows = await LoadMessages(cache.session_id, 0)
     cache.history = Transcript(rows)
@@ -176,8 +182,9 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     user = Message(role=Role.USER, content=inp.text, turn_id=turn_id, created_at=now,
                    api_content=compose_api_content(inp.text, inp.injected_context))
     cache = deps.caches.get(inp.session_id)
+    created = False
     if cache is None:
-        record = await _ensure_session(inp, deps.tools, now)
+        record, created = await _ensure_session(inp, deps.tools, now)
         system = Message(role=Role.SYSTEM, content=record.system_prompt)
         cache = SessionCache(inp.session_id, record.system_prompt, system)
     lease = await _acquire_lease(inp.session_id, f"{deps.holder}:turn={turn_id}", deps.limits, now)
@@ -185,7 +192,7 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         deps.tracker.enter(Phase.DONE)
         return lease_timeout_result(inp, turn_id, user)
     deps.caches[inp.session_id] = cache
-    await _sync_history(cache, lease)
+    await _sync_history(cache, lease, created)
     ctx = TurnContext(
         session_id=inp.session_id, turn_id=turn_id, user_text=inp.text, limits=deps.limits,
         tools=deps.tools, cache=cache, lease=lease, tracker=deps.tracker,

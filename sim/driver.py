@@ -47,7 +47,7 @@ class SimDriver:
             fx.MintId: lambda e: world.mint_id(e.prefix),
             fx.LoadSession: lambda e: world.store.get_session(e.session_id),
             fx.LoadMessages: lambda e: world.store.load_messages(e.session_id, e.after_row_id),
-            fx.CreateSession: self._create_session,
+            fx.EnsureSession: self._ensure_session,
             fx.AcquireLease: self._acquire_lease,
             fx.ReleaseLease: self._release_lease,
             fx.AppendMessages: self._append,
@@ -105,10 +105,12 @@ class SimDriver:
             self.world.timeline.add("FAULT", f"write at {site} fails ({cause})")
             raise PersistenceError(f"simulated store failure at {site}", cause=cause)
 
-    def _create_session(self, effect: fx.CreateSession) -> None:
+    def _ensure_session(self, effect: fx.EnsureSession) -> Any:
         self._fail_if_planned("session")
-        self.world.store.create_session(effect.record)
-        self.world.timeline.add("write", f"session   {effect.record.id} created")
+        record, created = self.world.store.ensure_session(effect.record)
+        if created:
+            self.world.timeline.add("write", f"session   {record.id} created")
+        return record, created
 
     def _acquire_lease(self, effect: fx.AcquireLease) -> Any:
         self._fail_if_planned("lease")

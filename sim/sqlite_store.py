@@ -82,6 +82,9 @@ class SqliteStore:
     def create_session(self, record: SessionRecord) -> None:
         self._write(ops.create_session, record)
 
+    def ensure_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        return self._write(ops.ensure_session, record)
+
     def get_session(self, session_id: str) -> SessionRecord | None:
         return ops.get_session(self._conn, session_id)
 

@@ -49,6 +49,14 @@ class MemoryStore:
         self._by_session.setdefault(record.id, [])
         self._commit_events()
 
+    def ensure_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        existing = self._sessions.get(record.id)
+        if existing is not None:
+            self._commit_events()
+            return existing, False
+        self.create_session(record)
+        return record, True
+
     def get_session(self, session_id: str) -> SessionRecord | None:
         return self._sessions.get(session_id)
 

@@ -268,6 +268,7 @@ _INSERT_SESSION = (
     "INSERT INTO sessions(id, key, platform, chat_type, parent_session_id, system_prompt, "
     "started_at, ended_at, end_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+_INSERT_SESSION_OR_IGNORE = _INSERT_SESSION.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
 _SELECT_SESSION = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?"
 _SELECT_SESSIONS = f"SELECT {_SESSION_COLUMNS} FROM sessions ORDER BY rowid"
 _END_SESSION = (
@@ -286,6 +287,27 @@ def create_session(
     with _write(conn):
         conn.execute(_INSERT_SESSION, row)
         _insert_events(conn, events)
+
+
+def ensure_session(
+    conn: StoreConnection, events: Sequence[EventRow], record: SessionRecord
+) -> tuple[SessionRecord, bool]:
+    """The stored row, inserted from ``record`` if absent; one transaction either way.
+
+    ``INSERT OR IGNORE`` makes a race between two processes harmless: the loser reads the
+    winner's row. Pending events are committed in the same transaction.
+    """
+    row = (
+        record.id, record.key, record.platform, record.chat_type, record.parent_session_id,
+        record.system_prompt, record.started_at, record.ended_at, record.end_reason,
+    )
+    with _write(conn):
+        created = conn.execute(_INSERT_SESSION_OR_IGNORE, row).rowcount == 1
+        stored = record if created else conn.execute(_SELECT_SESSION, (record.id,)).fetchone()
+        _insert_events(conn, events)
+    if isinstance(stored, SessionRecord):
+        return stored, True
+    return _decode_session(stored), False
 
 
 def get_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord | None:

@@ -126,6 +126,9 @@ class AsyncSqliteStore:
     async def create_session(self, record: SessionRecord) -> None:
         await self._write(ops.create_session, record)
 
+    async def ensure_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        return await self._write(ops.ensure_session, record)
+
     async def get_session(self, session_id: str) -> SessionRecord | None:
         return await self._hop(ops.get_session, session_id)
 

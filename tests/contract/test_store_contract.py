@@ -45,6 +45,9 @@ class SyncFacade:
     def create_session(self, record: SessionRecord) -> None:
         self._run(self.inner.create_session(record))
 
+    def ensure_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
+        return self._run(self.inner.ensure_session(record))  # type: ignore[no-any-return]
+
     def get_session(self, session_id: str) -> SessionRecord | None:
         return self._run(self.inner.get_session(session_id))  # type: ignore[no-any-return]
 
@@ -171,6 +174,24 @@ def test_create_and_get_session(store: Store) -> None:
     store.create_session(record)
     assert store.get_session("s1") == record
     assert store.get_session("nope") is None
+
+
+def test_ensure_session_creates_once_and_keeps_the_stored_prompt(store: Store) -> None:
+    """ensure_session creates a missing row once, then returns the stored row unchanged."""
+    first, created = store.ensure_session(session("s1"))
+    assert created and first == session("s1")
+    other = session("s1").model_copy(update={"system_prompt": "a different prompt"})
+    again, created_again = store.ensure_session(other)
+    assert not created_again and again == session("s1")
+    assert store.get_session("s1") == session("s1")
+
+
+def test_ensure_session_commits_pending_events(store: Store) -> None:
+    """Pending events ride along with ensure_session's transaction, created or not."""
+    store.ensure_session(session("s1"))
+    store.log_event(event("turn.started"))
+    store.ensure_session(session("s1"))
+    assert [e.kind for e in store.snapshot().events] == ["turn.started"]
 
 
 def test_duplicate_session_is_refused(store: Store) -> None:
@@ -513,3 +534,34 @@ def test_all_stores_agree_on_any_history(ops: list[tuple[Any, ...]]) -> None:
         assert record.transcript("s1") == reference.transcript("s1")
         assert record == reference
 
+
+
+def _store_with_liveness(kind: str, path: Path, alive: Any) -> tuple[Any, Any]:
+    if kind == "memory":
+        return MemoryStore(holder_alive=alive), None
+    if kind == "sqlite":
+        return SqliteStore(path, holder_alive=alive), None
+    loop = asyncio.new_event_loop()
+    inner = loop.run_until_complete(AsyncSqliteStore.open(path, holder_alive=alive))
+    return SyncFacade(loop, inner), loop
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_dead_holders_lease_is_reclaimed_before_expiry(kind: str, tmp_path: Path) -> None:
+    """LEASE-3: a live holder's lease is kept; a dead holder's is reclaimed with a new token."""
+    dead: set[str] = set()
+    store, loop = _store_with_liveness(kind, tmp_path / "db.sqlite", lambda h: h not in dead)
+    try:
+        store.create_session(session("s1"))
+        first = store.acquire_lease("s1", "pid=1", 0.0, 300.0)
+        assert first is not None
+        assert store.acquire_lease("s1", "pid=2", 10.0, 300.0) is None
+        dead.add("pid=1")
+        second = store.acquire_lease("s1", "pid=2", 10.0, 300.0)
+        assert second is not None and second.token == first.token + 1
+        with pytest.raises(LeaseLost):
+            store.append_messages("s1", first.token, (user("late write"),))
+    finally:
+        store.close()
+        if loop is not None:
+            loop.close()
