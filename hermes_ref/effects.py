@@ -24,6 +24,7 @@ Durable effects carry a ``site``: a short name of the boundary ("user", "tool_ca
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -202,6 +203,18 @@ class ProviderRequest:
     max_tokens: int | None = None
     stream: bool = False
     purpose: str = "turn"  # "turn" | "grace_summary"
+
+    def wire_json(self) -> bytes:
+        """The body as JSON bytes, equal to ``json.dumps(self.wire())`` once parsed.
+
+        History messages are frozen, so each one's JSON is computed once and joined here:
+        the per-call cost of a long history is a byte join, not a re-serialization.
+        """
+        head = self.wire()
+        del head["messages"]
+        rest = json.dumps(head, allow_nan=False).encode("utf-8")
+        messages = b", ".join(m.wire_json for m in self.messages)
+        return b'{"messages": [' + messages + b"], " + rest[1:]
 
     def wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -130,7 +130,7 @@ class Message(Frozen):
     scaffold: ScaffoldFlag | None = None
     hidden: bool = False
 
-    cached_names: ClassVar[tuple[str, ...]] = ("wire", "tokens")
+    cached_names: ClassVar[tuple[str, ...]] = ("wire", "wire_json", "tokens")
 
     @cached_property
     def wire(self) -> JsonDict:
@@ -149,6 +149,11 @@ class Message(Frozen):
             if self.tool_name:
                 out["name"] = self.tool_name
         return out
+
+    @cached_property
+    def wire_json(self) -> bytes:
+        """The wire form as JSON bytes, computed once: a request body reuses it (WIRE-1)."""
+        return json.dumps(self.wire, allow_nan=False).encode("utf-8")
 
     @cached_property
     def tokens(self) -> int:

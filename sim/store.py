@@ -28,11 +28,13 @@ class MemoryStore:
         # LEASE-3: a lease whose holder process is dead may be reclaimed before it expires.
         self._holder_alive = holder_alive or (lambda holder: True)
         self._sessions: dict[str, SessionRecord] = {}
-        self._messages: list[StoredMessage] = []
+        # plain tuples, not StoredMessage values: the store keeps every row of a long sweep,
+        # and each pydantic wrapper would be three more objects for the garbage collector
+        self._messages: list[tuple[str, Message]] = []
         self._by_session: dict[str, list[Message]] = {}
         self._row_index: dict[int, int] = {}  # row_id -> index in _messages
         self._leases: dict[str, LeaseRow] = {}
-        self._events: list[Event] = []
+        self._events: list[tuple[int, Event]] = []  # (seq, event as logged)
         self._pending_events: list[Event] = []
         self._next_row_id = 1
         self._next_event_seq = 1
@@ -105,7 +107,7 @@ class MemoryStore:
             row = message.model_copy(update={"row_id": self._next_row_id})
             self._row_index[self._next_row_id] = len(self._messages)
             self._next_row_id += 1
-            self._messages.append(StoredMessage(session_id=session_id, message=row))
+            self._messages.append((session_id, row))
             self._by_session[session_id].append(row)
             stored.append(row)
         self._commit_events()
@@ -116,12 +118,12 @@ class MemoryStore:
     ) -> Message:
         self._check_fence(session_id, lease_token)
         index = self._row_index.get(row_id)
-        if index is None or self._messages[index].session_id != session_id:
+        if index is None or self._messages[index][0] != session_id:
             raise PersistenceError(f"no row {row_id} in session {session_id!r}", cause="not_found")
-        old = self._messages[index].message
+        old = self._messages[index][1]
         # WIRE-2: a content rewrite drops the sidecar
         new = old.model_copy(update={"content": content, "api_content": None})
-        self._messages[index] = StoredMessage(session_id=session_id, message=new)
+        self._messages[index] = (session_id, new)
         rows = self._by_session[session_id]
         for i in range(len(rows) - 1, -1, -1):
             if rows[i].row_id == row_id:
@@ -170,7 +172,7 @@ class MemoryStore:
 
     def _commit_events(self) -> None:
         for event in self._pending_events:
-            self._events.append(event.model_copy(update={"seq": self._next_event_seq}))
+            self._events.append((self._next_event_seq, event))
             self._next_event_seq += 1
         self._pending_events.clear()
 
@@ -185,8 +187,8 @@ class MemoryStore:
     def snapshot(self) -> DurableRecord:
         return DurableRecord(
             sessions=tuple(self._sessions.values()),
-            messages=tuple(self._messages),
-            events=tuple(self._events),
+            messages=tuple(StoredMessage(session_id=s, message=m) for s, m in self._messages),
+            events=tuple(e.model_copy(update={"seq": seq}) for seq, e in self._events),
             leases=tuple(self._leases.values()),
         )
 

@@ -167,7 +167,7 @@ class HttpProvider:
 def _encode_body(request: ProviderRequest) -> bytes:
     """The request body; NaN and unserialisable values are refused before anything is sent."""
     try:
-        return json.dumps(request.wire(), allow_nan=False).encode("utf-8")
+        return request.wire_json()
     except (TypeError, ValueError) as exc:
         raise ProviderRejected(f"request body cannot be encoded as JSON: {exc}") from exc
 

@@ -175,3 +175,16 @@ def test_crash_point_round_trips() -> None:
     """Parsed crash points print back in the same form."""
     assert CrashPoint.parse("after:tools#2").name == "after:tools#2"
     assert CrashPoint.parse("before:final").occurrence == 1
+
+
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=6), st.booleans())
+def test_request_json_bytes_equal_the_wire_form(texts: list[str], with_tools: bool) -> None:
+    """The byte-joined body parses to exactly the wire dict, whatever the text."""
+    from hermes_ref.effects import ProviderRequest
+    from hermes_ref.tool_specs import REFERENCE_TOOLS
+
+    messages = tuple(Message(role=Role.USER if i % 2 == 0 else Role.ASSISTANT, content=t)
+                     for i, t in enumerate(texts))
+    request = ProviderRequest(model="m", messages=messages,
+                              tools=REFERENCE_TOOLS if with_tools else (), prompt_tokens=1)
+    assert json.loads(request.wire_json()) == request.wire()
