@@ -9,15 +9,17 @@ order, each guarded on its own so one failure never costs the user the answer (F
 1. Budget fallback (FIN-1): the loop ran out without an answer → one tool-less grace
    call asks for a summary.
 2. Drop scaffolding from the working list (SCAF-1).
-3. Silent-stop guard (FIN-8): no answer, not interrupted, tail is a tool result →
-   failed with ``pending_tool_result`` and an explanatory answer.
-4. Persist what is still pending (the final assistant row).
-5. Tail closure (FIN-3): a delivered answer has a matching assistant row; a tail that is
+3. Silent-stop guard (FIN-8): no answer, not interrupted, not already failed, tail is a
+   tool result → failed with ``pending_tool_result`` and an explanatory answer.
+4. No-answer guard: a turn that still has no answer (an empty grace summary, say) is a
+   failure with an explanation, so FIN-5 closes its tail instead of leaving a user row.
+5. Persist what is still pending (the final assistant row).
+6. Tail closure (FIN-3): a delivered answer has a matching assistant row; a tail that is
    not an assistant row gets one appended, an assistant tail without visible text is
    filled and written again.
-6. Failure boundary (FIN-5): a failed turn that leaves a user or tool tail gets an engine
+7. Failure boundary (FIN-5): a failed turn that leaves a user or tool tail gets an engine
    assistant row (not after context-pressure failures).
-7. The turn-exit line and the completion event (FIN-7, DEL-1), then release the lease.
+8. The turn-exit line and the completion event (FIN-7, DEL-1), then release the lease.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason, TurnResult
 from hermes_ref.phases import Phase
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT, scaffold
 
+NO_ANSWER_TEXT = "The turn ended without an answer ({reason}). Nothing was lost; ask again to continue."
 PENDING_TOOL_RESULT_TEXT = (
     "The turn stopped right after a tool result, before the model answered. "
     "The tool results are recorded; ask again to continue from them."
@@ -58,13 +61,30 @@ async def _budget_fallback(ctx: TurnContext) -> None:
 
 
 def _silent_stop_guard(ctx: TurnContext) -> None:
-    """FIN-8: never end quietly on a tool result."""
+    """FIN-8: never end quietly on a tool result.
+
+    A turn the loop already ended as a failure (a terminal provider error, invalid tool
+    calls) keeps its own reason: it is not silent, and FIN-5 closes its tail.
+    """
     tail = ctx.transcript.tail()
-    if (ctx.final_response is None and not ctx.interrupted and not ctx.streamed_text
+    if (ctx.final_response is None and not ctx.failed and not ctx.interrupted
+            and not ctx.streamed_text
             and tail is not None and tail.role is Role.TOOL):
         ctx.exit_reason = ExitReason.PENDING_TOOL_RESULT
         ctx.failed = True
         ctx.final_response = PENDING_TOOL_RESULT_TEXT
+
+
+def _no_answer_guard(ctx: TurnContext) -> None:
+    """A turn that ends with no answer at all is a failure the user is told about.
+
+    This reaches the budget exits whose grace call also came back empty: without it the
+    transcript would rest on an unanswered user row and no boundary row would close it.
+    """
+    if ctx.final_response is None and not ctx.interrupted:
+        reason = ctx.exit_reason.value if ctx.exit_reason else "unknown"
+        ctx.failed = True
+        ctx.final_response = NO_ANSWER_TEXT.format(reason=reason)
 
 
 async def _append(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
@@ -129,6 +149,7 @@ def exit_fields(ctx: TurnContext) -> dict[str, object]:
         "budget_max": ctx.state.budget.max_total,
         "last_role": last_role,
         "response_len": len(ctx.final_response or ""),
+        "cleanup_errors": len(ctx.cleanup_errors),  # FIN-5 trusts the boundary row only at 0
     }
 
 
@@ -138,6 +159,7 @@ async def finalize(ctx: TurnContext) -> TurnResult:
         await _budget_fallback(ctx)
     ctx.transcript.drop_scaffolding()
     _silent_stop_guard(ctx)
+    _no_answer_guard(ctx)
     pending = ctx.transcript.pending()
     if pending:
         await _append(ctx, pending, "final")

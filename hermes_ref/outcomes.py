@@ -35,6 +35,7 @@ FAILED_EXITS = frozenset({
     ExitReason.LOCAL_PROCESSING_ERROR,
     ExitReason.TERMINAL_PROVIDER_ERROR,
     ExitReason.PENDING_TOOL_RESULT,
+    ExitReason.INVALID_TOOL_CALLS,
     ExitReason.LEASE_TIMEOUT,
     ExitReason.COMPRESSION_TIMEOUT,
 })

@@ -15,7 +15,8 @@ write fails, no tool runs and the turn ends ``session_persistence_failed``. Resu
 appended to the model's view only after they are durable (TOOL-8).
 
 Every call keeps its place (TOOL-2): a call to a tool that does not exist gets an error
-result in place and is never dispatched. Every call id gets exactly one result (TOOL-3).
+result in place and is never dispatched; [3] all-invalid rounds in a row end the turn as a
+failure (``invalid_tool_calls``). Every call id gets exactly one result (TOOL-3).
 
 ``plan_segments`` (TOOL-4) cuts the model's calls into segments that keep the model's
 order: path readers share a segment unless a writer touches an overlapping path,
@@ -187,6 +188,7 @@ async def _all_invalid_round(ctx: TurnContext, assistant: Message, known: list[s
     ctx.state.invalid_tool_rounds += 1
     if ctx.state.invalid_tool_rounds >= ctx.limits.invalid_tool_rounds_max:
         names = ", ".join(c.name for c in assistant.tool_calls)
-        ctx.finish(ExitReason.INVALID_TOOL_CALLS, f"model generated invalid tool calls: {names}")
+        ctx.finish(ExitReason.INVALID_TOOL_CALLS, f"model generated invalid tool calls: {names}",
+                   failed=True)
         return False
     return True

@@ -39,7 +39,7 @@ def crash_before_tool_call_row(s: Story) -> None:
 
 
 @scenario("A crash after the tool-call row commits never runs the tool on restart",
-          invariants=("TOOL-1", "TOOL-3", "FIN-3"), stage="crash")
+          invariants=("TOOL-1", "TOOL-3", "TOOL-10", "CTX-3", "FIN-3"), stage="crash")
 def crash_after_tool_call_row(s: Story) -> None:
     _crash_then_recover(s, "after:tool_calls")
     s.expect(s.world.tools.ledger == [], "the recorded call was not executed by recovery")
@@ -50,7 +50,7 @@ def crash_after_tool_call_row(s: Story) -> None:
 
 
 @scenario("A crash after the tool ran but before its result commits reports it unknown, once",
-          invariants=("TOOL-1", "TOOL-3", "FIN-3"), stage="crash")
+          invariants=("TOOL-1", "TOOL-3", "TOOL-10", "FIN-3"), stage="crash")
 def crash_after_tool_ran(s: Story) -> None:
     _crash_then_recover(s, "after:tools")
     s.expect(len(s.world.tools.ledger) == 1, "the tool ran exactly once in total")

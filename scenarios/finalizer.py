@@ -9,7 +9,7 @@ from sim.provider import text, tool_calls
 
 
 @scenario("When the step budget runs out, one tool-less call summarizes",
-          invariants=("LOOP-1", "LOOP-2", "LOOP-3", "FIN-3", "FIN-7"), stage="finalizer")
+          invariants=("LOOP-1", "LOOP-2", "LOOP-3", "FIN-1", "FIN-3", "FIN-7"), stage="finalizer")
 def budget_exhaustion_gets_a_grace_summary(s: Story) -> None:
     s.limits(max_iterations=2, iteration_budget=2)
     s.files({"a.txt": "1", "b.txt": "2"})
@@ -40,7 +40,7 @@ def final_row_write_failure_keeps_the_answer(s: Story) -> None:
 
 
 @scenario("A turn that stops on a tool result says so and closes the tail",
-          invariants=("FIN-7", "FIN-3", "LOOP-3"), stage="finalizer")
+          invariants=("FIN-8", "FIN-5", "FIN-7", "FIN-3", "LOOP-3"), stage="finalizer")
 def stop_on_tool_result_is_explained(s: Story) -> None:
     s.limits(max_iterations=1, iteration_budget=1, grace_call_enabled=False)
     s.files({"a.txt": "1"})

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from hermes_ref.errors import ProviderServerError, RateLimited
+from hermes_ref.errors import ProviderAuthError, ProviderRejected, ProviderServerError, RateLimited
 from hermes_ref.models import Role
 from hermes_ref.outcomes import ExitReason
 from sim.harness import Story, scenario
-from sim.provider import text
+from sim.provider import text, tool_calls
 
 
 @scenario("A plain question gets a plain answer and the transcript ends on it",
@@ -23,7 +23,7 @@ def plain_question_gets_plain_answer(s: Story) -> None:
 
 
 @scenario("The second turn sends exactly the stored history, sidecar bytes included",
-          invariants=("CTX-1", "CTX-2", "CTX-4", "WIRE-3", "LOOP-2"), stage="text")
+          invariants=("CTX-1", "CTX-2", "CTX-3", "CTX-4", "WIRE-1", "WIRE-3", "LOOP-2"), stage="text")
 def second_turn_replays_stored_history(s: Story) -> None:
     s.script(text("Noted."), text("You asked me to remember blue."))
     s.turn("Remember: blue.", injected="memory: the user likes short answers")
@@ -35,10 +35,40 @@ def second_turn_replays_stored_history(s: Story) -> None:
 
 
 @scenario("A rate limit and a server error are retried without spending budget",
-          invariants=("LOOP-2", "LOOP-3", "CTX-8"), stage="text")
+          invariants=("LOOP-2", "LOOP-3", "LOOP-5", "CTX-8"), stage="text")
 def transient_errors_are_retried(s: Story) -> None:
     s.script(RateLimited("slow down", retry_after_s=7.0),
              ProviderServerError("bad gateway", status=502), text("Here you go."))
     result = s.turn("Tell me something.")
     s.expect(result is not None and result.final_response == "Here you go.", "the third try answers")
     s.expect(result is not None and result.budget_used == 1, "retries of one call cost one unit")
+
+
+@scenario("A rejected request ends the turn at once, and a boundary row closes its open tail",
+          invariants=("LOOP-5", "LOOP-3", "FIN-5", "FIN-7"), stage="text")
+def rejected_request_ends_the_turn(s: Story) -> None:
+    s.files({"a.txt": "alpha"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})),
+             ProviderRejected("unsupported parameter: tool_choice", status=400))
+    result = s.turn("What does a.txt say?")
+    s.expect(result is not None and result.exit_reason is ExitReason.TERMINAL_PROVIDER_ERROR
+             and result.failed, "the turn fails as terminal_provider_error, not retried")
+    s.expect(len(s.world.calls) == 2, "the rejected request was sent once")
+    tail = s.transcript()[-1]
+    s.expect(tail.role is Role.ASSISTANT and "terminal_provider_error" in (tail.content or ""),
+             "a boundary row closes the tool tail")
+
+
+@scenario("An auth error is retried once, and a second one in a row ends the turn",
+          invariants=("LOOP-5", "LOOP-2", "LOOP-3", "FIN-5"), stage="text")
+def auth_error_is_retried_once(s: Story) -> None:
+    s.script(ProviderAuthError("token expired", status=401), text("Refreshed and here."))
+    first = s.turn("Are you there?")
+    s.expect(first is not None and first.final_response == "Refreshed and here."
+             and first.budget_used == 1, "one refresh, one budget unit")
+    s.script(ProviderAuthError("token expired", status=401),
+             ProviderAuthError("token revoked", status=401))
+    second = s.turn("Still there?")
+    s.expect(second is not None and second.exit_reason is ExitReason.TERMINAL_PROVIDER_ERROR,
+             "a second auth error in a row is terminal")
+    s.expect(s.transcript()[-1].role is Role.ASSISTANT, "a boundary row closes the user tail")

@@ -46,7 +46,7 @@ def failing_tool_is_a_result(s: Story) -> None:
 
 
 @scenario("A call to a tool that does not exist gets an error result in place",
-          invariants=("TOOL-3", "TOOL-6"), stage="tool_round")
+          invariants=("TOOL-2", "TOOL-3", "TOOL-6"), stage="tool_round")
 def unknown_tool_answered_in_place(s: Story) -> None:
     s.files({"a.txt": "alpha"})
     s.script(tool_calls(("read_file", {"path": "a.txt"}), ("teleport", {"to": "mars"})),
@@ -69,7 +69,7 @@ def execute_code_round_is_refunded(s: Story) -> None:
 
 @scenario("If the tool-call row cannot be written, no tool runs and the turn ends "
           "session_persistence_failed",
-          invariants=("TOOL-1", "LOOP-3", "FIN-7"), stage="tool_round")
+          invariants=("TOOL-1", "LOOP-3", "FIN-5", "FIN-7"), stage="tool_round")
 def tool_call_row_write_fails(s: Story) -> None:
     s.files({"notes.txt": "x"})
     s.faults(fail_writes={"tool_calls": 1})
@@ -79,3 +79,25 @@ def tool_call_row_write_fails(s: Story) -> None:
              "exit reason session_persistence_failed")
     s.expect(s.world.tools.ledger == [], "no tool ran")
     s.expect(s.world.tools.snapshot_files()["notes.txt"] == "x", "the file is untouched")
+
+
+@scenario("Calls to missing tools are answered in place, and only three all-invalid rounds in a "
+          "row end the turn",
+          invariants=("TOOL-2", "TOOL-3", "FIN-5", "LOOP-3", "FIN-7"), stage="tool_round")
+def three_invalid_rounds_end_the_turn(s: Story) -> None:
+    s.files({"a.txt": "alpha"})
+    s.script(tool_calls(("teleport", {"to": "mars"})), tool_calls(("fly", {"to": "venus"})),
+             tool_calls(("read_file", {"path": "a.txt"})), tool_calls(("teleport", {"to": "pluto"})),
+             text("I read a.txt; the other tools do not exist."),
+             tool_calls(("teleport", {"to": "mars"})), tool_calls(("fly", {"to": "venus"})),
+             tool_calls(("warp", {"to": "pluto"}), ("jump", {"to": "io"})))
+    first = s.turn("Read a.txt and go to space.")
+    s.expect(first is not None and first.exit_reason is ExitReason.TEXT_RESPONSE,
+             "a valid round between invalid ones resets the count")
+    second = s.turn("Go to space.")
+    s.expect(second is not None and second.exit_reason is ExitReason.INVALID_TOOL_CALLS
+             and second.failed, "the third all-invalid round in a row ends the turn as failed")
+    rows = [r for r in s.transcript() if r.turn_id == (second.turn_id if second else None)]
+    s.expect([len(r.tool_calls) for r in rows if r.role is Role.ASSISTANT] == [1, 1, 2, 0],
+             "every stored call row keeps all its calls, and a boundary row closes the turn")
+    s.expect([e.name for e in s.world.tools.ledger] == ["read_file"], "no missing tool was dispatched")

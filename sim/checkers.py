@@ -21,11 +21,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
+from hermes_ref.effects import ProviderRequest
+from hermes_ref.errors import ProviderAuthError, ProviderError
 from hermes_ref.limits import Limits
-from hermes_ref.models import WIRE_MESSAGE_KEYS, Event, Message, Role
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.models import WIRE_MESSAGE_KEYS, Event, Message, ProviderReply, Role, ToolCall
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitReason
 from hermes_ref.ports import DurableRecord, LedgerEntry
+from hermes_ref.prologue import RECOVERED_CALL_TEXT
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
     EMPTY_AFTER_TOOLS_NUDGE,
@@ -95,6 +99,83 @@ def run_all(obs: Observation) -> list[Violation]:
     for entry in CHECKERS.values():
         out.extend(entry.check(obs))
     return out
+
+
+# ---- shared readings of the call log and the record ----------------------------------------
+
+
+def calls_by_turn(obs: Observation) -> dict[str, list[CallRecord]]:
+    """Each turn's provider calls, in call order."""
+    grouped: dict[str, list[CallRecord]] = defaultdict(list)
+    for call in obs.calls:
+        grouped[call.turn_id].append(call)
+    return grouped
+
+
+def distinct_requests(records: list[CallRecord]) -> list[ProviderRequest]:
+    """The requests of ``records`` in first-call order; retries share one request object."""
+    seen: dict[int, ProviderRequest] = {}
+    for record in records:
+        seen.setdefault(id(record.request), record.request)
+    return list(seen.values())
+
+
+def is_grace(record: CallRecord) -> bool:
+    return record.request.purpose == "grace"
+
+
+def offered(request: ProviderRequest) -> frozenset[str]:
+    return frozenset(t.name for t in request.tools)
+
+
+def tool_replies(records: list[CallRecord]) -> list[CallRecord]:
+    """The budgeted calls whose reply called tools: the turn's tool rounds, in order."""
+    return [r for r in records if r.reply is not None and r.reply.tool_calls and not is_grace(r)]
+
+
+def all_invalid(record: CallRecord) -> bool:
+    """Every call of the reply names a tool the request did not offer."""
+    names = offered(record.request)
+    return record.reply is not None and all(c.name not in names for c in record.reply.tool_calls)
+
+
+def round_landed(obs: Observation, record: CallRecord) -> bool:
+    """Every call of the reply has a durable result written by the same turn."""
+    if record.reply is None:
+        return False
+    answered = {m.tool_call_id for m in obs.rows_of_turn(record.turn_id) if m.role is Role.TOOL}
+    return all(c.id in answered for c in record.reply.tool_calls)
+
+
+def invalid_streak_at_end(obs: Observation, records: list[CallRecord]) -> int:
+    """All-invalid tool rounds in a row that end the turn's calls (0 if its last call is not one)."""
+    rounds = tool_replies(records)
+    if not rounds or rounds[-1] is not records[-1] or not round_landed(obs, rounds[-1]):
+        return 0
+    streak = 0
+    for record in reversed(rounds):
+        if not all_invalid(record):
+            break
+        streak += 1
+    return streak
+
+
+def call_rows(obs: Observation) -> list[Message]:
+    """Every durable assistant row that carries tool calls, in row order."""
+    return [m.message for m in obs.record.messages if m.message.tool_calls]
+
+
+def durable_call_row(entry: LedgerEntry, rows: list[Message]) -> Message | None:
+    """The latest call row, durable when the tool ran, that holds this ledger entry's call."""
+    for row in reversed(rows):
+        if (row.row_id or 0) <= entry.watermark and any(
+                c.id == entry.call_id and c.name == entry.name for c in row.tool_calls):
+            return row
+    return None
+
+
+def _call_keys(message_calls: tuple[ToolCall, ...]) -> list[tuple[str, str, str]]:
+    return [(c.id, c.name, c.arguments) for c in message_calls]
 
 
 # ---- tool rounds -------------------------------------------------------------------------
@@ -174,6 +255,112 @@ def tool_error_is_result(obs: Observation) -> list[Violation]:
     return out
 
 
+@checker("calls_keep_their_place", ("TOOL-2",),
+         "the stored call row keeps every call of the reply, in order; calls to tools not offered "
+         "never run; [3] all-invalid rounds in a row, and only they, end the turn invalid_tool_calls")
+def calls_keep_their_place(obs: Observation) -> list[Violation]:
+    out = []
+    for turn_id, records in calls_by_turn(obs).items():
+        for record in tool_replies(records):
+            problem = _stored_calls_problem(obs, record)
+            if problem:
+                out.append(Violation("calls_keep_their_place", "TOOL-2",
+                                     f"turn {turn_id}: the reply at effect {record.seq} {problem}"))
+    out.extend(_invalid_calls_dispatched(obs))
+    out.extend(_invalid_streak_exits(obs))
+    return out
+
+
+def _stored_calls_problem(obs: Observation, record: CallRecord) -> str | None:
+    want = _call_keys(record.reply.tool_calls if record.reply else ())
+    ids = {key[0] for key in want}
+    touched = [m for m in obs.rows_of_turn(record.turn_id)
+               if m.tool_call_id in ids or any(c.id in ids for c in m.tool_calls)]
+    if not touched or any(_call_keys(m.tool_calls) == want for m in touched):
+        return None  # the round never reached the store, or its row keeps every call
+    called = ", ".join(f"{i} {n}" for i, n, _ in want)
+    kept = next((m for m in touched if m.role is Role.ASSISTANT), None)
+    if kept is None:
+        return f"called [{called}] and no stored assistant row keeps those calls"
+    keeps = ", ".join(f"{c.id} {c.name}" for c in kept.tool_calls)
+    return f"called [{called}] but its stored row #{kept.row_id} keeps [{keeps}]"
+
+
+def _invalid_calls_dispatched(obs: Observation) -> list[Violation]:
+    invalid = {(r.turn_id, c.id, c.name) for r in tool_replies(list(obs.calls))
+               for c in (r.reply.tool_calls if r.reply else ()) if c.name not in offered(r.request)}
+    rows = call_rows(obs)
+    out = []
+    for entry in obs.ledger:
+        row = durable_call_row(entry, rows)
+        if row is not None and (row.turn_id, entry.call_id, entry.name) in invalid:
+            out.append(Violation("calls_keep_their_place", "TOOL-2",
+                                 f"turn {row.turn_id}: {entry.name}({entry.call_id}) ran although "
+                                 "its request did not offer that tool"))
+    return out
+
+
+def _invalid_streak_exits(obs: Observation) -> list[Violation]:
+    limit = obs.limits.invalid_tool_rounds_max
+    by_turn = calls_by_turn(obs)
+    out = []
+    for event in obs.events("turn.exit"):
+        streak = invalid_streak_at_end(obs, by_turn.get(event.turn_id, []))
+        reason = event.data.get("reason")
+        ended = reason == ExitReason.INVALID_TOOL_CALLS.value
+        if streak >= limit and not ended:
+            out.append(Violation("calls_keep_their_place", "TOOL-2",
+                                 f"turn {event.turn_id} made {streak} all-invalid tool rounds in a "
+                                 f"row (limit {limit}) but exited {reason}"))
+        elif ended and streak < limit:
+            out.append(Violation("calls_keep_their_place", "TOOL-2",
+                                 f"turn {event.turn_id} exited invalid_tool_calls after {streak} "
+                                 f"all-invalid tool rounds in a row (limit {limit})"))
+    return out
+
+
+@checker("recovered_calls_not_rerun", ("TOOL-10",),
+         "a durable call runs at most once; a result a later turn wrote for it (recovery) is the "
+         "unknown report, and nothing ran the call once that turn began")
+def recovered_calls_not_rerun(obs: Observation) -> list[Violation]:
+    rows = call_rows(obs)
+    runs: dict[tuple[int, str], list[LedgerEntry]] = defaultdict(list)
+    for entry in obs.ledger:
+        row = durable_call_row(entry, rows)
+        if row is not None:
+            runs[(row.row_id or 0, entry.call_id)].append(entry)
+    out = [Violation("recovered_calls_not_rerun", "TOOL-10",
+                     f"{entries[0].name}({call_id}) of row #{row_id} ran {len(entries)} times")
+           for (row_id, call_id), entries in runs.items() if len(entries) > 1]
+    started = {e.turn_id: e.at for e in obs.events("turn.started")}
+    for result, owner in _recovered_results(obs):
+        cid = result.tool_call_id or ""
+        tag = f"turn {result.turn_id} recovered {cid} of turn {owner.turn_id} (row #{result.row_id})"
+        if result.content != RECOVERED_CALL_TEXT:
+            out.append(Violation("recovered_calls_not_rerun", "TOOL-10",
+                                 f"{tag} with {(result.content or '')[:40]!r}, not the unknown report"))
+        since = started.get(result.turn_id or "")
+        late = [e for e in runs.get((owner.row_id or 0, cid), []) if since is not None and e.at >= since]
+        if late:
+            out.append(Violation("recovered_calls_not_rerun", "TOOL-10",
+                                 f"{tag} but ran it again at t={late[0].at:g} after that turn began"))
+    return out
+
+
+def _recovered_results(obs: Observation) -> list[tuple[Message, Message]]:
+    """(result row, call row) pairs where the result was written by a later turn."""
+    owners: dict[tuple[str, str], Message] = {}
+    out = []
+    for stored in obs.record.messages:
+        row = stored.message
+        for call in row.tool_calls:
+            owners[(stored.session_id, call.id)] = row
+        owner = owners.get((stored.session_id, row.tool_call_id or "")) if row.role is Role.TOOL else None
+        if owner is not None and owner.turn_id != row.turn_id:
+            out.append((row, owner))
+    return out
+
+
 # ---- transcript shape --------------------------------------------------------------------
 
 
@@ -245,13 +432,17 @@ def _shape(message: Message) -> tuple[str, str | None, tuple[str, ...], str | No
 def requests_match_record(obs: Observation) -> list[Violation]:
     out = []
     for call in obs.calls:
-        durable = [m.message for m in obs.record.messages
-                   if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
-        problem = _history_mismatch(call, durable)
+        _, problem = align_request(call, _durable_at(obs, call))
         if problem:
             out.append(Violation("requests_match_record", "CTX-2",
                                  f"call at effect {call.seq}: {problem}"))
     return out
+
+
+def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
+    """The session's rows that were committed when ``call`` was made."""
+    return [m.message for m in obs.record.messages
+            if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
 
 
 def _same(sent: Message, row: Message) -> bool:
@@ -259,29 +450,63 @@ def _same(sent: Message, row: Message) -> bool:
     return a[:3] == b[:3] and (a[3] == b[3] or not (a[3] or "").strip())
 
 
-def _history_mismatch(call: CallRecord, durable: list[Message]) -> str | None:
-    """Durable rows must appear in order; anything else only after this turn's user row."""
-    sent = [m for m in call.request.messages if m.role is not Role.SYSTEM]
-    matched = 0
+Aligned = list[tuple[Message, Message]]
+
+
+def align_request(call: CallRecord, durable: list[Message]) -> tuple[Aligned, str | None]:
+    """Pair sent messages with durable rows, in order; the problem if the history differs.
+
+    Durable rows must appear in order; anything else only after this turn's user row.
+    """
+    pairs: Aligned = []
     in_turn = False
-    for message in sent:
+    for message in (m for m in call.request.messages if m.role is not Role.SYSTEM):
+        matched = len(pairs)
         if matched < len(durable) and _same(message, durable[matched]):
             row = durable[matched]
             in_turn = in_turn or (row.role is Role.USER and row.turn_id == call.turn_id)
-            matched += 1
+            pairs.append((message, row))
         elif not in_turn:
-            return (f"sends a {message.role.value} message that is not in the durable history "
-                    f"before row #{durable[matched].row_id if matched < len(durable) else 'end'}")
-    if matched < len(durable):
-        return f"omits durable row #{durable[matched].row_id}"
-    return None
+            where = durable[matched].row_id if matched < len(durable) else "end"
+            return pairs, (f"sends a {message.role.value} message that is not in the durable "
+                           f"history before row #{where}")
+    if len(pairs) < len(durable):
+        return pairs, f"omits durable row #{durable[len(pairs)].row_id}"
+    return pairs, None
+
+
+@checker("sidecar_bytes_replayed", ("WIRE-1",),
+         "a row with an api_content sidecar is sent as exactly those bytes, on every later call; "
+         "a user row stores the bare text, a strict prefix of its sidecar")
+def sidecar_bytes_replayed(obs: Observation) -> list[Violation]:
+    out = []
+    for stored in obs.record.messages:
+        row = stored.message
+        sidecar = row.api_content
+        if row.role is Role.USER and sidecar is not None and (
+                sidecar == row.content or not sidecar.startswith(row.content or "")):
+            out.append(Violation("sidecar_bytes_replayed", "WIRE-1",
+                                 f"user row #{row.row_id} of turn {row.turn_id} stores content "
+                                 f"{(row.content or '')[:40]!r} that is not the bare text of its "
+                                 "sidecar (the injection leaked into the record)"))
+    for call in obs.calls:
+        pairs, _ = align_request(call, _durable_at(obs, call))
+        for sent, row in pairs:
+            if row.api_content is not None and sent.wire.get("content") != row.api_content:
+                out.append(Violation("sidecar_bytes_replayed", "WIRE-1",
+                                     f"call at effect {call.seq} (turn {call.turn_id}) sent row "
+                                     f"#{row.row_id} as {(sent.wire.get('content') or '')[:40]!r}, "
+                                     "not its stored api_content"))
+                break
+    return out
 
 
 # ---- prologue ----------------------------------------------------------------------------
 
 
-@checker("session_row_first", ("CTX-4",),
-         "a session row always holds the system prompt that requests then send byte for byte")
+@checker("session_row_first", ("CTX-4", "CTX-3"),
+         "a session row always holds a system prompt (CTX-4), which every request of the "
+         "session replays byte for byte (CTX-3)")
 def session_row_first(obs: Observation) -> list[Violation]:
     out = []
     prompts = {s.id: s.system_prompt for s in obs.record.sessions}
@@ -297,9 +522,9 @@ def session_row_first(obs: Observation) -> list[Violation]:
                                  f"call at effect {call.seq} for {call.session_id} "
                                  "was made before its session row existed"))
         elif first is None or first.role is not Role.SYSTEM or first.content != stored:
-            out.append(Violation("session_row_first", "CTX-4",
-                                 f"call at effect {call.seq} sent a system prompt that differs "
-                                 "from the session row"))
+            out.append(Violation("session_row_first", "CTX-3",
+                                 f"call at effect {call.seq} (turn {call.turn_id}) sent a system "
+                                 f"prompt that differs from the row of session {call.session_id}"))
     return out
 
 
@@ -375,7 +600,196 @@ def exit_reason_recorded(obs: Observation) -> list[Violation]:
     return out
 
 
+def _error_classes(base: type[ProviderError]) -> dict[str, type[ProviderError]]:
+    found = {base.__name__: base}
+    for sub in base.__subclasses__():
+        found.update(_error_classes(sub))
+    return found
+
+
+PROVIDER_ERRORS = _error_classes(ProviderError)
+
+
+def error_kind(name: str) -> str:
+    """'transient', 'auth' or 'terminal', by the error class the call log names."""
+    cls = PROVIDER_ERRORS.get(name, ProviderError)
+    if issubclass(cls, ProviderAuthError):
+        return "auth"
+    return "transient" if cls.transient else "terminal"
+
+
+@checker("provider_errors_classified", ("LOOP-5",),
+         "transient errors are retried (after any Retry-After), auth once, at most the limits; "
+         "any other error ends the turn at once as terminal_provider_error")
+def provider_errors_classified(obs: Observation) -> list[Violation]:
+    exits = {e.turn_id: e.data.get("reason") for e in obs.events("turn.exit")}
+    out: list[Violation] = []
+    for turn_id, records in calls_by_turn(obs).items():
+        out.extend(Violation("provider_errors_classified", "LOOP-5", f"turn {turn_id}: {problem}")
+                   for problem in _retry_problems(obs.limits, records, exits.get(turn_id)))
+    return out
+
+
+def _retry_problems(limits: Limits, records: list[CallRecord], reason: object) -> list[str]:
+    caps = {"transient": limits.transient_retries_max, "auth": limits.auth_refreshes_max,
+            "terminal": -1}
+    attempts_max = limits.transient_retries_max + limits.auth_refreshes_max + 1
+    tallies: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    out = []
+    for index, record in enumerate(records):
+        tally = tallies[id(record.request)]
+        tally["attempts"] += 1
+        if tally["attempts"] == attempts_max + 1:
+            out.append(f"the request of effect {record.seq} was attempted more than {attempts_max} times")
+        if record.error is None:
+            continue
+        kind = error_kind(record.error)
+        tally[kind] += 1
+        final = tally[kind] > caps[kind]
+        after = records[index + 1] if index + 1 < len(records) else None
+        out.extend(_after_error(record, after, final, reason))
+    return out
+
+
+def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reason: object) -> list[str]:
+    tag = f"{record.error} at effect {record.seq}"
+    if final and after is not None:
+        return [f"{tag} must end the turn, but another call followed at effect {after.seq}"]
+    if final and not is_grace(record) and reason not in (None, ExitReason.TERMINAL_PROVIDER_ERROR.value):
+        return [f"{tag} ended the turn as {reason}, not terminal_provider_error"]
+    if not final and after is None and reason is not None:
+        return [f"{tag} is retryable but the turn ended ({reason}) without retrying"]
+    if after is not None and record.retry_after_s is not None and (
+            after.at - record.at < record.retry_after_s - 1e-9):
+        return [f"{tag} asked to wait {record.retry_after_s:g} s but the next call came "
+                f"{after.at - record.at:g} s later"]
+    return []
+
+
+def _nudges_since_tool(request: ProviderRequest) -> int:
+    """Dropped-call re-prompts sent after the request's last tool result."""
+    count = 0
+    for message in reversed(request.messages):
+        if message.role is Role.TOOL:
+            break
+        if message.role is Role.USER and message.wire.get("content") == DROPPED_TOOLCALL_NUDGE:
+            count += 1
+    return count
+
+
+def _dropped(reply: ProviderReply | None) -> bool:
+    return (reply is not None and reply.finish_reason == "tool_calls" and not reply.tool_calls
+            and not (reply.content or "").strip())
+
+
+@checker("dropped_call_reprompts", ("LOOP-7",),
+         "a reply that promised tool calls and had none is re-prompted, at most [3] times in a row; "
+         "a landed tool round starts the count over")
+def dropped_call_reprompts(obs: Observation) -> list[Violation]:
+    limit = obs.limits.dropped_toolcall_retries_max
+    out = []
+    for turn_id, records in calls_by_turn(obs).items():
+        for before, after in pairwise(records):
+            if after.request is before.request:
+                continue
+            sent, prior = _nudges_since_tool(after.request), _nudges_since_tool(before.request)
+            if sent > limit:
+                problem = f"sends {sent} dropped-call re-prompts in a row (limit {limit})"
+            elif _dropped(before.reply) and prior < limit and sent != prior + 1:
+                problem = f"does not re-prompt the dropped tool call of effect {before.seq}"
+            else:
+                continue
+            out.append(Violation("dropped_call_reprompts", "LOOP-7",
+                                 f"turn {turn_id}: the request of effect {after.seq} {problem}"))
+    return out
+
+
 # ---- finalizer ---------------------------------------------------------------------------
+
+
+@checker("grace_summary", ("FIN-1",),
+         "a turn that ran out of budget without an answer makes exactly one grace call, "
+         "tool-less, as its last call")
+def grace_summary(obs: Observation) -> list[Violation]:
+    if not obs.limits.grace_call_enabled:
+        return []
+    by_turn = calls_by_turn(obs)
+    out = []
+    for event in obs.events("turn.exit"):
+        records = by_turn.get(event.turn_id, [])
+        if not _ran_out(obs.limits, event, records):
+            continue
+        graces = distinct_requests([r for r in records if is_grace(r)])
+        if len(graces) != 1:
+            problem = f"made {len(graces)} grace calls"
+        elif graces[0].tools:
+            problem = f"offered {len(graces[0].tools)} tools to its grace call"
+        elif not is_grace(records[-1]):
+            problem = f"called the model again at effect {records[-1].seq} after its grace call"
+        else:
+            continue
+        out.append(Violation("grace_summary", "FIN-1",
+                             f"turn {event.turn_id} ran out of budget without an answer and {problem}"))
+    return out
+
+
+BUDGET_END_REASONS = frozenset({ExitReason.MAX_ITERATIONS.value, ExitReason.BUDGET_EXHAUSTED.value,
+                                ExitReason.PENDING_TOOL_RESULT.value})
+
+
+def _ran_out(limits: Limits, event: Event, records: list[CallRecord]) -> bool:
+    """The loop stopped at its bound (calls or budget), not on an answer or a failure of its own."""
+    if event.data.get("reason") not in BUDGET_END_REASONS:
+        return False
+    regular = len(distinct_requests([r for r in records if not is_grace(r)]))
+    used, budget = event.data.get("budget_used"), event.data.get("budget_max")
+    at_budget = isinstance(used, int) and isinstance(budget, int) and used >= budget
+    return regular >= limits.max_iterations or at_budget
+
+
+@checker("failure_boundary", ("FIN-5",),
+         "a failed turn whose exit reports no cleanup errors ends on an assistant row "
+         "(context-pressure failures excepted)")
+def failure_boundary(obs: Observation) -> list[Violation]:
+    exits = {e.turn_id: e.data for e in obs.events("turn.exit")}
+    pressure = {r.value for r in CONTEXT_PRESSURE_EXITS}
+    out = []
+    for done in obs.events("turn.completed"):
+        data = exits.get(done.turn_id)
+        if not done.data.get("failed") or data is None or data.get("reason") in pressure:
+            continue
+        rows = obs.rows_of_turn(done.turn_id)
+        if data.get("cleanup_errors", 0) == 0 and rows and rows[-1].role is not Role.ASSISTANT:
+            out.append(Violation("failure_boundary", "FIN-5",
+                                 f"failed turn {done.turn_id} ({data.get('reason')}) left an open "
+                                 f"tail: its last row #{rows[-1].row_id} is a {rows[-1].role.value} row"))
+    return out
+
+
+@checker("no_silent_stop", ("FIN-8",),
+         "a turn that stops on the landed tool round of its last reply, with no grace call, fails "
+         "pending_tool_result with an explanatory answer (unless the loop already failed it)")
+def no_silent_stop(obs: Observation) -> list[Violation]:
+    exits = {e.turn_id: e.data.get("reason") for e in obs.events("turn.exit")}
+    loud = {r.value for r in FAILED_EXITS} - {ExitReason.PENDING_TOOL_RESULT.value}
+    by_turn = calls_by_turn(obs)
+    out = []
+    for done in obs.events("turn.completed"):
+        records = by_turn.get(done.turn_id, [])
+        last = records[-1] if records else None
+        if last is None or not tool_replies([last]) or any(is_grace(r) for r in records):
+            continue
+        reason, failed = exits.get(done.turn_id), bool(done.data.get("failed"))
+        if not round_landed(obs, last) or (failed and reason in loud):
+            continue
+        final = done.data.get("final_response")
+        explained = isinstance(final, str) and bool(final.strip())
+        if reason != ExitReason.PENDING_TOOL_RESULT.value or not failed or not explained:
+            out.append(Violation("no_silent_stop", "FIN-8",
+                                 f"turn {done.turn_id} stopped on the tool results of its reply at "
+                                 f"effect {last.seq} as {reason} (failed={failed}, "
+                                 f"answer {final!r})"))
+    return out
 
 
 @checker("answer_delivered", ("FIN-6",),

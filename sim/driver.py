@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from hermes_ref import effects as fx
-from hermes_ref.errors import OperatingError, PersistenceError
+from hermes_ref.errors import OperatingError, PersistenceError, RateLimited
 from hermes_ref.models import ToolResult
 from sim.faults import Crashed
 from sim.world import CallRecord, World
@@ -149,17 +149,18 @@ class SimDriver:
         provider = world.provider
         if effect.provider == "fallback" and world.fallback_provider is not None:
             provider = world.fallback_provider
-        watermark = world.store.watermark()
+        watermark, at = world.store.watermark(), world.clock.now()
         try:
             reply = provider.complete(effect.request)
         except OperatingError as failure:
+            retry_after = failure.retry_after_s if isinstance(failure, RateLimited) else None
             world.calls.append(CallRecord(self.effects_performed, effect.session_id,
                                           effect.turn_id, effect.request, None,
-                                          type(failure).__name__, watermark))
+                                          type(failure).__name__, watermark, at, retry_after))
             world.timeline.add("call", f"{effect.provider} -> {type(failure).__name__}: {failure}")
             raise
         world.calls.append(CallRecord(self.effects_performed, effect.session_id, effect.turn_id,
-                                      effect.request, reply, None, watermark))
+                                      effect.request, reply, None, watermark, at, None))
         if world.timeline.enabled:
             if reply.tool_calls:
                 calls = ", ".join(f"{c.name}({c.id})" for c in reply.tool_calls)

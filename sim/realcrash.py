@@ -35,8 +35,9 @@ it describes can be lost:
   an outcome line implies the file shows the effect. Both phases load it at start.
 * ``calls.jsonl``: one line per provider call, written right after the provider answers
   and before the engine sees the reply: session, turn, watermark, the driver's effect
-  counter, the request in wire form (plus model, purpose and prompt tokens, which the
-  wire form does not carry) and the reply or error. Retries of one request share a
+  counter, the virtual time, the request in wire form (plus model, purpose and prompt
+  tokens, which the wire form does not carry) and the reply or error (with the
+  Retry-After of a rate limit). Retries of one request share a
   ``request_key`` so the rebuilt records share one request object, as the in-process
   records do (``budget_accounting`` counts distinct request objects).
 * ``crashes.jsonl``: the crash point, the driver's effect counter and the virtual time,
@@ -234,7 +235,7 @@ class JournaledCalls(list[CallRecord]):
             "purpose": request.purpose, "model": request.model,
             "prompt_tokens": request.prompt_tokens, "request": request.wire(),
             "reply": None if record.reply is None else record.reply.model_dump(mode="json"),
-            "error": record.error,
+            "error": record.error, "at": record.at, "retry_after_s": record.retry_after_s,
         })
         super().append(record)
 
@@ -337,8 +338,11 @@ def load_calls(workdir: Path) -> tuple[list[CallRecord], list[Violation]]:
         if key not in requests:
             requests[key] = _rebuild_request(line)
         reply = None if line["reply"] is None else ProviderReply.model_validate(line["reply"])
+        retry_after = line["retry_after_s"]
         records.append(CallRecord(int(line["seq"]), line["session_id"], line["turn_id"],
-                                  requests[key], reply, line["error"], int(line["watermark"])))
+                                  requests[key], reply, line["error"], int(line["watermark"]),
+                                  float(line["at"]),
+                                  None if retry_after is None else float(retry_after)))
     return records, violations
 
 

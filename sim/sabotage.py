@@ -15,6 +15,7 @@ which is what makes the swap possible without touching engine code.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from unittest import mock
 from hermes_ref import context, effects, finalizer, loop, prologue, tool_round
 from hermes_ref.context import IterationBudget, TurnContext
 from hermes_ref.effects import AppendMessages, ExecuteTools
-from hermes_ref.errors import PersistenceError
-from hermes_ref.models import Message
+from hermes_ref.errors import PersistenceError, ProviderError, ProviderServerError
+from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
 
@@ -311,6 +312,156 @@ def _always_info() -> list[AbstractContextManager[Any]]:
 
 sabotage("exit_line_always_info", ("FIN-7",),
          "the exit line is always INFO, even when the turn ends on a tool result")(_always_info)
+
+
+# ---- TOOL-2: the stored row forgets the calls to missing tools -----------------------------
+
+
+def _drop_invalid_calls() -> list[AbstractContextManager[Any]]:
+    original = tool_round._persist
+
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+        if label == "tool_calls":
+            names = {t.name for t in ctx.tools}
+            rows = tuple(r.model_copy(update={"tool_calls": tuple(
+                c for c in r.tool_calls if c.name in names)}) for r in rows)
+        return await original(ctx, rows, label)
+    return [mock.patch.object(tool_round, "_persist", persist)]
+
+
+sabotage("drop_invalid_calls_from_row", ("TOOL-2",),
+         "the assistant row is stored without the calls to tools that do not exist")(
+    _drop_invalid_calls)
+
+
+# ---- TOOL-10: recovery runs the open calls again ---------------------------------------------
+
+
+def _rerun_open_calls() -> list[AbstractContextManager[Any]]:
+    original = prologue._repair_tail
+
+    async def rerun(ctx: TurnContext) -> bool:
+        owner, missing = ctx.transcript.trailing_open_calls()
+        if owner is not None:
+            calls = tuple(c for c in owner.tool_calls if c.id in missing)
+            results = await ExecuteTools(ctx.token, ctx.session_id, calls, False)
+            rows = tuple(tool_round._result_row(ctx, r) for r in results)
+            ctx.transcript.extend(await AppendMessages(ctx.token, ctx.session_id, rows, "recovery"))
+        return await original(ctx)
+    return [mock.patch.object(prologue, "_repair_tail", rerun)]
+
+
+sabotage("recovery_reruns_open_calls", ("TOOL-10",),
+         "after a restart, recovery executes recorded calls that have no result instead of "
+         "reporting them unknown")(_rerun_open_calls)
+
+
+# ---- FIN-1: the grace call offers tools, or never happens ------------------------------------
+
+
+def _grace_with_tools() -> list[AbstractContextManager[Any]]:
+    def request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "turn") -> Any:
+        return loop.build_request(ctx, purpose=purpose)
+    return [mock.patch.object(finalizer, "build_request", request)]
+
+
+sabotage("grace_call_offers_tools", ("FIN-1",),
+         "the budget-exhaustion summary call is built with the tool list")(_grace_with_tools)
+
+
+def _no_grace_call() -> list[AbstractContextManager[Any]]:
+    async def never(ctx: TurnContext, request: Any) -> None:
+        return None
+    return [mock.patch.object(finalizer, "call_with_retries", never)]
+
+
+sabotage("grace_call_skipped", ("FIN-1",),
+         "budget exhaustion records its reason but never makes the summary call")(_no_grace_call)
+
+
+# ---- FIN-5 / FIN-8: the finalizer skips a closing step ---------------------------------------
+
+
+async def _skip_async(ctx: TurnContext) -> None:
+    return None
+
+
+sabotage("skip_failure_boundary", ("FIN-5",),
+         "a failed turn that ends on a user or tool row gets no boundary row")(
+    lambda: [mock.patch.object(finalizer, "_failure_boundary", _skip_async)])
+
+sabotage("no_silent_stop_guard", ("FIN-8",),
+         "a turn that stops on a tool result ends quietly, not as pending_tool_result")(
+    lambda: [mock.patch.object(finalizer, "_silent_stop_guard", lambda ctx: None)])
+
+
+# ---- LOOP-5: Retry-After is ignored ------------------------------------------------------------
+
+
+def _ignore_retry_after() -> list[AbstractContextManager[Any]]:
+    original = loop._backoff_s
+
+    def backoff(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
+        return original(ctx, attempt, ProviderServerError(str(error), status=error.status))
+    return [mock.patch.object(loop, "_backoff_s", backoff)]
+
+
+sabotage("ignore_retry_after", ("LOOP-5",),
+         "a rate limit is retried after the exponential backoff, not after its Retry-After")(
+    _ignore_retry_after)
+
+
+# ---- LOOP-7: dropped tool calls are re-prompted without limit -----------------------------------
+
+
+def _unlimited_reprompts() -> list[AbstractContextManager[Any]]:
+    original = loop.handle_reply
+
+    async def forgetful(ctx: TurnContext, reply: Any) -> None:
+        ctx.state.dropped_toolcall_retries = 0
+        await original(ctx, reply)
+    return [mock.patch.object(loop, "handle_reply", forgetful)]
+
+
+sabotage("dropped_call_limit_ignored", ("LOOP-7",),
+         "the dropped-tool-call counter is never consulted, so re-prompts go on forever")(
+    _unlimited_reprompts)
+
+
+# ---- WIRE-1: stored rows are sent without their sidecar ----------------------------------------
+
+
+def _stale_sidecar() -> list[AbstractContextManager[Any]]:
+    compute = Message.__dict__["wire"].func
+
+    def wire(self: Message) -> dict[str, Any]:
+        body: dict[str, Any] = compute(self)
+        if self.row_id is not None:
+            body = {**body, "content": self.content}
+        return body
+    return [mock.patch.object(Message, "wire", property(wire))]
+
+
+sabotage("stored_rows_lose_sidecar", ("WIRE-1",),
+         "the wire form of a stored row sends its content column, not the api_content it was "
+         "first sent with")(_stale_sidecar)
+
+
+# ---- CTX-3: the system prompt is rebuilt for every request ----------------------------------
+
+
+def _volatile_prompt() -> list[AbstractContextManager[Any]]:
+    original = loop.build_request
+
+    def rebuilt(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "turn") -> Any:
+        request = original(ctx, with_tools=with_tools, purpose=purpose)
+        system = Message(role=Role.SYSTEM, content=f"{ctx.cache.system_prompt}\n\nTurn: {ctx.turn_id}")
+        return dataclasses.replace(request, messages=(system, *request.messages[1:]))
+    return [mock.patch.object(loop, "build_request", rebuilt)]
+
+
+sabotage("volatile_system_prompt", ("CTX-3",),
+         "each request rebuilds the system prompt with a volatile line (the turn id)")(_volatile_prompt)
 
 
 __all__ = ["SABOTAGES", "PersistenceError", "Sabotage"]

@@ -39,6 +39,8 @@ class CallRecord:
     reply: ProviderReply | None
     error: str | None
     watermark: int            # committed message high-water mark at call time
+    at: float                 # virtual time of the call
+    retry_after_s: float | None  # the Retry-After a RateLimited error carried, else None
 
 
 class SimProvider(Protocol):
