@@ -200,32 +200,40 @@ def persist_before_execute(obs: Observation) -> list[Violation]:
 
 
 @checker("one_result_per_call", ("TOOL-3",),
-         "each call id has at most one result, after its call; exactly one at rest")
+         "each call has exactly one result right after its row; only the trailing group may be open")
 def one_result_per_call(obs: Observation) -> list[Violation]:
-    out = []
+    """Results are matched to the tool-call row they follow, so ids may repeat across turns."""
+    out: list[Violation] = []
     by_session: dict[str, list[Message]] = defaultdict(list)
     for stored in obs.record.messages:
         by_session[stored.session_id].append(stored.message)
     for session_id, rows in by_session.items():
-        called: dict[str, int] = {}
-        answered: dict[str, int] = defaultdict(int)
+        group: dict[str, int] | None = None
         for row in rows:
-            for call in row.tool_calls:
-                called[call.id] = row.row_id or 0
             if row.role is Role.TOOL:
                 cid = row.tool_call_id or ""
-                if cid not in called:
-                    out.append(Violation("one_result_per_call", "TOOL-3",
-                                         f"{session_id}: result #{row.row_id} for {cid!r} "
-                                         "has no earlier call"))
-                answered[cid] += 1
-        rest = obs.at_rest(session_id)
-        for cid in called:
-            n = answered.get(cid, 0)
-            if n > 1 or (rest and n == 0):
-                out.append(Violation("one_result_per_call", "TOOL-3",
-                                     f"{session_id}: call {cid} has {n} results"))
+                if group is None or cid not in group:
+                    out.append(_v3(f"{session_id}: result #{row.row_id} for {cid!r} does not "
+                                   "follow a row that made that call"))
+                else:
+                    group[cid] += 1
+                continue
+            out.extend(_close_group(session_id, group, open_allowed=False))
+            group = {c.id: 0 for c in row.tool_calls} if row.tool_calls else None
+        out.extend(_close_group(session_id, group, open_allowed=not obs.at_rest(session_id)))
     return out
+
+
+def _v3(message: str) -> Violation:
+    return Violation("one_result_per_call", "TOOL-3", message)
+
+
+def _close_group(session_id: str, group: dict[str, int] | None, *, open_allowed: bool) -> list[Violation]:
+    """Every call of a finished group has one result; a trailing group mid-turn may lack some."""
+    if group is None:
+        return []
+    return [_v3(f"{session_id}: call {cid} has {n} results")
+            for cid, n in group.items() if n > 1 or (n == 0 and not open_allowed)]
 
 
 @checker("tool_error_is_result", ("TOOL-6",),
