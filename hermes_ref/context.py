@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hermes_ref.effects import Effect
+from hermes_ref.effects import AppendMessages, Effect
+from hermes_ref.errors import PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Lease, Message, ToolSpec
 from hermes_ref.outcomes import ExitReason
@@ -121,6 +122,21 @@ class TurnContext:
     @property
     def token(self) -> int:
         return self.lease.token
+
+    async def persist(self, rows: tuple[Message, ...], label: str) -> bool:
+        """Append rows durably and to the working list; on failure record why, return False.
+
+        The caller decides what a failure means (end the turn, skip the tools); nothing is
+        awaited inside the ``except``, per the house rule.
+        """
+        try:
+            stored = await AppendMessages(self.token, self.session_id, rows, label)
+        except PersistenceError as error:
+            self.state.persistence_failed = True
+            self.state.persistence_cause = f"{error.cause}: {error}"
+            return False
+        self.transcript.extend(stored)
+        return True
 
 
 # Re-exported for modules that only need the base effect type in annotations.

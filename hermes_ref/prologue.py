@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
 from hermes_ref.effects import (
     AcquireLease,
-    AppendMessages,
     Emit,
     EnsureSession,
     LoadMessages,
@@ -34,7 +33,6 @@ from hermes_ref.effects import (
     Now,
     Sleep,
 )
-from hermes_ref.errors import PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Event, Lease, Message, Role, SessionRecord, ToolSpec
 from hermes_ref.outcomes import ExitReason, TurnResult
@@ -132,27 +130,12 @@ async def _repair_tail(ctx: TurnContext) -> bool:
     if tail is not None and tail.role in (Role.USER, Role.TOOL):
         rows.append(Message(role=Role.ASSISTANT, content=RECOVERED_BOUNDARY_TEXT,
                             turn_id=ctx.turn_id))
-    if not rows:
-        return True
-    try:
-        stored = await AppendMessages(ctx.token, ctx.session_id, tuple(rows), "recovery")
-    except PersistenceError as error:
-        ctx.state.persistence_failed = True
-        ctx.state.persistence_cause = f"{error.cause}: {error}"
-        return False
-    ctx.transcript.extend(stored)
-    return True
+    return await ctx.persist(tuple(rows), "recovery") if rows else True
 
 
 async def _persist_user(ctx: TurnContext, user: Message) -> bool:
-    try:
-        stored = await AppendMessages(ctx.token, ctx.session_id, (user,), "user")
-    except PersistenceError as error:
-        ctx.state.persistence_failed = True
-        ctx.state.persistence_cause = f"{error.cause}: {error}"
-        return False
-    ctx.transcript.extend(stored)
-    return True
+    """CTX-8: the user row, once, with its final sidecar, before the first model call."""
+    return await ctx.persist((user,), "user")
 
 
 def lease_timeout_result(inp: TurnInput, turn_id: str, user: Message) -> TurnResult:

@@ -29,8 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import AppendMessages, ExecuteTools
-from hermes_ref.errors import PersistenceError
+from hermes_ref.effects import ExecuteTools
 from hermes_ref.models import Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
@@ -122,18 +121,6 @@ def unknown_tool_result(call: ToolCall, known: list[str]) -> ToolResult:
     )
 
 
-async def _persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
-    """Append rows durably; on failure record why and report False (no effect in except)."""
-    try:
-        stored = await AppendMessages(ctx.token, ctx.session_id, rows, label)
-    except PersistenceError as error:
-        ctx.state.persistence_failed = True
-        ctx.state.persistence_cause = f"{error.cause}: {error}"
-        return False
-    ctx.transcript.extend(stored)
-    return True
-
-
 def _fail_persistence(ctx: TurnContext) -> None:
     ctx.finish(
         ExitReason.PERSISTENCE_FAILED, ctx.state.persistence_cause or "unknown", failed=True
@@ -145,7 +132,7 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
     """Persist, execute and record one round. Returns False when the turn must end."""
     ctx.enter(Phase.TOOL_ROUND)
     specs = {t.name: t for t in ctx.tools}
-    if not await _persist(ctx, (assistant,), "tool_calls"):
+    if not await ctx.persist((assistant,), "tool_calls"):
         _fail_persistence(ctx)
         return False
     ctx.state.dropped_toolcall_retries = 0
@@ -156,7 +143,7 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
     known = sorted(specs)
     for segment in plan_segments(assistant.tool_calls, specs):
         results = await _run_segment(ctx, segment, specs, known)
-        if not await _persist(ctx, tuple(_result_row(ctx, r) for r in results), "tool_results"):
+        if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), "tool_results"):
             _fail_persistence(ctx)
             return False
     if all(c.name in ctx.limits.refundable_tools for c in assistant.tool_calls):
@@ -182,7 +169,7 @@ async def _run_segment(
 async def _all_invalid_round(ctx: TurnContext, assistant: Message, known: list[str]) -> bool:
     """TOOL-2: every call names a missing tool; answer each in place, count the round."""
     results = tuple(unknown_tool_result(c, sorted(known)) for c in assistant.tool_calls)
-    if not await _persist(ctx, tuple(_result_row(ctx, r) for r in results), "tool_results"):
+    if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), "tool_results"):
         _fail_persistence(ctx)
         return False
     ctx.state.invalid_tool_rounds += 1

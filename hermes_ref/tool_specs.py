@@ -510,3 +510,27 @@ def apply_memory(raw: str | None, args: dict[str, Any]) -> Change:
         line = text if text.endswith("\n") else text + "\n"
         return Change(existing + line, f"appended {len(text)} characters to memory")
     return Change(None, existing if existing else "(memory is empty)")
+
+
+class GuardedRunner:
+    """The shared front of every tool runner: never raise, always cap (TOOL-6).
+
+    Subclasses implement ``_run``; ``run`` turns any exception it lets through into an
+    error result whose disposition is ``unknown`` (the call may have stopped half-way),
+    and cuts the content to ``output_chars_max`` characters.
+    """
+
+    output_chars_max: int = 50_000
+
+    def run(self, call: ToolCall, *, watermark: int = 0, at: float = 0.0) -> ToolResult:
+        """Run one call; every failure is an error result, never an exception."""
+        try:
+            result = self._run(call, watermark, at)
+        except Exception as exc:  # TOOL-6: the last line of defence
+            result = error_result(call, f"{call.name} failed: {exc!r}", "unknown")
+        return result.model_copy(
+            update={"content": cap_output(result.content, self.output_chars_max)}
+        )
+
+    def _run(self, call: ToolCall, watermark: int, at: float) -> ToolResult:
+        raise NotImplementedError

@@ -318,7 +318,7 @@ sabotage("exit_line_always_info", ("FIN-7",),
 
 
 def _drop_invalid_calls() -> list[AbstractContextManager[Any]]:
-    original = tool_round._persist
+    original = TurnContext.persist
 
     async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
         if label == "tool_calls":
@@ -326,7 +326,7 @@ def _drop_invalid_calls() -> list[AbstractContextManager[Any]]:
             rows = tuple(r.model_copy(update={"tool_calls": tuple(
                 c for c in r.tool_calls if c.name in names)}) for r in rows)
         return await original(ctx, rows, label)
-    return [mock.patch.object(tool_round, "_persist", persist)]
+    return [mock.patch.object(TurnContext, "persist", persist)]
 
 
 sabotage("drop_invalid_calls_from_row", ("TOOL-2",),

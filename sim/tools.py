@@ -41,9 +41,9 @@ from hermes_ref.tool_specs import (
     SEARCH_MATCHES_MAX,
     TODO_PATH,
     Change,
+    GuardedRunner,
     apply_memory,
     apply_todo,
-    cap_output,
     check_call,
     compile_pattern,
     error_result,
@@ -74,7 +74,7 @@ class _Refused(Exception):
     """Internal: the call cannot proceed; the message is the error result's content."""
 
 
-class SimTools:
+class SimTools(GuardedRunner):
     """Simulated tools over an in-memory filesystem; see the module docstring."""
 
     def __init__(
@@ -132,17 +132,7 @@ class SimTools:
     def reset_ledger(self) -> None:
         self.ledger.clear()
 
-    # -- the port ------------------------------------------------------------------
-    def run(self, call: ToolCall, *, watermark: int = 0, at: float = 0.0) -> ToolResult:
-        """Run one call; every failure is an error result, never an exception."""
-        try:
-            result = self._run(call, watermark, at)
-        except Exception as exc:  # TOOL-6: the last line of defence
-            result = error_result(call, f"{call.name} failed: {exc!r}", "unknown")
-        return result.model_copy(
-            update={"content": cap_output(result.content, self.output_chars_max)}
-        )
-
+    # -- the port (``run`` comes from GuardedRunner) -----------------------------------
     def _run(self, call: ToolCall, watermark: int, at: float) -> ToolResult:
         checked = check_call(call)
         if isinstance(checked, ToolResult):

@@ -44,9 +44,9 @@ from hermes_ref.tool_specs import (
     SEARCH_MATCHES_MAX,
     TODO_PATH,
     Change,
+    GuardedRunner,
     apply_memory,
     apply_todo,
-    cap_output,
     check_call,
     compile_pattern,
     error_result,
@@ -70,7 +70,7 @@ READ_BYTES_MAX = 10_000_000  # larger files are refused by read_file/patch, skip
 Handler = Callable[[ToolCall, dict[str, Any]], ToolResult]
 
 
-class WorkspaceTools:
+class WorkspaceTools(GuardedRunner):
     """Real tools confined to ``root``; see the module docstring."""
 
     def __init__(
@@ -98,16 +98,6 @@ class WorkspaceTools:
             "memory": self._memory,
             "execute_code": self._execute_code,
         }
-
-    def run(self, call: ToolCall, *, watermark: int = 0, at: float = 0.0) -> ToolResult:
-        """Run one call; every failure is an error result, never an exception."""
-        try:
-            result = self._run(call, watermark, at)
-        except Exception as exc:  # TOOL-6: the last line of defence
-            result = error_result(call, f"{call.name} failed: {exc!r}", "unknown")
-        return result.model_copy(
-            update={"content": cap_output(result.content, self.output_chars_max)}
-        )
 
     def _run(self, call: ToolCall, watermark: int, at: float) -> ToolResult:
         checked = check_call(call)
