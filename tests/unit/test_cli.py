@@ -1,0 +1,74 @@
+"""The command line: listing, narrated runs, the coverage matrix and sabotage verification."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from hermes_ref.cli import main
+from sim.sabotage import SABOTAGES
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+def test_list_shows_every_scenario_with_ids() -> None:
+    """'scenarios list' names each story with its stage and invariant ids."""
+    code, text = run("scenarios", "list")
+    assert code == 0
+    assert "tool_call_is_durable_before_it_runs" in text and "TOOL-1" in text
+
+
+def test_run_narrates_and_counts() -> None:
+    """'scenarios run NAME' prints a timeline with writes and a closing count line."""
+    code, text = run("scenarios", "run", "crash_after_tool_ran", "--store", "both")
+    assert code == 0
+    assert "CRASH    after:tools" in text and "write    recovery" in text
+    assert text.rstrip().endswith("2 passed, 0 failed")
+
+
+def test_run_exits_1_when_an_invariant_breaks() -> None:
+    """Under a sabotage the narrated run reports the violation and exits 1."""
+    with SABOTAGES["execute_before_persist"].applied():
+        code, text = run("scenarios", "run", "tool_call_is_durable_before_it_runs", "--store", "memory")
+    assert code == 1
+    assert "violation: TOOL-1 [persist_before_execute]" in text
+
+
+def test_invariants_json_has_the_promised_fields() -> None:
+    """'invariants --json' lists every catalog id with scenarios, checker, sabotage, status."""
+    code, text = run("invariants", "--json")
+    rows = json.loads(text)
+    assert code == 0 and len(rows) >= 70
+    by_id = {r["id"]: r for r in rows}
+    for row in rows:
+        assert {"id", "scenarios", "checker", "sabotage", "status"} <= set(row)
+        assert row["status"] in {"covered", "partial", "missing"}
+    assert by_id["TOOL-1"]["status"] == "covered"
+    assert "tool_call_is_durable_before_it_runs" in by_id["TOOL-1"]["scenarios"]
+
+
+def test_verify_passes_and_counts_every_sabotage() -> None:
+    """'invariants verify' exits 0 with one line per sabotage and a count line."""
+    code, text = run("invariants", "verify")
+    assert code == 0
+    assert text.rstrip().endswith(f"{len(SABOTAGES)} passed, 0 failed")
+
+
+def test_verify_fails_on_a_vacuous_sabotage() -> None:
+    """A sabotage that breaks nothing is reported NOT CAUGHT and verify exits 1."""
+    import pytest
+
+    from sim.sabotage import Sabotage
+
+    harmless = Sabotage("harmless", ("TOOL-1",), "changes nothing", lambda: [])
+    mp = pytest.MonkeyPatch()
+    mp.setitem(SABOTAGES, "harmless", harmless)
+    try:
+        code, text = run("invariants", "verify")
+    finally:
+        mp.undo()
+    assert code == 1
+    assert "NOT CAUGHT  harmless" in text
