@@ -24,6 +24,7 @@ order, each guarded on its own so one failure never costs the user the answer (F
 
 from __future__ import annotations
 
+from hermes_ref import closure
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import AppendMessages, Emit, Now, ReleaseLease, RewriteMessage
 from hermes_ref.errors import PersistenceError
@@ -121,17 +122,20 @@ async def _close_tail(ctx: TurnContext) -> None:
 
 
 async def _failure_boundary(ctx: TurnContext) -> None:
-    """FIN-5: a failed turn leaves no open user or tool tail (context pressure excepted)."""
+    """FIN-5: a failed turn leaves no open user or tool tail (context pressure excepted).
+
+    Calls whose results could not be recorded get an ``unknown`` result first, so the
+    sequence is closed too (TOOL-3); those results were never shown to the model (TOOL-8).
+    """
     if not ctx.failed or ctx.exit_reason in CONTEXT_PRESSURE_EXITS:
         return
-    tail = ctx.transcript.durable_tail()
-    if tail is None or tail.role not in (Role.USER, Role.TOOL):
-        return
     reason = ctx.exit_reason.value if ctx.exit_reason else "unknown"
-    row = Message(role=Role.ASSISTANT, content=f"[turn ended without an answer: {reason}]",
-                  turn_id=ctx.turn_id)
-    ctx.transcript.append(row)
-    await _append(ctx, (row,), "boundary")
+    rows = closure.closing_rows(ctx.transcript, ctx.turn_id,
+                                result_text=closure.UNRECORDED_RESULT_TEXT,
+                                boundary_text=f"[turn ended without an answer: {reason}]")
+    if rows:
+        ctx.transcript.extend(rows)
+        await _append(ctx, tuple(rows), "boundary")
 
 
 def exit_fields(ctx: TurnContext) -> dict[str, object]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hermes_ref import closure
 from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
 from hermes_ref.effects import (
     AcquireLease,
@@ -38,12 +39,6 @@ from hermes_ref.models import Event, Lease, Message, Role, SessionRecord, ToolSp
 from hermes_ref.outcomes import ExitReason, TurnResult
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.transcript import Transcript
-
-RECOVERED_CALL_TEXT = (
-    "unknown: the process stopped after this call was recorded and before its result was; "
-    "it was not run again. Check its effect before retrying it."
-)
-RECOVERED_BOUNDARY_TEXT = "[the previous turn ended before it could answer]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,19 +112,9 @@ async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> Non
 
 async def _repair_tail(ctx: TurnContext) -> bool:
     """Close what a crashed turn left open; never re-run a recorded call (TOOL-10)."""
-    owner, missing = ctx.transcript.trailing_open_calls()
-    rows: list[Message] = []
-    if owner is not None:
-        names = {c.id: c.name for c in owner.tool_calls}
-        rows = [
-            Message(role=Role.TOOL, content=RECOVERED_CALL_TEXT, tool_call_id=call_id,
-                    tool_name=names[call_id], turn_id=ctx.turn_id)
-            for call_id in missing
-        ]
-    tail = rows[-1] if rows else ctx.transcript.durable_tail()
-    if tail is not None and tail.role in (Role.USER, Role.TOOL):
-        rows.append(Message(role=Role.ASSISTANT, content=RECOVERED_BOUNDARY_TEXT,
-                            turn_id=ctx.turn_id))
+    rows = closure.closing_rows(ctx.transcript, ctx.turn_id,
+                                result_text=closure.RECOVERED_CALL_TEXT,
+                                boundary_text=closure.RECOVERED_BOUNDARY_TEXT)
     return await ctx.persist(tuple(rows), "recovery") if rows else True
 
 

@@ -33,6 +33,7 @@ from hermes_ref.effects import ExecuteTools
 from hermes_ref.models import Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
+from hermes_ref.tool_specs import scoped_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +43,13 @@ class Segment:
 
 
 def _path_of(call: ToolCall, spec: ToolSpec) -> str | None:
-    args = call.parsed_arguments()
-    if args is None:
+    """The call's normalized path; "" (overlaps everything) for the root or outside it."""
+    path = scoped_path(call, spec)
+    if path is None or not path.strip():
         return None
-    raw = args.get("path", "." if spec.kind is ToolKind.READER else None)
-    if not isinstance(raw, str) or not raw:
-        return None
-    parts = [p for p in raw.replace("\\", "/").split("/") if p not in ("", ".")]
-    return "/".join(parts)
+    if path in (".", "..") or path.startswith("../"):
+        return ""
+    return path
 
 
 def _overlaps(a: str, b: str) -> bool:

@@ -286,20 +286,21 @@ def check_call(call: ToolCall) -> tuple[ToolSpec, dict[str, Any]] | ToolResult:
 
 
 # -- paths ---------------------------------------------------------------------------
-def scoped_path(call: ToolCall) -> str | None:
-    """The normalized path a READER/WRITER call touches ("." for a pathless search).
+def scoped_path(call: ToolCall, spec: ToolSpec | None = None) -> str | None:
+    """The normalized path a READER/WRITER call touches ("." for a pathless reader).
 
-    Pure string work (``posixpath.normpath``); None for other tools and for arguments
-    that are not a JSON object or carry no string path.
+    Pure string work (``posixpath.normpath``, so ``a/../b`` is ``b``); None for other
+    tools and for arguments that are not a JSON object or carry no string path. ``spec``
+    defaults to the catalog entry of the call's name.
     """
-    spec = TOOLS_BY_NAME.get(call.name)
+    spec = spec or TOOLS_BY_NAME.get(call.name)
     if spec is None or spec.kind not in (ToolKind.READER, ToolKind.WRITER):
         return None
     args = call.parsed_arguments()
     if args is None:
         return None
     path = args.get("path")
-    if path is None and call.name == SEARCH_FILES.name:
+    if path is None and spec.kind is ToolKind.READER:
         return "."
     return posixpath.normpath(path) if isinstance(path, str) else None
 

@@ -8,8 +8,8 @@ tail gets an engine boundary row before the new user row.
 
 from __future__ import annotations
 
+from hermes_ref.closure import RECOVERED_BOUNDARY_TEXT, RECOVERED_CALL_TEXT
 from hermes_ref.models import Role
-from hermes_ref.prologue import RECOVERED_BOUNDARY_TEXT, RECOVERED_CALL_TEXT
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
 

@@ -67,6 +67,22 @@ def execute_code_round_is_refunded(s: Story) -> None:
              "two calls, one budget unit")
 
 
+@scenario("A tool result the store refuses is never shown to the model, and the tail is still closed",
+          invariants=("TOOL-8", "TOOL-3", "FIN-5", "LOOP-3"), stage="tool_round")
+def refused_tool_result_is_not_sent(s: Story) -> None:
+    s.files({"notes.txt": "x"})
+    s.faults(fail_writes={"tool_results": 1})
+    s.script(tool_calls(("write_file", {"path": "notes.txt", "content": "y"})))
+    result = s.turn("Overwrite my notes.")
+    s.expect(result is not None and result.exit_reason is ExitReason.PERSISTENCE_FAILED,
+             "exit reason session_persistence_failed")
+    s.expect(len(s.world.calls) == 1, "the model was not called again with the lost result")
+    rows = s.transcript()
+    s.expect([r.role for r in rows] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT],
+             "the call got an 'unknown' result and a boundary row closed the tail")
+    s.expect((rows[2].content or "").startswith("unknown:"), "the result is reported unknown")
+
+
 @scenario("If the tool-call row cannot be written, no tool runs and the turn ends "
           "session_persistence_failed",
           invariants=("TOOL-1", "LOOP-3", "FIN-5", "FIN-7"), stage="tool_round")

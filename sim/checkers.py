@@ -23,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 
+from hermes_ref.closure import RECOVERED_CALL_TEXT
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import ProviderAuthError, ProviderError
 from hermes_ref.limits import Limits
 from hermes_ref.models import WIRE_MESSAGE_KEYS, Event, Message, ProviderReply, Role, ToolCall
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitReason
 from hermes_ref.ports import DurableRecord, LedgerEntry
-from hermes_ref.prologue import RECOVERED_CALL_TEXT
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
     EMPTY_AFTER_TOOLS_NUDGE,
@@ -366,6 +366,28 @@ def _recovered_results(obs: Observation) -> list[tuple[Message, Message]]:
         owner = owners.get((stored.session_id, row.tool_call_id or "")) if row.role is Role.TOOL else None
         if owner is not None and owner.turn_id != row.turn_id:
             out.append((row, owner))
+    return out
+
+
+@checker("results_durable_before_sent", ("TOOL-8",),
+         "a tool result reaches the model only after it is durable")
+def results_durable_before_sent(obs: Observation) -> list[Violation]:
+    out = []
+    durable: dict[str, list[tuple[int, str | None]]] = defaultdict(list)
+    for stored in obs.record.messages:
+        row = stored.message
+        if row.role is Role.TOOL:
+            durable[row.tool_call_id or ""].append((row.row_id or 0, row.content))
+    for call in obs.calls:
+        for message in call.request.messages:
+            if message.role is not Role.TOOL:
+                continue
+            rows = durable.get(message.tool_call_id or "", [])
+            if not any(rid <= call.watermark and text == message.content for rid, text in rows):
+                out.append(Violation("results_durable_before_sent", "TOOL-8",
+                                     f"call at effect {call.seq} (turn {call.turn_id}) sent the "
+                                     f"result of {message.tool_call_id} before it was durable"))
+                break
     return out
 
 

@@ -152,7 +152,7 @@ class SimDriver:
         watermark, at = world.store.watermark(), world.clock.now()
         try:
             reply = provider.complete(effect.request)
-        except OperatingError as failure:
+        except Exception as failure:  # the world logs every request it got, even a scripting error
             retry_after = failure.retry_after_s if isinstance(failure, RateLimited) else None
             world.calls.append(CallRecord(self.effects_performed, effect.session_id,
                                           effect.turn_id, effect.request, None,

@@ -314,6 +314,26 @@ sabotage("exit_line_always_info", ("FIN-7",),
          "the exit line is always INFO, even when the turn ends on a tool result")(_always_info)
 
 
+# ---- TOOL-8: a result the store refused is shown to the model anyway --------------------
+
+
+def _send_unrecorded_results() -> list[AbstractContextManager[Any]]:
+    original = TurnContext.persist
+
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+        if await original(ctx, rows, label) or label != "tool_results":
+            return ctx.state.persistence_failed is False or label != "tool_results"
+        ctx.state.persistence_failed = False
+        ctx.transcript.extend(rows)  # the model will see results the record does not have
+        return True
+    return [mock.patch.object(TurnContext, "persist", persist)]
+
+
+sabotage("send_unrecorded_results", ("TOOL-8",),
+         "when the store refuses tool results, the turn goes on and shows them to the model")(
+    _send_unrecorded_results)
+
+
 # ---- TOOL-2: the stored row forgets the calls to missing tools -----------------------------
 
 

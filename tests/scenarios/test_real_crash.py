@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_ref.closure import RECOVERED_BOUNDARY_TEXT, RECOVERED_CALL_TEXT
 from hermes_ref.models import Message, Role
 from hermes_ref.ports import DurableRecord, LeaseRow, LedgerEntry
-from hermes_ref.prologue import RECOVERED_BOUNDARY_TEXT, RECOVERED_CALL_TEXT
 from sim.realcrash import SESSION_ID, check, load_files, load_ledger
 from sim.sqlite_store import SqliteStore
 

@@ -188,3 +188,16 @@ def test_request_json_bytes_equal_the_wire_form(texts: list[str], with_tools: bo
     request = ProviderRequest(model="m", messages=messages,
                               tools=REFERENCE_TOOLS if with_tools else (), prompt_tokens=1)
     assert json.loads(request.wire_json()) == request.wire()
+
+
+def test_dot_dot_paths_are_normalized_before_planning() -> None:
+    """'a/../b.txt' is 'b.txt': a write there conflicts with a write to b.txt (TOOL-4)."""
+    calls = [call("write_file", path="a/../b.txt", content="1"),
+             call("write_file", path="b.txt", content="2")]
+    assert shape(calls) == [(False, ["write_file"]), (False, ["write_file"])]
+
+
+def test_paths_outside_the_workspace_overlap_everything() -> None:
+    """A path that climbs out of the workspace never shares a segment with a writer."""
+    calls = [call("read_file", path="../x"), call("write_file", path="y", content="")]
+    assert shape(calls) == [(False, ["read_file"]), (False, ["write_file"])]
