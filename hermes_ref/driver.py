@@ -118,6 +118,7 @@ class AsyncDriver:
             fx.CallProvider: self._call_provider,
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
+            fx.FlushEvents: lambda e: store.flush_events(),
         }
 
     # -- the stepping loop ----------------------------------------------------------------

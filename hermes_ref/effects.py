@@ -265,6 +265,18 @@ class Emit(Effect[None]):
 
 
 @dataclass(frozen=True, slots=True)
+class FlushEvents(Effect[None]):
+    """Commit the pending events now: a turn that writes no row still leaves its exit line."""
+
+    durable: ClassVar[bool] = True
+    kind: ClassVar[str] = "flush_events"
+
+    @property
+    def site(self) -> str:
+        return "events"
+
+
+@dataclass(frozen=True, slots=True)
 class Log(Effect[None]):
     """A structured log line (the turn-exit line of FIN-7 is one)."""
 

@@ -176,7 +176,10 @@ async def finalize(ctx: TurnContext) -> TurnResult:
     await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.completed",
                      data={"final_response": ctx.final_response, "failed": ctx.failed},
                      at=now))
-    await ReleaseLease(ctx.lease)
+    try:
+        await ReleaseLease(ctx.lease)  # LEASE-6: released whatever post-processing did
+    except PersistenceError as error:
+        ctx.cleanup_errors.append(f"release: {error.cause}: {error}")  # it expires on its own
     _update_cache(ctx)
     ctx.enter(Phase.DONE)
     return _result(ctx)

@@ -9,12 +9,13 @@ In order, because the order is the contract:
    replayed byte for byte from the session row afterwards (CTX-3); a session row is never
    written without it, and nothing is written for a session before its row exists.
 3. Take the session's turn lease (LEASE-1), waiting in bounded polls; a turn that cannot
-   get it returns early with the user's input handed back (LEASE-5).
+   get it, or whose store fails before it begins, returns early with the user's input
+   handed back (LEASE-5): refusal is not loss.
 4. Sync the history: the cached transcript is reused only when the fencing token proves
    nobody else held the lease since (see ``context``); otherwise it is reloaded.
-5. Repair a crashed predecessor: calls without results get an ``unknown`` result and are
+5. Reset per-turn state and rebuild the budget (CTX-1); copy the history (CTX-2).
+6. Repair a crashed predecessor: calls without results get an ``unknown`` result and are
    never re-run (TOOL-10); an open user/tool tail gets an engine boundary row (FIN-5).
-6. Reset per-turn state and rebuild the budget (CTX-1); copy the history (CTX-2).
 7. Persist the user row, once, with its final ``api_content`` sidecar, before the first
    model call (CTX-8, WIRE-1).
 """
@@ -29,11 +30,14 @@ from hermes_ref.effects import (
     AcquireLease,
     Emit,
     EnsureSession,
+    FlushEvents,
     LoadMessages,
     MintId,
     Now,
+    ReleaseLease,
     Sleep,
 )
+from hermes_ref.errors import PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Event, Lease, Message, Role, SessionRecord, ToolSpec
 from hermes_ref.outcomes import ExitReason, TurnResult
@@ -123,14 +127,49 @@ async def _persist_user(ctx: TurnContext, user: Message) -> bool:
     return await ctx.persist((user,), "user")
 
 
-def lease_timeout_result(inp: TurnInput, turn_id: str, user: Message) -> TurnResult:
+def refused_result(inp: TurnInput, turn_id: str, user: Message,
+                   failure: PersistenceError | None) -> TurnResult:
+    """A turn that could not begin hands its input back (LEASE-5, ADM-6): refusal is not loss."""
+    if failure is not None:
+        reason, detail = ExitReason.PERSISTENCE_FAILED, f"{failure.cause}: {failure}"
+        failure_reason = f"session_persistence_failed:{failure.cause}"
+    else:
+        reason, detail = ExitReason.LEASE_TIMEOUT, f"session_turn_lease_timeout:{inp.session_id}"
+        failure_reason = "session_busy"
     return TurnResult(
-        session_id=inp.session_id, turn_id=turn_id, final_response=None,
-        exit_reason=ExitReason.LEASE_TIMEOUT, failed=True, retryable=True,
-        failure_reason="session_busy",
-        exit_detail=f"session_turn_lease_timeout:{inp.session_id}",
+        session_id=inp.session_id, turn_id=turn_id, final_response=None, exit_reason=reason,
+        exit_detail=detail, failed=True, retryable=True, failure_reason=failure_reason,
         carried_input=user,
     )
+
+
+async def _refuse(inp: TurnInput, deps: PrologueDeps, turn_id: str, user: Message,
+                  lease: Lease | None, failure: PersistenceError | None) -> TurnResult:
+    """End a turn that never began: give back a lease it got, log its exit, return the input."""
+    result = refused_result(inp, turn_id, user, failure)
+    if lease is not None:
+        try:
+            await ReleaseLease(lease)
+        except PersistenceError as error:  # the lease expires on its own
+            result = result.model_copy(update={"cleanup_errors": (f"release: {error.cause}",)})
+    now = await Now()
+    fields = {"level": "INFO", "reason": result.exit_reason.value, "detail": result.exit_detail,
+              "api_calls": 0, "max_iterations": deps.limits.max_iterations, "budget_used": 0,
+              "budget_max": deps.limits.iteration_budget, "last_role": "none", "response_len": 0,
+              "cleanup_errors": 0}
+    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.exit", data=fields,
+                     at=now))
+    carried = result.carried_input.content if result.carried_input is not None else None
+    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.completed",
+                     data={"final_response": None, "failed": True, "carried_input": carried},
+                     at=now))
+    try:
+        await FlushEvents()
+    except PersistenceError as error:
+        result = result.model_copy(update={"cleanup_errors": (
+            *result.cleanup_errors, f"events: {error.cause}")})
+    deps.tracker.enter(Phase.DONE)
+    return result
 
 
 @dataclass(slots=True)
@@ -150,17 +189,21 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     user = Message(role=Role.USER, content=inp.text, turn_id=turn_id, created_at=now,
                    api_content=compose_api_content(inp.text, inp.injected_context))
     cache = deps.caches.get(inp.session_id)
-    created = False
-    if cache is None:
-        record, created = await _ensure_session(inp, deps.tools, now)
-        system = Message(role=Role.SYSTEM, content=record.system_prompt)
-        cache = SessionCache(inp.session_id, record.system_prompt, system)
-    lease = await _acquire_lease(inp.session_id, f"{deps.holder}:turn={turn_id}", deps.limits, now)
-    if lease is None:
-        deps.tracker.enter(Phase.DONE)
-        return lease_timeout_result(inp, turn_id, user)
+    created, lease, failure = False, None, None
+    try:
+        if cache is None:
+            record, created = await _ensure_session(inp, deps.tools, now)
+            system = Message(role=Role.SYSTEM, content=record.system_prompt)
+            cache = SessionCache(inp.session_id, record.system_prompt, system)
+        lease = await _acquire_lease(inp.session_id, f"{deps.holder}:turn={turn_id}",
+                                     deps.limits, now)
+        if lease is not None:
+            await _sync_history(cache, lease, created)
+    except PersistenceError as error:
+        failure = error
+    if cache is None or lease is None or failure is not None:
+        return await _refuse(inp, deps, turn_id, user, lease, failure)
     deps.caches[inp.session_id] = cache
-    await _sync_history(cache, lease, created)
     ctx = TurnContext(
         session_id=inp.session_id, turn_id=turn_id, user_text=inp.text, limits=deps.limits,
         tools=deps.tools, cache=cache, lease=lease, tracker=deps.tracker,

@@ -391,6 +391,31 @@ def results_durable_before_sent(obs: Observation) -> list[Violation]:
     return out
 
 
+REFUSED_EXITS = frozenset({ExitReason.LEASE_TIMEOUT.value})
+
+
+@checker("refusal_is_not_loss", ("LEASE-5",),
+         "a turn refused before it began wrote nothing and handed its input back")
+def refusal_is_not_loss(obs: Observation) -> list[Violation]:
+    out = []
+    completions = {e.turn_id: e for e in obs.events("turn.completed")}
+    for event in obs.events("turn.exit"):
+        refused = event.data.get("reason") in REFUSED_EXITS or (
+            event.data.get("reason") == ExitReason.PERSISTENCE_FAILED.value
+            and event.data.get("last_role") == "none")
+        if not refused:
+            continue
+        done = completions.get(event.turn_id)
+        if done is None or not done.data.get("carried_input"):
+            out.append(Violation("refusal_is_not_loss", "LEASE-5",
+                                 f"turn {event.turn_id} was refused ({event.data.get('reason')}) "
+                                 "without handing its input back"))
+        if obs.rows_of_turn(event.turn_id):
+            out.append(Violation("refusal_is_not_loss", "LEASE-5",
+                                 f"turn {event.turn_id} was refused but wrote rows"))
+    return out
+
+
 # ---- transcript shape --------------------------------------------------------------------
 
 

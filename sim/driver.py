@@ -55,6 +55,7 @@ class SimDriver:
             fx.CallProvider: self._call_provider,
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
+            fx.FlushEvents: self._flush_events,
             fx.Log: lambda e: world.timeline.add("log", f"{e.level} {e.message}"),
         }
 
@@ -186,6 +187,10 @@ class SimDriver:
                 state = "error" if result.is_error else "ok"
                 world.timeline.add("tool", f"{mode:<10} {result.call_id} {result.name} {state}")
         return tuple(results)
+
+    def _flush_events(self, effect: fx.FlushEvents) -> None:
+        self._fail_if_planned("events")
+        self.world.store.flush_events()
 
     def _emit(self, effect: fx.Emit) -> None:
         world = self.world

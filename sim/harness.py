@@ -32,7 +32,7 @@ from typing import Any
 
 from hermes_ref.engine import Engine
 from hermes_ref.limits import Limits
-from hermes_ref.models import Message, ProviderReply
+from hermes_ref.models import Message, ProviderReply, SessionRecord
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.prologue import TurnInput
 from hermes_ref.tool_specs import REFERENCE_TOOLS
@@ -193,6 +193,14 @@ class Story:
             self.world.timeline.add("EXPECT", f"failed: {message}")
             raise ExpectationFailed(message)
 
+    def session_record(self, session: str) -> SessionRecord:
+        """The row the engine would create for ``session`` (for stories that set up a lane)."""
+        from hermes_ref.prologue import build_system_prompt
+
+        prompt = build_system_prompt("agent:main:cli:dm", "cli", self.engine.tools)
+        return SessionRecord(id=session, key="agent:main:cli:dm", platform="cli",
+                             system_prompt=prompt, started_at=self.world.clock.now())
+
     def transcript(self, session: str = "s-1") -> list[Message]:
         return self.world.store.snapshot().transcript(session)
 
@@ -279,6 +287,7 @@ def run_scenario(spec: ScenarioSpec, store_kind: StoreKind = "memory", *,
                 provider.assert_consumed()
         except ExpectationFailed as failed:
             error = f"expectation failed: {failed}"
+            story.check()
         except Exception as exc:  # a scenario must report, not explode
             error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=6))
             story.check()  # the record still tells what the failure left behind

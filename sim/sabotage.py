@@ -314,6 +314,21 @@ sabotage("exit_line_always_info", ("FIN-7",),
          "the exit line is always INFO, even when the turn ends on a tool result")(_always_info)
 
 
+# ---- LEASE-5: a refused turn drops its input ----------------------------------------------
+
+
+def _drop_refused_input() -> list[AbstractContextManager[Any]]:
+    original = prologue.refused_result
+
+    def dropping(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **kwargs).model_copy(update={"carried_input": None})
+    return [mock.patch.object(prologue, "refused_result", dropping)]
+
+
+sabotage("refused_turn_drops_input", ("LEASE-5",),
+         "a turn that cannot get the lease returns without the user's message")(_drop_refused_input)
+
+
 # ---- TOOL-8: a result the store refused is shown to the model anyway --------------------
 
 
