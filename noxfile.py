@@ -33,7 +33,9 @@ def types(session: nox.Session) -> None:
 def sweep(session: nox.Session) -> None:
     """Long sweeps: many more generated scripts and crash points. Minutes, not seconds."""
     session.install("-e", ".[test]")
-    session.env["HERMES_REF_PROPERTY_EXAMPLES"] = session.posargs[0] if session.posargs else "2000"
+    examples = session.posargs[0] if session.posargs else "2000"
+    session.env["HERMES_REF_PROPERTY_EXAMPLES"] = examples
+    session.env["HERMES_REF_SWEEP_EXAMPLES"] = examples
     session.run("python", "-m", "pytest", "--run-slow", "tests/properties", "-p", "no:cacheprovider")
 
 

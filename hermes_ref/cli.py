@@ -57,7 +57,7 @@ def cmd_scenarios_run(args: argparse.Namespace, out: TextIO) -> int:
     total = 0
     for spec in _select(args.names):
         for kind in _kinds(args.store):
-            outcome = run_scenario(spec, kind, seed=args.seed)
+            outcome = run_scenario(spec, kind)
             total += 1
             verdict = "PASS" if outcome.passed else "FAIL"
             out.write(f"== {verdict} {spec.name} [{kind}] {','.join(spec.invariants)}\n")
@@ -151,7 +151,6 @@ def build_parser() -> argparse.ArgumentParser:
     run = scen_sub.add_parser("run", help="run scenarios with a narrated timeline")
     run.add_argument("names", nargs="*", help="scenario names (default: all)")
     run.add_argument("--store", choices=STORE_CHOICES, default="sqlite")
-    run.add_argument("--seed", type=int, default=0)
     run.add_argument("--quiet", action="store_true", help="timelines only for failures")
 
     inv = sub.add_parser("invariants", help="the coverage matrix of the invariant catalog")

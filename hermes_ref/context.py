@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hermes_ref.effects import AppendMessages, Effect
-from hermes_ref.errors import PersistenceError
+from hermes_ref.errors import InvariantBroken, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Lease, Message, ToolSpec
 from hermes_ref.outcomes import ExitReason
@@ -74,7 +74,6 @@ class TurnState:
 
     budget: IterationBudget
     api_calls: int = 0
-    grace_pending: bool = False
     invalid_tool_rounds: int = 0
     invalid_json_retries: int = 0
     empty_retries: int = 0
@@ -135,8 +134,27 @@ class TurnContext:
             self.state.persistence_failed = True
             self.state.persistence_cause = f"{error.cause}: {error}"
             return False
+        check_stored(rows, stored)
         self.transcript.extend(stored)
         return True
+
+
+def check_stored(written: tuple[Message, ...], stored: tuple[Message, ...]) -> None:
+    """The cheap pair of a write: what came back is what was sent, with fresh row ids.
+
+    A store that drops, reorders or rewrites rows would silently corrupt every later turn;
+    this fails loudly at the first such write instead.
+    """
+    if len(stored) != len(written):
+        raise InvariantBroken(f"wrote {len(written)} rows, the store returned {len(stored)}")
+    previous = 0
+    for sent, row in zip(written, stored, strict=True):
+        if row.row_id is None or row.row_id <= previous:
+            raise InvariantBroken(f"row ids not increasing: {row.row_id} after {previous}")
+        if (row.role, row.content, row.tool_calls, row.tool_call_id) != (
+                sent.role, sent.content, sent.tool_calls, sent.tool_call_id):
+            raise InvariantBroken(f"row #{row.row_id} came back different from what was written")
+        previous = row.row_id
 
 
 # Re-exported for modules that only need the base effect type in annotations.

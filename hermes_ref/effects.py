@@ -6,7 +6,7 @@ The engine core never performs I/O. Where it needs the clock, the provider, the 
 a tool or the event stream, it ``await``s an effect value::
 
     reply = await CallProvider(request)
-    rows = await AppendMessages(lease.token, session_id, (assistant_row,), site="tool_calls")
+    rows = await AppendMessages(lease.token, session_id, (assistant_row,), "tool_calls")
 
 An effect's ``__await__`` yields the effect itself to whoever drives the coroutine and
 returns what the driver sends back. A driver (``hermes_ref.driver`` for asyncio,
@@ -131,7 +131,11 @@ class EnsureSession(Effect[tuple[SessionRecord, bool]]):
 
 @dataclass(frozen=True, slots=True)
 class AcquireLease(Effect[Lease | None]):
-    """Take the session's turn lease if it is free or expired; None when it is held."""
+    """Take the session's turn lease if it is free, expired or held by a dead process.
+
+    None when a live holder has it. The store decides liveness (LEASE-3): the production
+    store checks the holder's pid, the simulated one asks the world.
+    """
 
     session_id: str
     holder: str
@@ -202,7 +206,7 @@ class ProviderRequest:
     prompt_tokens: int
     max_tokens: int | None = None
     stream: bool = False
-    purpose: str = "turn"  # "turn" | "grace_summary"
+    purpose: str = "turn"  # "turn" | "grace" (the finalizer's tool-less summary call)
 
     def wire_json(self) -> bytes:
         """The body as JSON bytes, equal to ``json.dumps(self.wire())`` once parsed.
@@ -278,7 +282,7 @@ class FlushEvents(Effect[None]):
 
 @dataclass(frozen=True, slots=True)
 class Log(Effect[None]):
-    """A structured log line (the turn-exit line of FIN-7 is one)."""
+    """A structured log line for operators (the FIN-7 exit line is the ``turn.exit`` event)."""
 
     level: str
     message: str

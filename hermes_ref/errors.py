@@ -4,18 +4,20 @@
     ├── EngineBug                 the engine broke its own rules: crash loudly, never handle
     │   ├── IllegalTransition     a phase change the transition table does not allow
     │   └── InvariantBroken       a cheap in-line invariant assertion failed
-    └── OperatingError            the world misbehaved: the engine handles these
-        ├── ProviderError         mapped from HTTP/transport failures at the adapter boundary
-        │   ├── RateLimited       429; carries Retry-After          (transient)
-        │   ├── ProviderServerError  5xx                            (transient)
-        │   ├── ProviderTimeout   connect/read timeout               (transient)
-        │   ├── ContextOverflow   400 context_length_exceeded        (back to preflight)
-        │   ├── ProviderAuthError 401/403                            (one refresh, then terminal)
-        │   ├── ProviderRejected  any other 4xx                      (terminal)
-        │   └── MalformedReply    a 2xx body that is not a usable completion (terminal)
-        ├── PersistenceError      the durable store refused or failed a write
-        │   └── LeaseLost         a write carried a fencing token that no longer holds the lease
-        └── BadInput              a broken scenario file, corrupt database or hostile payload
+    ├── OperatingError            the world misbehaved: the engine handles these
+    │   ├── ProviderError         mapped from HTTP/transport failures at the adapter boundary
+    │   │   ├── RateLimited       429; carries Retry-After          (transient)
+    │   │   ├── ProviderServerError  5xx, connection failures       (transient)
+    │   │   ├── ProviderTimeout   connect/read timeout               (transient)
+    │   │   ├── ContextOverflow   400 context_length_exceeded        (the turn fails closed)
+    │   │   ├── ProviderAuthError 401/403                            (one refresh, then terminal)
+    │   │   ├── ProviderRejected  any other 4xx                      (terminal)
+    │   │   └── MalformedReply    a 2xx body that is not a usable completion (terminal)
+    │   └── PersistenceError      the durable store refused or failed a write
+    │       └── LeaseLost         a write carried a fencing token that no longer holds the lease
+    └── BadInput                  what the project was handed is unusable: a broken scenario
+                                  file, a corrupt database, a malformed script; the message
+                                  names what and where
 
 Foreign exceptions (httpx, sqlite3, OSError) never travel past an adapter: each adapter
 maps them to one of the classes above, keeping the original as ``__cause__``.

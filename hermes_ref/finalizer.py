@@ -24,7 +24,7 @@ order, each guarded on its own so one failure never costs the user the answer (F
 
 from __future__ import annotations
 
-from hermes_ref import closure
+from hermes_ref import closure, preflight
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import AppendMessages, Emit, Now, ReleaseLease, RewriteMessage
 from hermes_ref.errors import PersistenceError
@@ -52,6 +52,8 @@ async def _budget_fallback(ctx: TurnContext) -> None:
     ctx.transcript.append(
         scaffold(Role.USER, GRACE_SUMMARY_PROMPT, ScaffoldFlag.GRACE_SUMMARY, ctx.turn_id)
     )
+    if not await preflight.check(ctx):  # the grace call is a model call too (CMP-7)
+        return
     state.api_calls += 1
     reply = await call_with_retries(ctx, build_request(ctx, with_tools=False, purpose="grace"))
     text = (reply.content or "").strip() if reply is not None else ""
@@ -65,7 +67,10 @@ def _silent_stop_guard(ctx: TurnContext) -> None:
     """FIN-8: never end quietly on a tool result.
 
     A turn the loop already ended as a failure (a terminal provider error, invalid tool
-    calls) keeps its own reason: it is not silent, and FIN-5 closes its tail.
+    calls) keeps its own reason: it is not silent, and FIN-5 closes its tail. Otherwise
+    this guard deliberately *replaces* the recorded reason (a budget exit, say): ending on
+    an unanswered tool result is the more specific truth, so it bypasses ``finish``'s
+    first-reason-wins rule on purpose.
     """
     tail = ctx.transcript.tail()
     if (ctx.final_response is None and not ctx.failed and not ctx.interrupted
@@ -153,6 +158,7 @@ def exit_fields(ctx: TurnContext) -> dict[str, object]:
         "budget_max": ctx.state.budget.max_total,
         "last_role": last_role,
         "response_len": len(ctx.final_response or ""),
+        "interrupted": ctx.interrupted,
         "cleanup_errors": len(ctx.cleanup_errors),  # FIN-5 trusts the boundary row only at 0
     }
 

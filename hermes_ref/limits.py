@@ -7,7 +7,7 @@ defaults; each is a setting, and scenarios override them to reach a boundary qui
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 
 class Limits(BaseModel):
@@ -66,8 +66,6 @@ class Limits(BaseModel):
     model: str = "hermes-ref-model"
     fallback_model: str | None = None
     max_tokens: int | None = None
-
-    refundable_tools: frozenset[str] = Field(default_factory=lambda: frozenset({"execute_code"}))
 
     def compression_threshold_effective(self) -> float:
         """CMP-1: small windows raise the threshold to at least the small-window floor."""

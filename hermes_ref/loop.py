@@ -2,14 +2,16 @@
 
 Theory of operation
 -------------------
-The loop runs while ``api_calls < max_iterations and budget.remaining > 0`` or a grace
-call is pending (LOOP-1). Each iteration spends one budget unit (LOOP-2), builds the
-request from the working transcript, and calls the provider through ``call_with_retries``
-which classifies failures (LOOP-5):
+The loop runs while ``api_calls < max_iterations and budget.remaining > 0`` (LOOP-1).
+The one grace call that LOOP-1 allows past that bound is made by the finalizer once the
+loop has ended (FIN-1), so here it needs no flag. Each iteration spends one budget unit
+(LOOP-2), builds the request from the working transcript, and calls the provider through
+``call_with_retries``, which classifies failures (LOOP-5):
 
 * transient (429 honouring Retry-After, 5xx, timeout): back off and retry the same call;
 * auth: one more try (a credential refresh in a real deployment), then terminal;
-* context overflow: back to preflight, which fails closed when it cannot relieve it;
+* context overflow: the turn fails closed and the request is not sent again; once
+  compaction exists (CMP-7) this is where it hands back to preflight;
 * any other provider error: terminal.
 
 A reply with tool calls goes to the tool round. A reply that promised tool calls but
@@ -85,17 +87,14 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
 
 def _loop_may_continue(ctx: TurnContext) -> bool:
     state = ctx.state
-    within = state.api_calls < ctx.limits.max_iterations and state.budget.remaining > 0
-    return within or state.grace_pending
+    return state.api_calls < ctx.limits.max_iterations and state.budget.remaining > 0
 
 
 async def run_loop(ctx: TurnContext) -> None:
     """Iterate until an exit reason is recorded or the budget ends (the finalizer handles that)."""
     state = ctx.state
     while ctx.exit_reason is None and _loop_may_continue(ctx):
-        if state.grace_pending:
-            state.grace_pending = False
-        elif not state.budget.consume():
+        if not state.budget.consume():
             break
         state.api_calls += 1
         ctx.enter(Phase.PREFLIGHT)

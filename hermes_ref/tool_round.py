@@ -146,7 +146,7 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
         if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), "tool_results"):
             _fail_persistence(ctx)
             return False
-    if all(c.name in ctx.limits.refundable_tools for c in assistant.tool_calls):
+    if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):
         ctx.state.budget.refund()  # LOOP-2: a round of refundable tools costs no budget
     ctx.state.last_round_had_tools = True
     ctx.state.post_tool_nudged = False

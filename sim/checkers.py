@@ -36,6 +36,7 @@ from hermes_ref.scaffolding import (
     EMPTY_SENTINEL,
     GRACE_SUMMARY_PROMPT,
 )
+from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.world import CallRecord
 
 
@@ -609,7 +610,7 @@ def user_row_before_call(obs: Observation) -> list[Violation]:
          "calls, budget units and refunds of each turn add up against the provider's log")
 def budget_accounting(obs: Observation) -> list[Violation]:
     out = []
-    refundable = obs.limits.refundable_tools
+    refundable = {t.name for t in TOOLS_BY_NAME.values() if t.refundable}
     for event in obs.events("turn.exit"):
         data = event.data
         requests = {id(c.request): c.request for c in obs.calls_of_turn(event.turn_id)}
@@ -619,7 +620,7 @@ def budget_accounting(obs: Observation) -> list[Violation]:
                       if m.tool_calls and all(c.name in refundable for c in m.tool_calls))
         tag = f"turn {event.turn_id}"
         if data.get("api_calls") != len(requests):
-            out.append(Violation("budget_accounting", "LOOP-3",
+            out.append(Violation("budget_accounting", "LOOP-1",
                                  f"{tag} reports {data.get('api_calls')} calls, the provider "
                                  f"saw {len(requests)}"))
         if regular > obs.limits.max_iterations or grace > 1:
@@ -627,7 +628,10 @@ def budget_accounting(obs: Observation) -> list[Violation]:
                                  f"{tag} made {regular} budgeted calls and {grace} grace calls "
                                  f"with max_iterations={obs.limits.max_iterations}"))
         if data.get("budget_used") != regular - refunds:
-            out.append(Violation("budget_accounting", "LOOP-2",
+            used = data.get("budget_used")
+            # more units than this turn's calls: they were carried in from another turn
+            carried = isinstance(used, int) and used > regular
+            out.append(Violation("budget_accounting", "CTX-1" if carried else "LOOP-2",
                                  f"{tag} used {data.get('budget_used')} budget units for "
                                  f"{regular} calls and {refunds} refundable rounds"))
         if data.get("budget_max") != obs.limits.iteration_budget:
@@ -889,7 +893,8 @@ def exit_line(obs: Observation) -> list[Violation]:
             out.append(Violation("exit_line", "FIN-7",
                                  f"turn {event.turn_id} exit line lacks {sorted(missing)}"))
             continue
-        want = "WARNING" if data["last_role"] == Role.TOOL.value else "INFO"
+        tool_tail = data["last_role"] == Role.TOOL.value and not data.get("interrupted", False)
+        want = "WARNING" if tool_tail else "INFO"
         if data["level"] != want:
             out.append(Violation("exit_line", "FIN-7",
                                  f"turn {event.turn_id} ended on {data['last_role']} but logged "

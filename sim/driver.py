@@ -179,7 +179,8 @@ class SimDriver:
         costs: list[float] = []
         for call in effect.calls:
             results.append(world.tools.run(call, watermark=watermark, at=world.clock.now()))
-            costs.append(world.tools.cost_s(call.name))
+            hung = world.tools.is_hung(call.name)
+            costs.append(world.tool_batch_deadline_s if hung else world.tools.cost_s(call.name))
         world.clock.advance(max(costs) if effect.parallel else sum(costs))
         if world.timeline.enabled:
             mode = "parallel" if effect.parallel else "sequential"

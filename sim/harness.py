@@ -121,7 +121,10 @@ class Story:
             self._world.provider = provider
 
     def files(self, files: dict[str, str]) -> None:
+        """Files in the simulated workspace; may be called before or between turns."""
         self._files.update(files)
+        if self._world is not None:
+            self._world.tools.add_files(files)
 
     def limits(self, **overrides: Any) -> None:
         self._limits = self._limits.model_copy(update=overrides)

@@ -249,7 +249,7 @@ sabotage("budget_not_reset", ("CTX-1",),
 def _off_by_one() -> list[AbstractContextManager[Any]]:
     def may_continue(ctx: TurnContext) -> bool:
         state = ctx.state
-        return state.api_calls <= ctx.limits.max_iterations or state.grace_pending
+        return state.api_calls <= ctx.limits.max_iterations
     return [
         mock.patch.object(loop, "_loop_may_continue", may_continue),
         mock.patch.object(context.IterationBudget, "consume", lambda self: True),

@@ -85,11 +85,7 @@ class SimTools(GuardedRunner):
         output_chars_max: int = 50_000,
     ) -> None:
         self._files: dict[str, str] = {}
-        for path, text in (files or {}).items():
-            rel = relative_path(path)
-            if rel is None or rel == ".":
-                raise BadInput(f"initial file path is not inside the workspace: {path!r}")
-            self._files[rel] = text
+        self.add_files(files or {})
         self._costs = {**DEFAULT_COSTS, **(costs or {})}
         self.output_chars_max = output_chars_max
         self._failures: dict[str, deque[str]] = {}
@@ -107,6 +103,14 @@ class SimTools(GuardedRunner):
         }
 
     # -- world control -------------------------------------------------------------
+    def add_files(self, files: Mapping[str, str]) -> None:
+        """Put files into the simulated workspace (a story's setup; no ledger entry)."""
+        for path, text in files.items():
+            rel = relative_path(path)
+            if rel is None or rel == ".":
+                raise BadInput(f"file path is not inside the workspace: {path!r}")
+            self._files[rel] = text
+
     def fail_next(self, name: str, message: str = "simulated tool failure") -> None:
         """The next executed call of ``name`` returns an error result with ``message``."""
         self._failures.setdefault(name, deque()).append(message)

@@ -88,6 +88,7 @@ class World:
     id_base: int = 0
     clock: VirtualClock = field(default_factory=VirtualClock)
     fallback_provider: SimProvider | None = None
+    tool_batch_deadline_s: float = 420.0  # a hung tool costs this much virtual time (TOOL-5)
     stream: list[Event] = field(default_factory=list)
     subscribers: list[Callable[[Event], None]] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -128,10 +129,36 @@ def test_recovery_keeps_the_record_sound_on_sqlite(steps: list[Any], crash_at: i
 
 def test_property_catches_a_broken_engine() -> None:
     """Under the execute-before-persist sabotage, a crash after a tool call breaks the record."""
-    import pytest
-
     from sim.sabotage import SABOTAGES
 
     steps = [("tools", ("write_file",)), ("text", ())]
     with SABOTAGES["execute_before_persist"].applied(), pytest.raises(AssertionError):
         _run(steps, None, "memory", 0)
+
+
+SWEEP_EXAMPLES = int(os.environ.get("HERMES_REF_SWEEP_EXAMPLES", "2000"))
+
+
+@pytest.mark.slow
+@settings(max_examples=SWEEP_EXAMPLES, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(step_strategy, min_size=1, max_size=12),
+       crashes=st.lists(st.integers(min_value=1, max_value=120), min_size=1, max_size=3),
+       seed=st.integers(min_value=0, max_value=2**16))
+def test_sweep_repeated_crashes_and_recoveries(steps: list[Any], crashes: list[int], seed: int) -> None:
+    """Long sweep: up to three crashes in a row, each followed by a restart; the record stays sound."""
+    with tempfile.TemporaryDirectory() as tmp:
+        story = Story(store_kind="memory", workdir=Path(tmp), seed=seed, trace=False)
+        story.files({"notes.txt": "original"})
+        story.limits(max_iterations=6, iteration_budget=6)
+        story.use_provider(scripted_then_text(steps))
+        for crash_at in crashes:
+            story.faults(crash_at_effect=crash_at)
+            story.turn("do the thing")
+            story.restart()
+        story.faults()
+        final = story.turn("and now?")
+        assert final is not None
+        rows = story.transcript()
+        assert rows and rows[-1].role is Role.ASSISTANT, [r.role for r in rows]
+        assert not story.violations, [str(v) for v in story.violations]

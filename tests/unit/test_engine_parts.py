@@ -201,3 +201,16 @@ def test_paths_outside_the_workspace_overlap_everything() -> None:
     """A path that climbs out of the workspace never shares a segment with a writer."""
     calls = [call("read_file", path="../x"), call("write_file", path="y", content="")]
     assert shape(calls) == [(False, ["read_file"]), (False, ["write_file"])]
+
+
+def test_a_store_that_changes_rows_is_an_engine_bug() -> None:
+    """The paired check after a write refuses rows that came back different (InvariantBroken)."""
+    from hermes_ref.context import check_stored
+    from hermes_ref.errors import InvariantBroken
+
+    sent = (Message(role=Role.USER, content="hi"),)
+    good = (sent[0].model_copy(update={"row_id": 7}),)
+    check_stored(sent, good)
+    for bad in ((), (sent[0],), (sent[0].model_copy(update={"row_id": 7, "content": "HI"}),)):
+        with pytest.raises(InvariantBroken):
+            check_stored(sent, bad)
