@@ -1,0 +1,154 @@
+"""The checkers' shared ground: violations, the observation, the registry and common readings."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hermes_ref.effects import ProviderRequest
+from hermes_ref.limits import Limits
+from hermes_ref.models import Event, Message, Role, ToolCall
+from hermes_ref.ports import DurableRecord, LedgerEntry
+from sim.world import CallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    checker: str
+    invariant: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant} [{self.checker}] {self.message}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    record: DurableRecord
+    ledger: tuple[LedgerEntry, ...]
+    calls: tuple[CallRecord, ...]
+    crash_seqs: tuple[int, ...]
+    limits: Limits
+
+    def at_rest(self, session_id: str) -> bool:
+        for lease in self.record.leases:
+            if lease.session_id == session_id:
+                return lease.holder is None
+        return True
+
+    def events(self, kind: str) -> list[Event]:
+        return [e for e in self.record.events if e.kind == kind]
+
+    def rows_of_turn(self, turn_id: str) -> list[Message]:
+        return [m.message for m in self.record.messages if m.message.turn_id == turn_id]
+
+    def calls_of_turn(self, turn_id: str) -> list[CallRecord]:
+        return [c for c in self.calls if c.turn_id == turn_id]
+
+
+Check = Callable[[Observation], list[Violation]]
+
+
+@dataclass(frozen=True)
+class Checker:
+    name: str
+    invariants: tuple[str, ...]
+    summary: str
+    check: Check
+
+
+CHECKERS: dict[str, Checker] = {}
+
+
+def checker(name: str, invariants: tuple[str, ...], summary: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
+        CHECKERS[name] = Checker(name, invariants, summary, fn)
+        return fn
+    return register
+
+
+def run_all(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for entry in CHECKERS.values():
+        out.extend(entry.check(obs))
+    return out
+
+
+# ---- shared readings of the call log and the record ----------------------------------------
+
+
+def calls_by_turn(obs: Observation) -> dict[str, list[CallRecord]]:
+    """Each turn's provider calls, in call order."""
+    grouped: dict[str, list[CallRecord]] = defaultdict(list)
+    for call in obs.calls:
+        grouped[call.turn_id].append(call)
+    return grouped
+
+
+def distinct_requests(records: list[CallRecord]) -> list[ProviderRequest]:
+    """The requests of ``records`` in first-call order; retries share one request object."""
+    seen: dict[int, ProviderRequest] = {}
+    for record in records:
+        seen.setdefault(id(record.request), record.request)
+    return list(seen.values())
+
+
+def is_grace(record: CallRecord) -> bool:
+    return record.request.purpose == "grace"
+
+
+def offered(request: ProviderRequest) -> frozenset[str]:
+    return frozenset(t.name for t in request.tools)
+
+
+def tool_replies(records: list[CallRecord]) -> list[CallRecord]:
+    """The budgeted calls whose reply called tools: the turn's tool rounds, in order."""
+    return [r for r in records if r.reply is not None and r.reply.tool_calls and not is_grace(r)]
+
+
+def all_invalid(record: CallRecord) -> bool:
+    """Every call of the reply names a tool the request did not offer."""
+    names = offered(record.request)
+    return record.reply is not None and all(c.name not in names for c in record.reply.tool_calls)
+
+
+def round_landed(obs: Observation, record: CallRecord) -> bool:
+    """Every call of the reply has a durable result written by the same turn."""
+    if record.reply is None:
+        return False
+    answered = {m.tool_call_id for m in obs.rows_of_turn(record.turn_id) if m.role is Role.TOOL}
+    return all(c.id in answered for c in record.reply.tool_calls)
+
+
+def invalid_streak_at_end(obs: Observation, records: list[CallRecord]) -> int:
+    """All-invalid tool rounds in a row that end the turn's calls (0 if its last call is not one)."""
+    rounds = tool_replies(records)
+    if not rounds or rounds[-1] is not records[-1] or not round_landed(obs, rounds[-1]):
+        return 0
+    streak = 0
+    for record in reversed(rounds):
+        if not all_invalid(record):
+            break
+        streak += 1
+    return streak
+
+
+def call_rows(obs: Observation) -> list[Message]:
+    """Every durable assistant row that carries tool calls, in row order."""
+    return [m.message for m in obs.record.messages if m.message.tool_calls]
+
+
+def durable_call_row(entry: LedgerEntry, rows: list[Message]) -> Message | None:
+    """The latest call row, durable when the tool ran, that holds this ledger entry's call."""
+    for row in reversed(rows):
+        if (row.row_id or 0) <= entry.watermark and any(
+                c.id == entry.call_id and c.name == entry.name for c in row.tool_calls):
+            return row
+    return None
+
+
+def _call_keys(message_calls: tuple[ToolCall, ...]) -> list[tuple[str, str, str]]:
+    return [(c.id, c.name, c.arguments) for c in message_calls]
+
+

@@ -1,0 +1,57 @@
+"""Checkers of the transcript's shape: tail closure and no stored scaffolding."""
+
+from __future__ import annotations
+
+from hermes_ref.models import Role
+from hermes_ref.scaffolding import (
+    DROPPED_TOOLCALL_NUDGE,
+    EMPTY_AFTER_TOOLS_NUDGE,
+    EMPTY_SENTINEL,
+    GRACE_SUMMARY_PROMPT,
+)
+from sim.checkers.base import (
+    Observation,
+    Violation,
+    checker,
+)
+
+# ---- transcript shape --------------------------------------------------------------------
+
+
+@checker("tail_closure", ("FIN-3",),
+         "a delivered answer is the visible text of the last durable row of its turn")
+def tail_closure(obs: Observation) -> list[Violation]:
+    out = []
+    for event in obs.events("turn.completed"):
+        final = event.data.get("final_response")
+        if event.data.get("failed") or not isinstance(final, str) or not final.strip():
+            continue
+        rows = obs.rows_of_turn(event.turn_id)
+        tail = rows[-1] if rows else None
+        if tail is None or tail.role is not Role.ASSISTANT or tail.content != final:
+            shape = "no rows" if tail is None else f"{tail.role.value} row #{tail.row_id}"
+            out.append(Violation("tail_closure", "FIN-3",
+                                 f"turn {event.turn_id} delivered {final[:40]!r} but its "
+                                 f"durable tail is {shape}"))
+    return out
+
+
+SCAFFOLD_TEXTS = frozenset({DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, GRACE_SUMMARY_PROMPT})
+
+
+@checker("no_scaffolding_persisted", ("SCAF-1",),
+         "no stored row is a synthetic retry message")
+def no_scaffolding_persisted(obs: Observation) -> list[Violation]:
+    out = []
+    for stored in obs.record.messages:
+        row = stored.message
+        text = row.content or ""
+        synthetic = text in SCAFFOLD_TEXTS or (
+            row.role is Role.ASSISTANT and not row.tool_calls and not row.hidden
+            and text.strip() in ("", EMPTY_SENTINEL)
+        )
+        if synthetic:
+            out.append(Violation("no_scaffolding_persisted", "SCAF-1",
+                                 f"row #{row.row_id} ({row.role.value}) is scaffolding: "
+                                 f"{text[:40]!r}"))
+    return out

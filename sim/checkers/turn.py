@@ -1,0 +1,256 @@
+"""Checkers of the prologue and the main loop: session row first, user row before the first
+call, budget accounting, exit reasons, error classification, dropped-call re-prompts, refusals."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import pairwise
+
+from hermes_ref.effects import ProviderRequest
+from hermes_ref.errors import ProviderAuthError, ProviderError
+from hermes_ref.limits import Limits
+from hermes_ref.models import ProviderReply, Role
+from hermes_ref.outcomes import ExitReason
+from hermes_ref.scaffolding import (
+    DROPPED_TOOLCALL_NUDGE,
+)
+from hermes_ref.tool_specs import TOOLS_BY_NAME
+from sim.checkers.base import (
+    Observation,
+    Violation,
+    calls_by_turn,
+    checker,
+    is_grace,
+)
+from sim.world import CallRecord
+
+REFUSED_EXITS = frozenset({ExitReason.LEASE_TIMEOUT.value})
+
+
+@checker("refusal_is_not_loss", ("LEASE-5",),
+         "a turn refused before it began wrote nothing and handed its input back")
+def refusal_is_not_loss(obs: Observation) -> list[Violation]:
+    out = []
+    completions = {e.turn_id: e for e in obs.events("turn.completed")}
+    for event in obs.events("turn.exit"):
+        refused = event.data.get("reason") in REFUSED_EXITS or (
+            event.data.get("reason") == ExitReason.PERSISTENCE_FAILED.value
+            and event.data.get("last_role") == "none")
+        if not refused:
+            continue
+        done = completions.get(event.turn_id)
+        if done is None or not done.data.get("carried_input"):
+            out.append(Violation("refusal_is_not_loss", "LEASE-5",
+                                 f"turn {event.turn_id} was refused ({event.data.get('reason')}) "
+                                 "without handing its input back"))
+        if obs.rows_of_turn(event.turn_id):
+            out.append(Violation("refusal_is_not_loss", "LEASE-5",
+                                 f"turn {event.turn_id} was refused but wrote rows"))
+    return out
+
+
+
+# ---- prologue ----------------------------------------------------------------------------
+
+
+@checker("session_row_first", ("CTX-4", "CTX-3"),
+         "a session row always holds a system prompt (CTX-4), which every request of the "
+         "session replays byte for byte (CTX-3)")
+def session_row_first(obs: Observation) -> list[Violation]:
+    out = []
+    prompts = {s.id: s.system_prompt for s in obs.record.sessions}
+    for session_id, prompt in prompts.items():
+        if not prompt or not prompt.strip():
+            out.append(Violation("session_row_first", "CTX-4",
+                                 f"session {session_id} was written with an empty system prompt"))
+    for call in obs.calls:
+        first = call.request.messages[0] if call.request.messages else None
+        stored = prompts.get(call.session_id)
+        if stored is None:
+            out.append(Violation("session_row_first", "CTX-4",
+                                 f"call at effect {call.seq} for {call.session_id} "
+                                 "was made before its session row existed"))
+        elif first is None or first.role is not Role.SYSTEM or first.content != stored:
+            out.append(Violation("session_row_first", "CTX-3",
+                                 f"call at effect {call.seq} (turn {call.turn_id}) sent a system "
+                                 f"prompt that differs from the row of session {call.session_id}"))
+    return out
+
+
+@checker("user_row_before_call", ("CTX-8",),
+         "the turn's user row is durable, once, before the turn's first model call")
+def user_row_before_call(obs: Observation) -> list[Violation]:
+    out = []
+    first_call: dict[str, CallRecord] = {}
+    for call in obs.calls:
+        first_call.setdefault(call.turn_id, call)
+    for turn_id, call in first_call.items():
+        users = [m for m in obs.rows_of_turn(turn_id) if m.role is Role.USER]
+        if len(users) != 1:
+            out.append(Violation("user_row_before_call", "CTX-8",
+                                 f"turn {turn_id} has {len(users)} user rows"))
+        elif (users[0].row_id or 0) > call.watermark:
+            out.append(Violation("user_row_before_call", "CTX-8",
+                                 f"turn {turn_id} called the model before its user row "
+                                 f"#{users[0].row_id} was committed"))
+    return out
+
+
+# ---- loop accounting ---------------------------------------------------------------------
+
+
+@checker("budget_accounting", ("LOOP-1", "LOOP-2", "CTX-1"),
+         "calls, budget units and refunds of each turn add up against the provider's log")
+def budget_accounting(obs: Observation) -> list[Violation]:
+    out = []
+    refundable = {t.name for t in TOOLS_BY_NAME.values() if t.refundable}
+    for event in obs.events("turn.exit"):
+        data = event.data
+        requests = {id(c.request): c.request for c in obs.calls_of_turn(event.turn_id)}
+        grace = sum(1 for r in requests.values() if r.purpose == "grace")
+        regular = len(requests) - grace
+        refunds = sum(1 for m in obs.rows_of_turn(event.turn_id)
+                      if m.tool_calls and all(c.name in refundable for c in m.tool_calls))
+        tag = f"turn {event.turn_id}"
+        if data.get("api_calls") != len(requests):
+            out.append(Violation("budget_accounting", "LOOP-1",
+                                 f"{tag} reports {data.get('api_calls')} calls, the provider "
+                                 f"saw {len(requests)}"))
+        if regular > obs.limits.max_iterations or grace > 1:
+            out.append(Violation("budget_accounting", "LOOP-1",
+                                 f"{tag} made {regular} budgeted calls and {grace} grace calls "
+                                 f"with max_iterations={obs.limits.max_iterations}"))
+        if data.get("budget_used") != regular - refunds:
+            used = data.get("budget_used")
+            # more units than this turn's calls: they were carried in from another turn
+            carried = isinstance(used, int) and used > regular
+            out.append(Violation("budget_accounting", "CTX-1" if carried else "LOOP-2",
+                                 f"{tag} used {data.get('budget_used')} budget units for "
+                                 f"{regular} calls and {refunds} refundable rounds"))
+        if data.get("budget_max") != obs.limits.iteration_budget:
+            out.append(Violation("budget_accounting", "CTX-1",
+                                 f"{tag} ran with a budget of {data.get('budget_max')}, "
+                                 f"not a fresh {obs.limits.iteration_budget}"))
+    return out
+
+
+@checker("exit_reason_recorded", ("LOOP-3",),
+         "every finished turn records one exit reason from the closed set, and completes")
+def exit_reason_recorded(obs: Observation) -> list[Violation]:
+    out = []
+    closed = {r.value for r in ExitReason}
+    completed = {e.turn_id for e in obs.events("turn.completed")}
+    for event in obs.events("turn.exit"):
+        reason = event.data.get("reason")
+        if reason not in closed:
+            out.append(Violation("exit_reason_recorded", "LOOP-3",
+                                 f"turn {event.turn_id} exited with {reason!r}, "
+                                 "outside the closed set"))
+        if event.turn_id not in completed:
+            out.append(Violation("exit_reason_recorded", "LOOP-3",
+                                 f"turn {event.turn_id} has an exit line but no completion"))
+    return out
+
+
+def _error_classes(base: type[ProviderError]) -> dict[str, type[ProviderError]]:
+    found = {base.__name__: base}
+    for sub in base.__subclasses__():
+        found.update(_error_classes(sub))
+    return found
+
+
+PROVIDER_ERRORS = _error_classes(ProviderError)
+
+
+def error_kind(name: str) -> str:
+    """'transient', 'auth' or 'terminal', by the error class the call log names."""
+    cls = PROVIDER_ERRORS.get(name, ProviderError)
+    if issubclass(cls, ProviderAuthError):
+        return "auth"
+    return "transient" if cls.transient else "terminal"
+
+
+@checker("provider_errors_classified", ("LOOP-5",),
+         "transient errors are retried (after any Retry-After), auth once, at most the limits; "
+         "any other error ends the turn at once as terminal_provider_error")
+def provider_errors_classified(obs: Observation) -> list[Violation]:
+    exits = {e.turn_id: e.data.get("reason") for e in obs.events("turn.exit")}
+    out: list[Violation] = []
+    for turn_id, records in calls_by_turn(obs).items():
+        out.extend(Violation("provider_errors_classified", "LOOP-5", f"turn {turn_id}: {problem}")
+                   for problem in _retry_problems(obs.limits, records, exits.get(turn_id)))
+    return out
+
+
+def _retry_problems(limits: Limits, records: list[CallRecord], reason: object) -> list[str]:
+    caps = {"transient": limits.transient_retries_max, "auth": limits.auth_refreshes_max,
+            "terminal": -1}
+    attempts_max = limits.transient_retries_max + limits.auth_refreshes_max + 1
+    tallies: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    out = []
+    for index, record in enumerate(records):
+        tally = tallies[id(record.request)]
+        tally["attempts"] += 1
+        if tally["attempts"] == attempts_max + 1:
+            out.append(f"the request of effect {record.seq} was attempted more than {attempts_max} times")
+        if record.error is None:
+            continue
+        kind = error_kind(record.error)
+        tally[kind] += 1
+        final = tally[kind] > caps[kind]
+        after = records[index + 1] if index + 1 < len(records) else None
+        out.extend(_after_error(record, after, final, reason))
+    return out
+
+
+def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reason: object) -> list[str]:
+    tag = f"{record.error} at effect {record.seq}"
+    if final and after is not None:
+        return [f"{tag} must end the turn, but another call followed at effect {after.seq}"]
+    if final and not is_grace(record) and reason not in (None, ExitReason.TERMINAL_PROVIDER_ERROR.value):
+        return [f"{tag} ended the turn as {reason}, not terminal_provider_error"]
+    if not final and after is None and reason is not None:
+        return [f"{tag} is retryable but the turn ended ({reason}) without retrying"]
+    if after is not None and record.retry_after_s is not None and (
+            after.at - record.at < record.retry_after_s - 1e-9):
+        return [f"{tag} asked to wait {record.retry_after_s:g} s but the next call came "
+                f"{after.at - record.at:g} s later"]
+    return []
+
+
+def _nudges_since_tool(request: ProviderRequest) -> int:
+    """Dropped-call re-prompts sent after the request's last tool result."""
+    count = 0
+    for message in reversed(request.messages):
+        if message.role is Role.TOOL:
+            break
+        if message.role is Role.USER and message.wire.get("content") == DROPPED_TOOLCALL_NUDGE:
+            count += 1
+    return count
+
+
+def _dropped(reply: ProviderReply | None) -> bool:
+    return (reply is not None and reply.finish_reason == "tool_calls" and not reply.tool_calls
+            and not (reply.content or "").strip())
+
+
+@checker("dropped_call_reprompts", ("LOOP-7",),
+         "a reply that promised tool calls and had none is re-prompted, at most [3] times in a row; "
+         "a landed tool round starts the count over")
+def dropped_call_reprompts(obs: Observation) -> list[Violation]:
+    limit = obs.limits.dropped_toolcall_retries_max
+    out = []
+    for turn_id, records in calls_by_turn(obs).items():
+        for before, after in pairwise(records):
+            if after.request is before.request:
+                continue
+            sent, prior = _nudges_since_tool(after.request), _nudges_since_tool(before.request)
+            if sent > limit:
+                problem = f"sends {sent} dropped-call re-prompts in a row (limit {limit})"
+            elif _dropped(before.reply) and prior < limit and sent != prior + 1:
+                problem = f"does not re-prompt the dropped tool call of effect {before.seq}"
+            else:
+                continue
+            out.append(Violation("dropped_call_reprompts", "LOOP-7",
+                                 f"turn {turn_id}: the request of effect {after.seq} {problem}"))
+    return out

@@ -1,0 +1,108 @@
+"""Checkers of what crosses the wire: only wire keys, the durable history, sidecar bytes replayed."""
+
+from __future__ import annotations
+
+from hermes_ref.models import WIRE_MESSAGE_KEYS, Message, Role
+from sim.checkers.base import (
+    Observation,
+    Violation,
+    checker,
+)
+from sim.world import CallRecord
+
+# ---- the wire ----------------------------------------------------------------------------
+
+
+@checker("no_private_keys_on_wire", ("WIRE-3",),
+         "requests carry only wire keys: no _-keys, no sidecar or bookkeeping fields")
+def no_private_keys_on_wire(obs: Observation) -> list[Violation]:
+    out = []
+    for call in obs.calls:
+        for index, message in enumerate(call.request.wire()["messages"]):
+            bad = sorted(k for k in message if k.startswith("_") or k not in WIRE_MESSAGE_KEYS)
+            if bad:
+                out.append(Violation("no_private_keys_on_wire", "WIRE-3",
+                                     f"call at effect {call.seq}: message {index} "
+                                     f"carries {', '.join(bad)}"))
+                break
+    return out
+
+
+def _shape(message: Message) -> tuple[str, str | None, tuple[str, ...], str | None]:
+    wire = message.wire
+    return (wire["role"], wire.get("tool_call_id"),
+            tuple(c["id"] for c in wire.get("tool_calls", ())), wire.get("content"))
+
+
+@checker("requests_match_record", ("CTX-2",),
+         "each request carries the durable transcript in order; extras only after the turn's user row")
+def requests_match_record(obs: Observation) -> list[Violation]:
+    out = []
+    for call in obs.calls:
+        _, problem = align_request(call, _durable_at(obs, call))
+        if problem:
+            out.append(Violation("requests_match_record", "CTX-2",
+                                 f"call at effect {call.seq}: {problem}"))
+    return out
+
+
+def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
+    """The session's rows that were committed when ``call`` was made."""
+    return [m.message for m in obs.record.messages
+            if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
+
+
+def _same(sent: Message, row: Message) -> bool:
+    a, b = _shape(sent), _shape(row)
+    return a[:3] == b[:3] and (a[3] == b[3] or not (a[3] or "").strip())
+
+
+Aligned = list[tuple[Message, Message]]
+
+
+def align_request(call: CallRecord, durable: list[Message]) -> tuple[Aligned, str | None]:
+    """Pair sent messages with durable rows, in order; the problem if the history differs.
+
+    Durable rows must appear in order; anything else only after this turn's user row.
+    """
+    pairs: Aligned = []
+    in_turn = False
+    for message in (m for m in call.request.messages if m.role is not Role.SYSTEM):
+        matched = len(pairs)
+        if matched < len(durable) and _same(message, durable[matched]):
+            row = durable[matched]
+            in_turn = in_turn or (row.role is Role.USER and row.turn_id == call.turn_id)
+            pairs.append((message, row))
+        elif not in_turn:
+            where = durable[matched].row_id if matched < len(durable) else "end"
+            return pairs, (f"sends a {message.role.value} message that is not in the durable "
+                           f"history before row #{where}")
+    if len(pairs) < len(durable):
+        return pairs, f"omits durable row #{durable[len(pairs)].row_id}"
+    return pairs, None
+
+
+@checker("sidecar_bytes_replayed", ("WIRE-1",),
+         "a row with an api_content sidecar is sent as exactly those bytes, on every later call; "
+         "a user row stores the bare text, a strict prefix of its sidecar")
+def sidecar_bytes_replayed(obs: Observation) -> list[Violation]:
+    out = []
+    for stored in obs.record.messages:
+        row = stored.message
+        sidecar = row.api_content
+        if row.role is Role.USER and sidecar is not None and (
+                sidecar == row.content or not sidecar.startswith(row.content or "")):
+            out.append(Violation("sidecar_bytes_replayed", "WIRE-1",
+                                 f"user row #{row.row_id} of turn {row.turn_id} stores content "
+                                 f"{(row.content or '')[:40]!r} that is not the bare text of its "
+                                 "sidecar (the injection leaked into the record)"))
+    for call in obs.calls:
+        pairs, _ = align_request(call, _durable_at(obs, call))
+        for sent, row in pairs:
+            if row.api_content is not None and sent.wire.get("content") != row.api_content:
+                out.append(Violation("sidecar_bytes_replayed", "WIRE-1",
+                                     f"call at effect {call.seq} (turn {call.turn_id}) sent row "
+                                     f"#{row.row_id} as {(sent.wire.get('content') or '')[:40]!r}, "
+                                     "not its stored api_content"))
+                break
+    return out

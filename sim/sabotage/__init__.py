@@ -1,0 +1,21 @@
+"""Deliberately broken variants of the engine, kept here and never in the engine.
+
+Theory of operation
+-------------------
+A checker is only real if a broken engine makes it fail. Each ``Sabotage`` swaps one
+step of the engine for a plausible wrong version (the kind of change a hurried edit
+makes: running tools before the write, forgetting a refund, writing the nudge to the
+store) for the duration of a ``with`` block. ``hermes-ref invariants verify`` runs every
+scenario that declares one of a sabotage's invariant ids under that sabotage and demands
+that at least one of them fails; a sabotage nobody catches is a vacuous checker.
+
+The engine reaches its steps through module attributes (``tool_round.run_tool_round``),
+which is what makes the swap possible without touching engine code.
+"""
+
+from __future__ import annotations
+
+from sim.sabotage import finalizer, loop, prologue, tool_round
+from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
+
+__all__ = ["SABOTAGES", "Sabotage", "finalizer", "loop", "prologue", "sabotage", "tool_round"]

@@ -1,0 +1,129 @@
+"""Broken finalizers: no tail closure, stored scaffolding, ad-hoc exit reasons, unguarded
+writes, a wrong exit level, a wrong grace call, skipped boundary rows and guards."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+from unittest import mock
+
+from hermes_ref import finalizer, loop
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import AppendMessages
+from hermes_ref.models import Message
+from hermes_ref.outcomes import ExitReason
+from sim.sabotage.base import sabotage
+
+# ---- FIN-3: the final row is never written --------------------------------------------------
+
+
+def _skip_final_row() -> list[AbstractContextManager[Any]]:
+    async def no_close(ctx: TurnContext) -> None:
+        return None
+    return [
+        mock.patch.object(finalizer, "_close_tail", no_close),
+        mock.patch("hermes_ref.transcript.Transcript.pending", lambda self: ()),
+    ]
+
+
+sabotage("skip_tail_closure", ("FIN-3",),
+         "the finalizer neither writes the pending final row nor closes the tail")(_skip_final_row)
+
+
+# ---- SCAF-1: scaffolding written to the store ----------------------------------------------
+
+
+def _persist_scaffolding() -> list[AbstractContextManager[Any]]:
+    def keep_and_strip(self: Any) -> int:
+        self._messages = [m.model_copy(update={"scaffold": None}) if m.scaffold else m
+                          for m in self._messages]
+        return 0
+    return [mock.patch("hermes_ref.transcript.Transcript.drop_scaffolding", keep_and_strip)]
+
+
+sabotage("persist_scaffolding", ("SCAF-1",),
+         "the finalizer clears scaffold flags instead of dropping the messages, so they are written")(
+    _persist_scaffolding)
+
+# ---- LOOP-3 / FIN-6 / FIN-7 -----------------------------------------------------------------
+
+
+def _reason_outside_set() -> list[AbstractContextManager[Any]]:
+    original = finalizer.exit_fields
+
+    def fields(ctx: TurnContext) -> dict[str, object]:
+        out = original(ctx)
+        if out["reason"] == ExitReason.TEXT_RESPONSE.value:
+            out["reason"] = "done"
+        return out
+    return [mock.patch.object(finalizer, "exit_fields", fields)]
+
+
+sabotage("exit_reason_outside_set", ("LOOP-3",),
+         "a text answer is logged with the ad-hoc reason 'done' instead of text_response")(
+    _reason_outside_set)
+
+
+def _unguarded_persist() -> list[AbstractContextManager[Any]]:
+    async def append(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+        stored = await AppendMessages(ctx.token, ctx.session_id, rows, label)
+        ctx.transcript.replace_pending(stored)
+        return True
+    return [mock.patch.object(finalizer, "_append", append)]
+
+
+sabotage("unguarded_final_persist", ("FIN-6",),
+         "a failed write in the finalizer propagates and the answer is never delivered")(
+    _unguarded_persist)
+
+
+def _always_info() -> list[AbstractContextManager[Any]]:
+    original = finalizer.exit_fields
+
+    def fields(ctx: TurnContext) -> dict[str, object]:
+        out = original(ctx)
+        out["level"] = "INFO"
+        return out
+    return [mock.patch.object(finalizer, "exit_fields", fields)]
+
+
+sabotage("exit_line_always_info", ("FIN-7",),
+         "the exit line is always INFO, even when the turn ends on a tool result")(_always_info)
+
+# ---- FIN-1: the grace call offers tools, or never happens ------------------------------------
+
+
+def _grace_with_tools() -> list[AbstractContextManager[Any]]:
+    def request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "turn") -> Any:
+        return loop.build_request(ctx, purpose=purpose)
+    return [mock.patch.object(finalizer, "build_request", request)]
+
+
+sabotage("grace_call_offers_tools", ("FIN-1",),
+         "the budget-exhaustion summary call is built with the tool list")(_grace_with_tools)
+
+
+def _no_grace_call() -> list[AbstractContextManager[Any]]:
+    async def never(ctx: TurnContext, request: Any) -> None:
+        return None
+    return [mock.patch.object(finalizer, "call_with_retries", never)]
+
+
+sabotage("grace_call_skipped", ("FIN-1",),
+         "budget exhaustion records its reason but never makes the summary call")(_no_grace_call)
+
+
+# ---- FIN-5 / FIN-8: the finalizer skips a closing step ---------------------------------------
+
+
+async def _skip_async(ctx: TurnContext) -> None:
+    return None
+
+
+sabotage("skip_failure_boundary", ("FIN-5",),
+         "a failed turn that ends on a user or tool row gets no boundary row")(
+    lambda: [mock.patch.object(finalizer, "_failure_boundary", _skip_async)])
+
+sabotage("no_silent_stop_guard", ("FIN-8",),
+         "a turn that stops on a tool result ends quietly, not as pending_tool_result")(
+    lambda: [mock.patch.object(finalizer, "_silent_stop_guard", lambda ctx: None)])

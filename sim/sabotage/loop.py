@@ -1,0 +1,106 @@
+"""Broken loops and wires: an off-by-one bound, missing refunds, ignored Retry-After, endless
+dropped-call re-prompts, bookkeeping on the wire, stored rows sent without their sidecar."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+from unittest import mock
+
+from hermes_ref import context, effects, loop
+from hermes_ref.context import TurnContext
+from hermes_ref.errors import ProviderError, ProviderServerError
+from hermes_ref.models import Message
+from sim.sabotage.base import sabotage
+
+# ---- WIRE-3: bookkeeping leaks onto the wire ------------------------------------------------
+
+
+def _leak_keys() -> list[AbstractContextManager[Any]]:
+    original = effects.ProviderRequest.wire
+
+    def leaky(self: effects.ProviderRequest) -> dict[str, Any]:
+        body = original(self)
+        body["messages"] = [dict(m, _row_id=src.row_id, api_content=src.api_content)
+                            for m, src in zip(body["messages"], self.messages, strict=True)]
+        return body
+    return [mock.patch.object(effects.ProviderRequest, "wire", leaky)]
+
+
+sabotage("leak_private_keys", ("WIRE-3",),
+         "request building copies _row_id and the api_content sidecar into wire messages")(_leak_keys)
+
+# ---- LOOP-1 / LOOP-2 ------------------------------------------------------------------------
+
+
+def _off_by_one() -> list[AbstractContextManager[Any]]:
+    def may_continue(ctx: TurnContext) -> bool:
+        state = ctx.state
+        return state.api_calls <= ctx.limits.max_iterations
+    return [
+        mock.patch.object(loop, "_loop_may_continue", may_continue),
+        mock.patch.object(context.IterationBudget, "consume", lambda self: True),
+    ]
+
+
+sabotage("loop_bound_off_by_one", ("LOOP-1",),
+         "the loop condition uses <= and ignores the budget, allowing one call too many")(_off_by_one)
+
+
+def _no_refund() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(context.IterationBudget, "refund", lambda self: None)]
+
+
+sabotage("no_refund", ("LOOP-2",),
+         "a round of refundable tools (execute_code) still spends its budget unit")(_no_refund)
+
+# ---- LOOP-5: Retry-After is ignored ------------------------------------------------------------
+
+
+def _ignore_retry_after() -> list[AbstractContextManager[Any]]:
+    original = loop._backoff_s
+
+    def backoff(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
+        return original(ctx, attempt, ProviderServerError(str(error), status=error.status))
+    return [mock.patch.object(loop, "_backoff_s", backoff)]
+
+
+sabotage("ignore_retry_after", ("LOOP-5",),
+         "a rate limit is retried after the exponential backoff, not after its Retry-After")(
+    _ignore_retry_after)
+
+
+# ---- LOOP-7: dropped tool calls are re-prompted without limit -----------------------------------
+
+
+def _unlimited_reprompts() -> list[AbstractContextManager[Any]]:
+    original = loop.handle_reply
+
+    async def forgetful(ctx: TurnContext, reply: Any) -> None:
+        ctx.state.dropped_toolcall_retries = 0
+        await original(ctx, reply)
+    return [mock.patch.object(loop, "handle_reply", forgetful)]
+
+
+sabotage("dropped_call_limit_ignored", ("LOOP-7",),
+         "the dropped-tool-call counter is never consulted, so re-prompts go on forever")(
+    _unlimited_reprompts)
+
+
+# ---- WIRE-1: stored rows are sent without their sidecar ----------------------------------------
+
+
+def _stale_sidecar() -> list[AbstractContextManager[Any]]:
+    compute = Message.__dict__["wire"].func
+
+    def wire(self: Message) -> dict[str, Any]:
+        body: dict[str, Any] = compute(self)
+        if self.row_id is not None:
+            body = {**body, "content": self.content}
+        return body
+    return [mock.patch.object(Message, "wire", property(wire))]
+
+
+sabotage("stored_rows_lose_sidecar", ("WIRE-1",),
+         "the wire form of a stored row sends its content column, not the api_content it was "
+         "first sent with")(_stale_sidecar)

@@ -1,0 +1,142 @@
+"""Broken tool rounds: tools before the write, duplicate or dropped results, errors that end
+the turn, results shown before they are durable, calls re-run by recovery."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+from unittest import mock
+
+from hermes_ref import prologue, tool_round
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import AppendMessages, ExecuteTools
+from hermes_ref.models import Message
+from hermes_ref.outcomes import ExitReason
+from hermes_ref.phases import Phase
+from sim.sabotage.base import sabotage
+
+# ---- TOOL-1: run first, write later --------------------------------------------------------
+
+
+async def _execute_then_persist(ctx: TurnContext, assistant: Message) -> bool:
+    ctx.enter(Phase.TOOL_ROUND)
+    results = await ExecuteTools(ctx.token, ctx.session_id, assistant.tool_calls, False)
+    stored = await AppendMessages(ctx.token, ctx.session_id, (assistant,), "tool_calls")
+    ctx.transcript.extend(stored)
+    rows = tuple(tool_round._result_row(ctx, r) for r in results)
+    ctx.transcript.extend(await AppendMessages(ctx.token, ctx.session_id, rows, "tool_results"))
+    ctx.state.last_round_had_tools = True
+    return True
+
+
+@sabotage("execute_before_persist", ("TOOL-1",),
+          "the tool round runs the tools first and writes the assistant row afterwards")
+def _p_execute_before_persist() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(tool_round, "run_tool_round", _execute_then_persist)]
+
+
+# ---- TOOL-3: a result written twice --------------------------------------------------------
+
+
+def _duplicate_results() -> list[AbstractContextManager[Any]]:
+    original = tool_round._run_segment
+
+    async def twice(ctx: TurnContext, segment: Any, specs: Any, known: Any) -> Any:
+        results = await original(ctx, segment, specs, known)
+        return results + results[:1]
+    return [mock.patch.object(tool_round, "_run_segment", twice)]
+
+
+sabotage("duplicate_tool_result", ("TOOL-3",),
+         "the first result of every segment is written twice")(_duplicate_results)
+
+
+# ---- TOOL-6: a tool error aborts the turn --------------------------------------------------
+
+
+def _tool_error_aborts() -> list[AbstractContextManager[Any]]:
+    original_round = tool_round.run_tool_round
+    original_segment = tool_round._run_segment
+    failed: list[bool] = []
+
+    async def segment(ctx: TurnContext, seg: Any, specs: Any, known: Any) -> Any:
+        results = await original_segment(ctx, seg, specs, known)
+        failed.extend(r.is_error for r in results)
+        return results
+
+    async def aborting(ctx: TurnContext, assistant: Message) -> bool:
+        failed.clear()
+        ok = await original_round(ctx, assistant)
+        if ok and any(failed):
+            ctx.finish(ExitReason.LOCAL_PROCESSING_ERROR, "tool failed", failed=True)
+            ctx.final_response = "A tool failed."
+            return False
+        return ok
+    return [mock.patch.object(tool_round, "run_tool_round", aborting),
+            mock.patch.object(tool_round, "_run_segment", segment)]
+
+
+sabotage("tool_error_ends_turn", ("TOOL-6",),
+         "a tool error result ends the turn as a failure instead of going back to the model")(
+    _tool_error_aborts)
+
+# ---- TOOL-8: a result the store refused is shown to the model anyway --------------------
+
+
+def _send_unrecorded_results() -> list[AbstractContextManager[Any]]:
+    original = TurnContext.persist
+
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+        if await original(ctx, rows, label) or label != "tool_results":
+            return ctx.state.persistence_failed is False or label != "tool_results"
+        ctx.state.persistence_failed = False
+        ctx.transcript.extend(rows)  # the model will see results the record does not have
+        return True
+    return [mock.patch.object(TurnContext, "persist", persist)]
+
+
+sabotage("send_unrecorded_results", ("TOOL-8",),
+         "when the store refuses tool results, the turn goes on and shows them to the model")(
+    _send_unrecorded_results)
+
+
+# ---- TOOL-2: the stored row forgets the calls to missing tools -----------------------------
+
+
+def _drop_invalid_calls() -> list[AbstractContextManager[Any]]:
+    original = TurnContext.persist
+
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+        if label == "tool_calls":
+            names = {t.name for t in ctx.tools}
+            rows = tuple(r.model_copy(update={"tool_calls": tuple(
+                c for c in r.tool_calls if c.name in names)}) for r in rows)
+        return await original(ctx, rows, label)
+    return [mock.patch.object(TurnContext, "persist", persist)]
+
+
+sabotage("drop_invalid_calls_from_row", ("TOOL-2",),
+         "the assistant row is stored without the calls to tools that do not exist")(
+    _drop_invalid_calls)
+
+
+# ---- TOOL-10: recovery runs the open calls again ---------------------------------------------
+
+
+def _rerun_open_calls() -> list[AbstractContextManager[Any]]:
+    original = prologue._repair_tail
+
+    async def rerun(ctx: TurnContext) -> bool:
+        owner, missing = ctx.transcript.trailing_open_calls()
+        if owner is not None:
+            calls = tuple(c for c in owner.tool_calls if c.id in missing)
+            results = await ExecuteTools(ctx.token, ctx.session_id, calls, False)
+            rows = tuple(tool_round._result_row(ctx, r) for r in results)
+            ctx.transcript.extend(await AppendMessages(ctx.token, ctx.session_id, rows, "recovery"))
+        return await original(ctx)
+    return [mock.patch.object(prologue, "_repair_tail", rerun)]
+
+
+sabotage("recovery_reruns_open_calls", ("TOOL-10",),
+         "after a restart, recovery executes recorded calls that have no result instead of "
+         "reporting them unknown")(_rerun_open_calls)
