@@ -125,7 +125,8 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_fake_provider_serve(args: argparse.Namespace, out: TextIO) -> int:
     import time
 
-    from sim.provider import load_script, serve_fake_provider
+    from sim.provider import load_script
+    from sim.provider_http import serve_fake_provider
 
     provider = load_script(args.script)
     server, url = serve_fake_provider(provider, host=args.host, port=args.port)

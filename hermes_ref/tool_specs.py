@@ -1,4 +1,4 @@
-"""The reference tool catalog and the pure logic every tool runner shares.
+"""The reference tool catalog and the checks and wording every tool runner shares.
 
 Theory of operation
 -------------------
@@ -6,16 +6,16 @@ A tool exists in three places: its ``ToolSpec`` (what the model is offered and h
 segment planner treats it), a real runner (``hermes_ref.adapters.tools.WorkspaceTools``)
 and a simulated twin (``sim.tools.SimTools``). The two runners differ only in *where*
 bytes live (a workspace folder or an in-memory dict); everything that can be decided
-from values alone lives here, so both give the same answers with the same words:
+from values alone is shared, so both give the same answers with the same words:
 
 * ``check_call`` maps a ``ToolCall`` to its spec and validated arguments, or to the
   error result the model sees ("nothing happened", disposition ``none``). It covers an
   unknown name, arguments that are not a JSON object, unknown, missing and ill-typed
   parameters, and action-dependent requirements (``todo add`` needs ``text``).
-* text helpers render a file with line numbers, match a regex line by line, format a
-  process exit and cap long output;
-* stateful tools (patch, todo, memory) decide a ``Change`` from the stored text: the new
-  text to store (or None) and the reply. The runner only reads and writes the bytes.
+* path helpers normalize a path against the workspace root and word what went wrong;
+  result helpers build results, format a process exit and cap long output;
+  ``GuardedRunner`` is the front of every runner: it never raises and always caps.
+* what a tool does to text (render, patch, search, todo, memory) is ``hermes_ref.tool_text``.
 
 Nothing here performs I/O: the engine core imports this module to plan segments
 (``scoped_path`` gives the normalized path a READER/WRITER call touches).
@@ -23,12 +23,8 @@ Nothing here performs I/O: the engine core imports this module to plan segments
 
 from __future__ import annotations
 
-import json
 import math
 import posixpath
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from hermes_ref.models import Disposition, JsonDict, ToolCall, ToolKind, ToolResult, ToolSpec
@@ -317,6 +313,22 @@ def escape_message(path: str) -> str:
     return f"path escapes the workspace: {path}"
 
 
+def wrote_message(content: str, path: str) -> str:
+    return f"wrote {len(content.encode('utf-8'))} bytes to {path}"
+
+
+def not_found_message(path: str) -> str:
+    return f"file not found: {path}"
+
+
+def is_directory_message(path: str) -> str:
+    return f"is a directory: {path}"
+
+
+def not_a_directory_message(path: str) -> str:
+    return f"a parent of {path} is not a directory"
+
+
 # -- results -------------------------------------------------------------------------
 def error_result(call: ToolCall, message: str, disposition: Disposition = "none") -> ToolResult:
     return ToolResult(
@@ -352,165 +364,6 @@ def format_process(output: str, exit_code: int) -> str:
 def timeout_message(what: str, timeout_s: float | None = None) -> str:
     after = f" after {timeout_s:g}s" if timeout_s is not None else ""
     return f"{what} timed out{after}; its effects are unknown"
-
-
-# -- changes -------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Change:
-    """What a stateful tool decided: the new stored text (None: leave it) and the reply."""
-
-    new: str | None
-    message: str
-    is_error: bool = False
-
-
-# -- file text -----------------------------------------------------------------------
-def _lines(text: str) -> list[str]:
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines] if text else []
-
-
-def render_lines(text: str, path: str, offset: int, limit: int) -> str:
-    """Lines ``offset .. offset+limit-1`` (1-based) of ``text`` as ``"     n|line"``."""
-    lines = _lines(text)
-    if not lines:
-        return f"({path} is empty)"
-    if offset > len(lines):
-        return f"(offset {offset} is past the end: {path} has {len(lines)} lines)"
-    shown = lines[offset - 1 : offset - 1 + limit]
-    body = "\n".join(f"{offset + i:>6}|{line}" for i, line in enumerate(shown))
-    rest = len(lines) - (offset - 1 + len(shown))
-    if rest > 0:
-        noun = "line" if rest == 1 else "lines"
-        body += f"\n[{rest} more {noun}; continue with offset={offset + len(shown)}]"
-    return body
-
-
-def wrote_message(content: str, path: str) -> str:
-    return f"wrote {len(content.encode('utf-8'))} bytes to {path}"
-
-
-def replace_once(text: str, old: str, new: str, path: str) -> Change:
-    """``old`` replaced by ``new`` in ``text``; an error unless ``old`` occurs exactly once."""
-    count = text.count(old)
-    if count == 0:
-        return Change(None, f"old_string not found in {path}", is_error=True)
-    if count > 1:
-        message = (
-            f"old_string occurs {count} times in {path}; it must occur exactly once "
-            "(include more surrounding context)"
-        )
-        return Change(None, message, is_error=True)
-    return Change(text.replace(old, new, 1), f"patched {path}: replaced 1 occurrence of old_string")
-
-
-def not_found_message(path: str) -> str:
-    return f"file not found: {path}"
-
-
-def is_directory_message(path: str) -> str:
-    return f"is a directory: {path}"
-
-
-def not_a_directory_message(path: str) -> str:
-    return f"a parent of {path} is not a directory"
-
-
-# -- search --------------------------------------------------------------------------
-def compile_pattern(pattern: str) -> re.Pattern[str] | str:
-    """The compiled regex, or the error message for an invalid one."""
-    try:
-        return re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as exc:
-        return f"invalid regex {pattern!r}: {exc}"
-
-
-def in_hidden_dir(rel_to_base: str) -> bool:
-    """True when a folder on the way from the search base to the file starts with '.'."""
-    return any(part.startswith(".") for part in rel_to_base.split("/")[:-1])
-
-
-def search_text(regex: re.Pattern[str], relpath: str, text: str) -> Iterator[str]:
-    """``"relpath:line:text"`` for every line of ``text`` that ``regex`` matches."""
-    for number, line in enumerate(_lines(text), start=1):
-        if regex.search(line):
-            yield f"{relpath}:{number}:{line[:SEARCH_LINE_CHARS_MAX]}"
-
-
-def format_matches(matches: list[str], pattern: str) -> str:
-    """The match list; at most ``SEARCH_MATCHES_MAX`` lines, then a capped note."""
-    if not matches:
-        return f"no matches for {pattern!r}"
-    body = "\n".join(matches[:SEARCH_MATCHES_MAX])
-    if len(matches) > SEARCH_MATCHES_MAX:
-        body += f"\n[results capped at {SEARCH_MATCHES_MAX} matches]"
-    return body
-
-
-# -- todo and memory -----------------------------------------------------------------
-def _is_todo(item: object) -> bool:
-    return (
-        isinstance(item, dict)
-        and isinstance(item.get("text"), str)
-        and isinstance(item.get("done"), bool)
-    )
-
-
-def decode_todos(raw: str | None) -> list[dict[str, Any]] | None:
-    """The stored todo list (no file: empty), or None when the stored text is corrupt."""
-    if raw is None:
-        return []
-    try:
-        items = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(items, list) or not all(_is_todo(item) for item in items):
-        return None
-    return items
-
-
-def _encode_todos(items: list[dict[str, Any]]) -> str:
-    return json.dumps(items, ensure_ascii=False, indent=1) + "\n"
-
-
-def _listing(items: list[dict[str, Any]]) -> str:
-    if not items:
-        return "(no todos)"
-    marks = {True: "[x]", False: "[ ]"}
-    rows = (f"{i}. {marks[item['done']]} {item['text']}" for i, item in enumerate(items, 1))
-    return "\n".join(rows)
-
-
-def apply_todo(raw: str | None, args: dict[str, Any]) -> Change:
-    """The todo action applied to the stored list text (``None``: no list yet)."""
-    items = decode_todos(raw)
-    if items is None:
-        return Change(None, f"the todo store {TODO_PATH} is corrupt", is_error=True)
-    if args["action"] == "add":
-        items = [*items, {"text": args["text"], "done": False}]
-        message = f"added todo {len(items)}: {args['text']}\n{_listing(items)}"
-        return Change(_encode_todos(items), message)
-    if args["action"] == "complete":
-        index: int = args["index"]
-        if index > len(items):
-            message = f"no todo with index {index} (there are {len(items)})"
-            return Change(None, message, is_error=True)
-        items[index - 1] = {**items[index - 1], "done": True}
-        message = f"completed todo {index}: {items[index - 1]['text']}\n{_listing(items)}"
-        return Change(_encode_todos(items), message)
-    return Change(None, _listing(items))
-
-
-def apply_memory(raw: str | None, args: dict[str, Any]) -> Change:
-    """The memory action applied to the stored notes (``None``: no notes yet)."""
-    existing = raw or ""
-    if args["action"] == "append":
-        text: str = args["text"]
-        line = text if text.endswith("\n") else text + "\n"
-        return Change(existing + line, f"appended {len(text)} characters to memory")
-    return Change(None, existing if existing else "(memory is empty)")
 
 
 class GuardedRunner:

@@ -84,7 +84,8 @@ from sim.checkers import Observation, Violation, run_all
 from sim.clock import DEFAULT_EPOCH_S, VirtualClock
 from sim.driver import SimDriver
 from sim.faults import CrashPoint, FaultPlan
-from sim.provider import ScriptedProvider, request_from_wire, text, tool_calls
+from sim.provider import ScriptedProvider, text, tool_calls
+from sim.provider_http import request_from_wire
 from sim.sqlite_store import SqliteStore
 from sim.tools import SimTools
 from sim.world import CallRecord, World

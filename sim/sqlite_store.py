@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from hermes_ref.adapters import sqlite_ops as ops
+from hermes_ref.adapters.sqlite_codec import EventRow, encode_event
+from hermes_ref.adapters.sqlite_connect import StoreConnection, open_connection
 from hermes_ref.adapters.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_ref.models import Event, Lease, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
@@ -47,12 +49,12 @@ class SqliteStore:
         self._holder_alive = holder_alive
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
-        self._pending: list[ops.EventRow] = []
+        self._pending: list[EventRow] = []
         self._past_commits = 0
         self._conn = self._open()
 
-    def _open(self) -> ops.StoreConnection:
-        return ops.open_connection(
+    def _open(self) -> StoreConnection:
+        return open_connection(
             self.path, synchronous=self._synchronous, busy_timeout_ms=self._busy_timeout_ms
         )
 
@@ -63,7 +65,7 @@ class SqliteStore:
 
     def _write(
         self,
-        op: Callable[Concatenate[ops.StoreConnection, Sequence[ops.EventRow], P], R],
+        op: Callable[Concatenate[StoreConnection, Sequence[EventRow], P], R],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> R:
@@ -117,7 +119,7 @@ class SqliteStore:
 
     # -- events ---------------------------------------------------------------------------
     def log_event(self, event: Event) -> None:
-        self._pending.append(ops.encode_event(event))
+        self._pending.append(encode_event(event))
 
     def flush_events(self) -> None:
         if self._pending:

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 ``SimTools`` keeps the workspace as ``dict[str, str]``: normalized relative paths to
 text. Folders are implied by the paths (``"a/b.txt"`` makes ``"a"`` a folder). Argument
-validation, result texts, the todo list and the memory notes come from
-``hermes_ref.tool_specs``, the same functions ``WorkspaceTools`` uses, so a script of
+validation and result texts come from ``hermes_ref.tool_specs``, and what each tool does
+to text (render, patch, search, the todo list, the memory notes) from
+``hermes_ref.tool_text``: the same functions ``WorkspaceTools`` uses, so a script of
 file calls gives the same results in both worlds. The todo list and the notes live in
 the same dict under ``.hermes/`` and show up in ``snapshot_files``.
 
@@ -40,28 +41,30 @@ from hermes_ref.tool_specs import (
     MEMORY_PATH,
     SEARCH_MATCHES_MAX,
     TODO_PATH,
-    Change,
     GuardedRunner,
-    apply_memory,
-    apply_todo,
     check_call,
-    compile_pattern,
     error_result,
     escape_message,
-    format_matches,
     format_process,
-    in_hidden_dir,
     is_directory_message,
     ledger_outcome,
     not_a_directory_message,
     not_found_message,
     ok_result,
     relative_path,
+    timeout_message,
+    wrote_message,
+)
+from hermes_ref.tool_text import (
+    Change,
+    apply_memory,
+    apply_todo,
+    compile_pattern,
+    format_matches,
+    in_hidden_dir,
     render_lines,
     replace_once,
     search_text,
-    timeout_message,
-    wrote_message,
 )
 
 DEFAULT_COST_S = 0.01

@@ -5,21 +5,19 @@ Theory of operation
 Both SQLite stores (``sim.sqlite_store.SqliteStore`` over stdlib sqlite3 and
 ``hermes_ref.adapters.sqlite_store.AsyncSqliteStore`` over aiosqlite) call these
 functions; the async store runs each one whole on aiosqlite's worker thread, so a store
-method is one thread hop and one transaction.
+method is one thread hop and one transaction. The connection comes from
+``sqlite_connect`` (opened, checked, configured and migrated, in autocommit mode); rows
+are encoded and decoded by ``sqlite_codec``.
 
-* ``open_connection`` (= ``check_header`` + ``connect`` + ``prepare``) refuses a file that
-  is not SQLite or fails ``PRAGMA quick_check`` (``BadInput`` naming the path), applies
-  the PRAGMAs and migrations, and returns a ``StoreConnection`` in autocommit mode: every
-  transaction here is explicit.
 * Every write function is ``BEGIN IMMEDIATE`` … ``COMMIT`` (``_write``): the write lock
   is taken up front, so a fence check and the write it guards cannot interleave with
   another writer. Any error rolls back; sqlite3 errors leave as ``PersistenceError`` with a
   short ``cause`` and the original as ``__cause__``. ``StoreConnection.commits`` counts the
   COMMITs that succeeded.
-* Events are buffered by the caller (already encoded by ``encode_event``) and handed to
-  the next write function as its ``events`` argument (always the second, after the
-  connection), which inserts them in its own transaction: they commit with that write or
-  not at all.
+* Events are buffered by the caller (already encoded by ``sqlite_codec.encode_event``) and
+  handed to the next write function as its ``events`` argument (always the second, after
+  the connection), which inserts them in its own transaction: they commit with that write
+  or not at all.
 * Stored rows decode into exactly equal model values; a row that does not decode is
   reported as ``BadInput`` naming table, row id and column. Reads never modify anything.
 
@@ -29,161 +27,28 @@ each one once.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
-from pydantic import BaseModel, ValidationError
-
-from hermes_ref.adapters.sqlite_schema import (
-    DEFAULT_BUSY_TIMEOUT_MS,
-    check_synchronous,
-    configure,
-    migrate,
+from hermes_ref.adapters.sqlite_codec import (
+    EventRow,
+    decode_event,
+    decode_lease,
+    decode_message,
+    decode_session,
+    message_row,
+    persistence_error,
 )
-from hermes_ref.errors import BadInput, LeaseLost, PersistenceError
-from hermes_ref.models import Event, Lease, Message, SessionRecord
-from hermes_ref.ports import DurableRecord, LeaseRow, StoredMessage
-
-EventRow = tuple[str, str, str, str, float]
-"""An event encoded for ``INSERT INTO events``: session_id, turn_id, kind, data, at."""
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
-
-
-class StoreConnection(sqlite3.Connection):
-    """A sqlite3 connection that counts the write transactions it committed."""
-
-    commits: int = 0
-
-
-# -- errors ------------------------------------------------------------------------------
-
-_CAUSES = (  # sqlite error-name prefix -> PersistenceError.cause; first match wins
-    ("SQLITE_CONSTRAINT_FOREIGNKEY", "foreign_key"),
-    ("SQLITE_CONSTRAINT_PRIMARYKEY", "duplicate"),
-    ("SQLITE_CONSTRAINT_UNIQUE", "duplicate"),
-    ("SQLITE_CONSTRAINT", "constraint"),
-    ("SQLITE_BUSY", "locked"),
-    ("SQLITE_LOCKED", "locked"),
-    ("SQLITE_IOERR", "io"),
-    ("SQLITE_CANTOPEN", "io"),
-    ("SQLITE_FULL", "disk_full"),
-    ("SQLITE_CORRUPT", "corrupt"),
-    ("SQLITE_NOTADB", "corrupt"),
-    ("SQLITE_READONLY", "readonly"),
-    ("SQLITE_INTERRUPT", "interrupted"),
-)
-
-
-def error_cause(exc: sqlite3.Error) -> str:
-    """The short machine-readable cause of a sqlite3 error."""
-    name = getattr(exc, "sqlite_errorname", None) or ""
-    for prefix, cause in _CAUSES:
-        if name.startswith(prefix):
-            return cause
-    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
-        return "closed"
-    return "sqlite"
-
-
-def persistence_error(exc: sqlite3.Error | ValueError | OverflowError) -> PersistenceError:
-    """Map a sqlite3 error, or a value sqlite3 cannot bind (a str with a lone surrogate,
-    an int beyond 64 bits); raise the result ``from exc`` to keep the cause."""
-    if not isinstance(exc, sqlite3.Error):
-        return PersistenceError(f"sqlite cannot store a value: {exc}", cause="encoding")
-    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
-    return PersistenceError(f"sqlite: {exc} ({name})", cause=error_cause(exc))
-
-
-_MAPPED = (sqlite3.Error, UnicodeEncodeError, OverflowError)
-
-
-# -- opening -----------------------------------------------------------------------------
-
-_MAGIC = b"SQLite format 3\x00"
-
-
-def open_connection(
-    path: str | Path,
-    *,
-    synchronous: str = "FULL",
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-) -> StoreConnection:
-    """Open, check, configure and migrate the database at ``path``."""
-    mode = check_synchronous(synchronous)
-    check_header(path)
-    conn = connect(path, busy_timeout_ms=busy_timeout_ms)
-    try:
-        prepare(conn, path, synchronous=mode, busy_timeout_ms=busy_timeout_ms)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def connect(path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> StoreConnection:
-    """The bare connection (autocommit mode); ``prepare`` must run on it before use."""
-    try:
-        return sqlite3.connect(
-            path, timeout=busy_timeout_ms / 1000, isolation_level=None, factory=StoreConnection
-        )
-    except sqlite3.Error as exc:
-        raise BadInput(f"{path}: cannot open as a SQLite database: {exc}") from exc
-
-
-def prepare(
-    conn: StoreConnection,
-    path: str | Path,
-    *,
-    synchronous: str = "FULL",
-    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
-) -> None:
-    """PRAGMAs, ``quick_check`` and migrations; a damaged file is ``BadInput`` naming it."""
-    try:
-        configure(conn, synchronous, busy_timeout_ms)
-        _check_integrity(conn, str(path))
-        migrate(conn, str(path))
-    except sqlite3.Error as exc:
-        if error_cause(exc) == "corrupt":
-            raise BadInput(f"{path}: not a usable SQLite database: {exc}") from exc
-        raise persistence_error(exc) from exc
-
-
-def check_header(path: str | Path) -> None:
-    """A clear message for a file that is not SQLite at all (before sqlite3 sees it)."""
-    where = str(path)
-    if where == ":memory:" or where.startswith("file:"):
-        return
-    try:
-        with open(where, "rb") as handle:
-            head = handle.read(100)
-    except FileNotFoundError:
-        return  # a new database
-    except OSError as exc:
-        raise BadInput(f"{where}: cannot read the database file: {exc.strerror}") from exc
-    if not head:
-        return  # an empty file is a new database to SQLite
-    if not head.startswith(_MAGIC):
-        raise BadInput(
-            f"{where}: not a SQLite database (the file starts with {head[:16]!r}, "
-            f"expected {_MAGIC!r})"
-        )
-    if len(head) < 100:
-        raise BadInput(f"{where}: truncated SQLite database ({len(head)} bytes of header)")
-
-
-def _check_integrity(conn: sqlite3.Connection, where: str) -> None:
-    rows = conn.execute("PRAGMA quick_check").fetchall()
-    if rows != [("ok",)]:
-        problems = "; ".join(str(row[0]) for row in rows[:3])
-        raise BadInput(f"{where}: database is corrupt (quick_check: {problems})")
-
+from hermes_ref.adapters.sqlite_connect import StoreConnection
+from hermes_ref.errors import LeaseLost, PersistenceError
+from hermes_ref.models import Lease, Message, SessionRecord
+from hermes_ref.ports import DurableRecord, StoredMessage
 
 # -- transactions ------------------------------------------------------------------------
+
+_MAPPED = (sqlite3.Error, UnicodeEncodeError, OverflowError)  # what a transaction maps
 
 
 class _Busy(Exception):
@@ -234,17 +99,6 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 _INSERT_EVENT = "INSERT INTO events(session_id, turn_id, kind, data, at) VALUES (?, ?, ?, ?, ?)"
 _SELECT_EVENTS = "SELECT seq, session_id, turn_id, kind, data, at FROM events ORDER BY seq"
-
-
-def encode_event(event: Event) -> EventRow:
-    """Encode at ``log_event`` time, so a bad event fails there and not in a later write."""
-    try:
-        data = json.dumps(event.data, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise PersistenceError(
-            f"event {event.kind!r} data is not JSON: {exc}", cause="encoding"
-        ) from exc
-    return (event.session_id, event.turn_id, event.kind, data, event.at)
 
 
 def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRow]) -> None:
@@ -307,13 +161,13 @@ def ensure_session(
         _insert_events(conn, events)
     if isinstance(stored, SessionRecord):
         return stored, True
-    return _decode_session(stored), False
+    return decode_session(stored), False
 
 
 def get_session(conn: sqlite3.Connection, session_id: str) -> SessionRecord | None:
     with _read(conn):
         row = conn.execute(_SELECT_SESSION, (session_id,)).fetchone()
-    return None if row is None else _decode_session(row)
+    return None if row is None else decode_session(row)
 
 
 def end_session(
@@ -372,7 +226,7 @@ def append_messages(
 
     Checks in MemoryStore's order: session exists, fence holds, no scaffolding (SCAF-1).
     """
-    rows = [_message_row(session_id, m) for m in messages]
+    rows = [message_row(session_id, m) for m in messages]
     with _write(conn):
         _check_fence(conn, session_id, lease_token, session_required=True)
         for message in messages:
@@ -400,17 +254,6 @@ def _insert_messages(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> i
     last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
     return last - len(rows) + 1
 
-
-def _message_row(session_id: str, m: Message) -> tuple[Any, ...]:
-    calls = (
-        json.dumps([{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls])
-        if m.tool_calls
-        else None
-    )
-    return (
-        session_id, m.role.value, m.content, m.api_content, calls, m.tool_call_id,
-        m.tool_name, m.finish_reason, m.turn_id, 1 if m.hidden else 0, m.created_at,
-    )
 
 
 def _check_fence(
@@ -539,105 +382,24 @@ def snapshot(conn: sqlite3.Connection) -> DurableRecord:
         names = [column[0] for column in cursor.description]
         admissions = cursor.fetchall()
     return DurableRecord(
-        sessions=tuple(_decode_session(row) for row in sessions),
+        sessions=tuple(decode_session(row) for row in sessions),
         messages=tuple(
             StoredMessage(session_id=row[0], message=decode_message(row[1:])) for row in messages
         ),
-        events=tuple(_decode_event(row) for row in events),
-        leases=tuple(_decode_lease(row) for row in leases),
+        events=tuple(decode_event(row) for row in events),
+        leases=tuple(decode_lease(row) for row in leases),
         admissions=tuple(dict(zip(names, row, strict=True)) for row in admissions),
     )
 
 
-# -- decoding ----------------------------------------------------------------------------
-
-
-def decode_message(row: Sequence[Any]) -> Message:
-    """A ``messages`` row (``_MESSAGE_COLUMNS`` order) as the exact Message it stored."""
-    rid, role, content, api, calls, call_id, name, finish, turn, hidden, created = row
-    tool_calls = () if calls is None else _json_column("messages", rid, "tool_calls", calls)
-    return _build(Message, "messages", rid, {
-        "row_id": rid, "role": role, "content": content, "api_content": api,
-        "tool_calls": tool_calls, "tool_call_id": call_id, "tool_name": name,
-        "finish_reason": finish, "turn_id": turn, "hidden": _flag(rid, hidden),
-        "created_at": created,
-    })
-
-
-def _decode_session(row: Sequence[Any]) -> SessionRecord:
-    rowid, *values = row
-    names = (
-        "id", "key", "platform", "chat_type", "parent_session_id", "system_prompt",
-        "started_at", "ended_at", "end_reason",
-    )
-    return _build(SessionRecord, "sessions", rowid, dict(zip(names, values, strict=True)))
-
-
-def _decode_event(row: Sequence[Any]) -> Event:
-    seq, session_id, turn_id, kind, data, at = row
-    return _build(Event, "events", seq, {
-        "seq": seq, "session_id": session_id, "turn_id": turn_id, "kind": kind,
-        "data": _json_column("events", seq, "data", data), "at": at,
-    })
-
-
-def _decode_lease(row: Sequence[Any]) -> LeaseRow:
-    rowid, session_id, holder, token, acquired_at, expires_at = row
-    return _build(LeaseRow, "turn_leases", rowid, {
-        "session_id": session_id, "holder": holder, "token": token,
-        "acquired_at": acquired_at, "expires_at": expires_at,
-    })
-
-
-def _flag(rid: int, value: object) -> bool:
-    if not (isinstance(value, int) and value in (0, 1)):
-        raise _bad("messages", rid, "hidden", f"{value!r} is not 0 or 1")
-    return bool(value)
-
-
-def _json_column(table: str, rowid: object, column: str, text: object) -> Any:
-    if not isinstance(text, str):
-        raise _bad(table, rowid, column, f"expected JSON text, found {type(text).__name__}")
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise _bad(table, rowid, column, f"not JSON ({exc})") from exc
-
-
-def _build(model: type[ModelT], table: str, rowid: object, fields: dict[str, Any]) -> ModelT:
-    try:
-        return model(**fields)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = str(error["loc"][0]) if error["loc"] else "?"
-        column = {"row_id": "id"}.get(field, field)
-        raise _bad(table, rowid, column, f"{error['msg']} (found {error['input']!r:.80})") from exc
-
-
-def _bad(table: str, rowid: object, column: str, why: str) -> BadInput:
-    return BadInput(
-        f"stored row does not decode: table {table}, row {rowid}, column {column}: {why}"
-    )
-
-
 __all__ = [
-    "EventRow",
-    "StoreConnection",
     "acquire_lease",
     "append_messages",
-    "check_header",
-    "connect",
     "create_session",
-    "decode_message",
-    "encode_event",
     "end_session",
-    "error_cause",
     "flush_events",
     "get_session",
     "load_messages",
-    "open_connection",
-    "persistence_error",
-    "prepare",
     "release_lease",
     "rewrite_message",
     "snapshot",

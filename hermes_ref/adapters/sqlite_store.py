@@ -7,7 +7,7 @@ callables there, one at a time. All SQL lives in ``sqlite_ops`` as synchronous f
 that each do a whole transaction (``BEGIN IMMEDIATE`` … ``COMMIT``); ``_hop`` queues one of
 them on the worker, so every store method is one thread hop and at most one transaction.
 The connection is created by aiosqlite's connector and then checked, configured and
-migrated by ``sqlite_ops.prepare`` in one hop, all on the worker thread that will use it.
+migrated by ``sqlite_connect.prepare`` in one hop, all on the worker thread that will use it.
 
 Pending events follow ``MemoryStore``: ``log_event`` encodes and buffers in memory (no
 hop); the next write takes the whole buffer into its transaction. The buffer is handed
@@ -28,8 +28,10 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import aiosqlite
 
-from hermes_ref.adapters import liveness
+from hermes_ref.adapters import liveness, sqlite_connect
 from hermes_ref.adapters import sqlite_ops as ops
+from hermes_ref.adapters.sqlite_codec import EventRow, encode_event
+from hermes_ref.adapters.sqlite_connect import StoreConnection
 from hermes_ref.adapters.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS, check_synchronous
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Event, Lease, Message, SessionRecord
@@ -38,19 +40,19 @@ from hermes_ref.ports import DurableRecord
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_WriteOp = Callable[Concatenate[ops.StoreConnection, Sequence[ops.EventRow], P], R]
+_WriteOp = Callable[Concatenate[StoreConnection, Sequence[EventRow], P], R]
 
 
 class AsyncSqliteStore:
     """An ``AsyncStore`` on a SQLite file. Create with ``await AsyncSqliteStore.open(path)``."""
 
-    def __init__(self, db: aiosqlite.Connection, raw: ops.StoreConnection, path: Path,
+    def __init__(self, db: aiosqlite.Connection, raw: StoreConnection, path: Path,
                  holder_alive: Callable[[str], bool] | None = None) -> None:
         self.path = path
         self._holder_alive = holder_alive
         self._db = db
         self._raw = raw  # made on the worker thread, used only there; we only read .commits
-        self._pending: list[ops.EventRow] = []
+        self._pending: list[EventRow] = []
         self._closed = False
 
     @classmethod
@@ -69,17 +71,17 @@ class AsyncSqliteStore:
         the connection through aiosqlite, which also stops its worker thread cleanly.
         """
         mode = check_synchronous(synchronous)
-        ops.check_header(path)
-        opened: list[ops.StoreConnection] = []
+        sqlite_connect.check_header(path)
+        opened: list[StoreConnection] = []
 
-        def connect() -> ops.StoreConnection:
-            opened.append(ops.connect(path, busy_timeout_ms=busy_timeout_ms))
+        def connect() -> StoreConnection:
+            opened.append(sqlite_connect.connect(path, busy_timeout_ms=busy_timeout_ms))
             return opened[0]
 
         store = cls(await aiosqlite.Connection(connect, iter_chunk_size=64), opened[0], Path(path),
                     holder_alive)
         try:
-            await store._hop(ops.prepare, path, synchronous=mode, busy_timeout_ms=busy_timeout_ms)
+            await store._hop(sqlite_connect.prepare, path, synchronous=mode, busy_timeout_ms=busy_timeout_ms)
         except BaseException:
             await store.close()
             raise
@@ -91,7 +93,7 @@ class AsyncSqliteStore:
 
     async def _hop(
         self,
-        fn: Callable[Concatenate[ops.StoreConnection, P], R],
+        fn: Callable[Concatenate[StoreConnection, P], R],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> R:
@@ -165,7 +167,7 @@ class AsyncSqliteStore:
 
     # -- events ---------------------------------------------------------------------------
     async def log_event(self, event: Event) -> None:
-        self._pending.append(ops.encode_event(event))
+        self._pending.append(encode_event(event))
 
     async def flush_events(self) -> None:
         if self._pending:

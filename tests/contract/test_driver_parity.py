@@ -27,7 +27,8 @@ from hermes_ref.ports import DurableRecord
 from hermes_ref.prologue import TurnInput
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.driver import SimDriver
-from sim.provider import ScriptedProvider, Step, fake_transport, text, tool_calls
+from sim.provider import ScriptedProvider, Step, text, tool_calls
+from sim.provider_http import fake_transport
 from sim.store import MemoryStore
 from sim.tools import SimTools
 from sim.world import World

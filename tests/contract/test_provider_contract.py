@@ -33,7 +33,8 @@ from hermes_ref.errors import (
 )
 from hermes_ref.models import Message, ProviderReply, Role, ToolCall, ToolSpec
 from hermes_ref.tokens import count_text, count_wire_messages
-from sim.provider import ScriptedProvider, fake_transport, install_respx, text, tool_calls
+from sim.provider import ScriptedProvider, text, tool_calls
+from sim.provider_http import fake_transport, install_respx
 
 BASE_URL = "http://provider.test/v1"
 Complete = Callable[[ProviderRequest], Awaitable[ProviderReply]]

@@ -27,7 +27,8 @@ from hermes_ref.outcomes import ExitReason, TurnResult
 from hermes_ref.prologue import TurnInput
 from hermes_ref.runtime import open_runtime
 from hermes_ref.tool_specs import REFERENCE_TOOLS
-from sim.provider import ScriptedProvider, fake_transport, text, tool_calls
+from sim.provider import ScriptedProvider, text, tool_calls
+from sim.provider_http import fake_transport
 
 BASE_URL = "http://provider.test/v1"
 

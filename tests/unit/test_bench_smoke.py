@@ -7,7 +7,7 @@ from io import StringIO
 
 import pytest
 
-from sim import bench
+from sim import bench, bench_probes, bench_render
 
 STAT_KEYS = (
     "memory_turns_per_s",
@@ -85,15 +85,15 @@ def test_targets_machine_and_profile(report: dict[str, object]) -> None:
 
 
 def test_table_renders_every_target(report: dict[str, object]) -> None:
-    text = bench.render(report)
+    text = bench_render.render(report)
     for name in bench.TARGETS:
         assert name in text
     assert "PASS" in text or "MISS" in text
 
 
 def test_fsyncs_without_strace_are_null_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench.shutil, "which", lambda name: None)
-    per_turn, per_commit, note = bench._count_fsyncs(bench.TINY)
+    monkeypatch.setattr(bench_probes.shutil, "which", lambda name: None)
+    per_turn, per_commit, note = bench_probes.count_fsyncs(bench.TINY)
     assert per_turn is None and per_commit is None
     assert note == "not measured: strace is not on PATH"
 
@@ -107,4 +107,4 @@ def test_strace_summary_is_parsed() -> None:
 ------ ----------- ----------- --------- --------- ----------------
 100.00    0.008795          73       119         1 total
 """
-    assert bench.parse_strace_counts(summary) == 119
+    assert bench_probes.parse_strace_counts(summary) == 119

@@ -28,12 +28,11 @@ from sim.provider import (
     ScriptedProvider,
     ScriptError,
     ScriptExhausted,
-    handle_http,
     load_script,
-    request_from_wire,
     text,
     tool_calls,
 )
+from sim.provider_http import handle_http, request_from_wire
 
 
 def make_request(*messages: Message, tools: tuple[ToolSpec, ...] = ()) -> ProviderRequest:

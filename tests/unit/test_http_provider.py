@@ -9,7 +9,8 @@ from email.utils import parsedate_to_datetime
 import httpx
 import pytest
 
-from hermes_ref.adapters.http_provider import HttpProvider, parse_retry_after
+from hermes_ref.adapters.chat_wire import parse_retry_after
+from hermes_ref.adapters.http_provider import HttpProvider
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import (
     ContextOverflow,
@@ -21,7 +22,8 @@ from hermes_ref.errors import (
     RateLimited,
 )
 from hermes_ref.models import Message, Role
-from sim.provider import ScriptedProvider, serve_fake_provider, text, tool_calls
+from sim.provider import ScriptedProvider, text, tool_calls
+from sim.provider_http import serve_fake_provider
 
 BASE_URL = "http://provider.test/v1"
 Handler = Callable[[httpx.Request], httpx.Response]

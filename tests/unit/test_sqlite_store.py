@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_ref.adapters import sqlite_ops as ops
+from hermes_ref.adapters.sqlite_connect import open_connection
 from hermes_ref.adapters.sqlite_schema import LATEST_VERSION
 from hermes_ref.adapters.sqlite_store import AsyncSqliteStore
 from hermes_ref.errors import BadInput, PersistenceError
@@ -165,7 +165,7 @@ def test_a_corrupt_event_row_is_named(store: SqliteStore, db: Path) -> None:
 
 @pytest.mark.parametrize(("mode", "level"), [("FULL", 2), ("NORMAL", 1), ("OFF", 0)])
 def test_pragmas_are_applied(db: Path, mode: str, level: int) -> None:
-    conn = ops.open_connection(db, synchronous=mode, busy_timeout_ms=1234)
+    conn = open_connection(db, synchronous=mode, busy_timeout_ms=1234)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("PRAGMA foreign_keys").fetchone() == (1,)

@@ -1,0 +1,321 @@
+"""What bounds the benchmark's figures: SQLite's commit ceiling, fsyncs, and where time goes.
+
+Theory of operation
+-------------------
+These are not timed rows of the engine but probes of the machine and of the turn:
+
+* **Commit ceilings** are SQLite's own limit on this machine, measured in the same run:
+  WAL, ``synchronous=FULL``, one ~1 KB row per committed transaction (an autocommit
+  INSERT), through stdlib ``sqlite3`` and through ``aiosqlite`` (one thread hop per
+  commit). Durable rows are also shown as the share of that limit they use.
+* **fsyncs** are counted, never assumed: a child ``python -m sim.bench --fsync-probe N``
+  runs N durable turns (``fsync_probe``) under ``strace -f -c -e trace=fsync,fdatasync``;
+  it runs once with 0 turns and once with N, and the difference divided by N is fsyncs per
+  turn (opening, migrating and closing the database cancel out). Without ``strace`` the
+  figure is null and ``notes`` says why.
+* **Where the time goes**: hops per turn and a split of the durable turn (store ops on
+  aiosqlite's worker, thread-hop overhead, the rest on the loop) from an instrumented run;
+  the GC-tracked objects a turn leaves alive; one cProfile run of the memory row
+  (collector paused), top functions by cumulative and by own time.
+"""
+
+from __future__ import annotations
+
+import collections
+import cProfile
+import gc
+import json
+import os
+import pstats
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from sim import bench_rig
+from sim.bench_rig import AsyncRig, Sizes, SyncRig, check_turn
+from sim.store import MemoryStore
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The benchmark's own frames (the rig's turn and fake model, this module) are left out of
+# the profile: they are the harness, not the engine.
+_OWN_FILES = frozenset(str(Path(f).resolve()) for f in (__file__, bench_rig.__file__))
+
+
+# -- the SQLite commit ceiling ------------------------------------------------------------
+
+_ROW = "x" * 1000
+_CEILING_SCHEMA = "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, body TEXT NOT NULL)"
+_CEILING_INSERT = "INSERT INTO t(body) VALUES (?)"
+_CEILING_WARMUP = 200
+
+
+def stdlib_ceiling(path: Path, sizes: Sizes) -> list[float]:
+    """Committed transactions/s: stdlib sqlite3, WAL, FULL, autocommit INSERT of ~1 KB."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(_CEILING_SCHEMA)
+        for _ in range(_CEILING_WARMUP):
+            conn.execute(_CEILING_INSERT, (_ROW,))
+        rates: list[float] = []
+        execute = conn.execute
+        for _ in range(sizes.reps):
+            n = 0
+            start = time.perf_counter()
+            deadline = start + sizes.rep_s
+            while True:
+                execute(_CEILING_INSERT, (_ROW,))
+                n += 1
+                now = time.perf_counter()
+                if now >= deadline:
+                    break
+            rates.append(n / (now - start))
+        return rates
+    finally:
+        conn.close()
+
+
+async def aiosqlite_ceiling(path: Path, sizes: Sizes) -> list[float]:
+    """The same through aiosqlite: one worker hop per commit (autocommit INSERT)."""
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=FULL")
+        await db.execute(_CEILING_SCHEMA)
+        for _ in range(_CEILING_WARMUP):
+            await db.execute(_CEILING_INSERT, (_ROW,))
+        rates: list[float] = []
+        for _ in range(sizes.reps):
+            n = 0
+            start = time.perf_counter()
+            deadline = start + sizes.rep_s
+            while True:
+                await db.execute(_CEILING_INSERT, (_ROW,))
+                n += 1
+                now = time.perf_counter()
+                if now >= deadline:
+                    break
+            rates.append(n / (now - start))
+        return rates
+
+
+# -- fsyncs (strace) ----------------------------------------------------------------------
+
+
+async def fsync_probe(turns: int, directory: Path) -> dict[str, int]:
+    """The child side: open, run ``turns`` durable turns, close; report commits."""
+    rig = await AsyncRig.open(directory / "probe.db")
+    try:
+        for i in range(turns):
+            check_turn(await rig.turn(f"p{i}"))
+        commits = rig.store.commits
+    finally:
+        await rig.close()
+    return {"turns": turns, "commits": commits}
+
+
+def parse_strace_counts(summary_text: str) -> int:
+    """Total fsync + fdatasync calls from an ``strace -c`` summary table."""
+    total = 0
+    for line in summary_text.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[-1] in ("fsync", "fdatasync") and parts[3].isdigit():
+            total += int(parts[3])
+    return total
+
+
+def _run_probe(strace: str, turns: int, sizes: Sizes) -> tuple[int, int]:
+    """(fsyncs, commits) of one child process under strace."""
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-probe-") as tmp:
+        summary_file = Path(tmp) / "strace.txt"
+        cmd = [strace, "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", str(summary_file),
+               sys.executable, "-m", "sim.bench", "--fsync-probe", str(turns), "--dir", tmp]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=PROJECT_ROOT, env=env,
+                              timeout=sizes.fsync_timeout_s, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RuntimeError(f"strace probe exited {proc.returncode}: {tail}")
+        if not summary_file.exists():
+            raise RuntimeError("strace wrote no summary")
+        reported = json.loads(proc.stdout.strip().splitlines()[-1])
+        return parse_strace_counts(summary_file.read_text()), int(reported["commits"])
+
+
+def count_fsyncs(sizes: Sizes) -> tuple[float | None, float | None, str]:
+    """(fsyncs per turn, fsyncs per commit, note)."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None, None, "not measured: strace is not on PATH"
+    turns = max(1, sizes.fsync_turns)
+    try:
+        base_fsyncs, base_commits = _run_probe(strace, 0, sizes)
+        fsyncs, commits = _run_probe(strace, turns, sizes)
+    except (OSError, RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
+        return None, None, f"not measured: {exc}"
+    extra_fsyncs, extra_commits = fsyncs - base_fsyncs, commits - base_commits
+    per_commit = extra_fsyncs / extra_commits if extra_commits else None
+    note = (f"strace -f -c: {fsyncs} fsync+fdatasync over {turns} turns minus {base_fsyncs} "
+            f"for open+close alone; {extra_commits} commits")
+    return extra_fsyncs / turns, per_commit, note
+
+
+# -- where the time goes: store hops and retained objects ---------------------------------
+
+
+@dataclass
+class _Breakdown:
+    """Where a durable turn's wall time goes, from one instrumented run."""
+
+    turns: int = 0
+    wall_s: float = 0.0
+    hops: collections.Counter[str] = field(default_factory=collections.Counter)
+    hop_s: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))
+    op_s: dict[str, float] = field(default_factory=lambda: collections.defaultdict(float))
+
+    def per_turn_us(self, seconds: float) -> float:
+        return seconds / self.turns * 1e6
+
+    def figures(self) -> dict[str, Any]:
+        hop_total, op_total = sum(self.hop_s.values()), sum(self.op_s.values())
+        return {
+            "hops_per_turn": sum(self.hops.values()) / self.turns,
+            "us_per_turn": self.per_turn_us(self.wall_s),
+            "us_in_store_ops": self.per_turn_us(op_total),
+            "us_hop_overhead": self.per_turn_us(hop_total - op_total),
+            "us_outside_store": self.per_turn_us(self.wall_s - hop_total),
+            "ops": {
+                name: {"per_turn": count / self.turns,
+                       "hop_us": self.hop_s[name] / count * 1e6,
+                       "op_us": self.op_s[name] / count * 1e6}
+                for name, count in self.hops.items()
+            },
+        }
+
+
+async def durable_breakdown(tmp: Path, turns: int) -> dict[str, Any]:
+    """Hops per turn and where the durable turn's time goes (fresh session per turn).
+
+    A separate run with a timing wrapper set on the store instance's ``_hop`` (private;
+    every store method goes through it), so the timed rows are not slowed. For each hop:
+    the wall time the loop waits (``hop``) and the time the op itself runs on aiosqlite's
+    worker thread (``op``: SQL, COMMIT and its fsync). ``hop - op`` is the thread-hop
+    overhead (queue, wake-ups); the rest of the turn is the engine and driver on the loop.
+    """
+    rig = await AsyncRig.open(tmp / "breakdown.db")
+    out = _Breakdown(turns=turns)
+    try:
+        for i in range(10):
+            check_turn(await rig.turn(f"w{i}"))
+        real = rig.store._hop
+
+        async def timed_hop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            name = getattr(fn, "__name__", "op")
+
+            def timed_op(*inner_args: Any, **inner_kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return fn(*inner_args, **inner_kwargs)
+                finally:
+                    out.op_s[name] += time.perf_counter() - started
+
+            started = time.perf_counter()
+            try:
+                return await real(timed_op, *args, **kwargs)
+            finally:
+                out.hop_s[name] += time.perf_counter() - started
+                out.hops[name] += 1
+
+        setattr(rig.store, "_hop", timed_hop)  # noqa: B010  (an instance override on purpose)
+        started = time.perf_counter()
+        for i in range(turns):
+            check_turn(await rig.turn(f"b{i}"))
+        out.wall_s = time.perf_counter() - started
+    finally:
+        await rig.close()
+    return out.figures()
+
+
+def retained_objects(turns: int) -> float:
+    """GC-tracked objects the memory row keeps alive per turn (what each full collection scans).
+
+    ``len(gc.get_objects())`` after a full collection, before and after ``turns`` turns of
+    fresh sessions on one simulated world: the world's record (store rows, events, call
+    records, ledger) and the engine's session caches.
+    """
+    rig = SyncRig(MemoryStore())
+    check_turn(rig.turn("warm"))
+    gc.collect()
+    before = len(gc.get_objects())
+    for i in range(turns):
+        rig.turn(f"k{i}")
+    gc.collect()
+    return (len(gc.get_objects()) - before) / turns
+
+
+# -- profile ------------------------------------------------------------------------------
+
+
+def _where(key: tuple[str, int, str]) -> str:
+    filename, line, func = key
+    if filename == "~":
+        return func  # a builtin, e.g. "<method 'append' of 'list' objects>"
+    path = Path(filename)
+    try:
+        shown = str(path.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        shown = "/".join(path.parts[-2:])
+    return f"{shown}:{line} {func}"
+
+
+def profile(sizes: Sizes, top: int = 8) -> dict[str, Any]:
+    """cProfile of the memory row: top functions by cumulative and by own time.
+
+    The cyclic collector is paused while profiling: its pauses would otherwise be charged
+    to whichever function happened to allocate (the gc share is its own row).
+    """
+    rig = SyncRig(MemoryStore())
+    for i in range(sizes.warmup_turns):
+        check_turn(rig.turn(f"w{i}"))
+    turn = rig.turn
+    effects0 = rig.driver.effects_performed
+    profiler = cProfile.Profile()
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        profiler.enable()
+        for i in range(sizes.profile_turns):
+            turn(f"p{i}")
+        profiler.disable()
+    finally:
+        if was_enabled:
+            gc.enable()
+    effects = (rig.driver.effects_performed - effects0) / max(1, sizes.profile_turns)
+    stats: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = (
+        pstats.Stats(profiler).stats)  # type: ignore[attr-defined]
+    rows = [(key, tt, ct) for key, (_cc, _nc, tt, ct, _callers) in stats.items()
+            if str(Path(key[0]).resolve()) not in _OWN_FILES and "_lsprof" not in key[2]]
+    total = sum(tt for _, tt, _ in rows) or 1.0
+    cumulative = sorted(rows, key=lambda r: r[2], reverse=True)[:top]
+    own = sorted(rows, key=lambda r: r[1], reverse=True)[:top]
+    return {
+        "turns": sizes.profile_turns,
+        "total_s": total,
+        "us_per_turn_profiled": total / max(1, sizes.profile_turns) * 1e6,
+        "effects_per_turn": effects,
+        "gc": "paused while profiling",
+        "cumulative": [{"function": _where(k), "share": ct / total} for k, _, ct in cumulative],
+        "self": [{"function": _where(k), "share": tt / total} for k, tt, _ in own],
+    }
