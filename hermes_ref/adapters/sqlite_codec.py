@@ -171,3 +171,11 @@ def _bad(table: str, rowid: object, column: str, why: str) -> BadInput:
         f"stored row does not decode: table {table}, row {rowid}, column {column}: {why}"
     )
 
+
+
+def session_row(record: SessionRecord) -> tuple[object, ...]:
+    """A session's column values, in the order of the sessions INSERT."""
+    return (
+        record.id, record.key, record.platform, record.chat_type, record.parent_session_id,
+        record.system_prompt, record.started_at, record.ended_at, record.end_reason,
+    )

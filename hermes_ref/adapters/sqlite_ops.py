@@ -40,6 +40,7 @@ from hermes_ref.adapters.sqlite_codec import (
     decode_session,
     message_row,
     persistence_error,
+    session_row,
 )
 from hermes_ref.adapters.sqlite_connect import StoreConnection
 from hermes_ref.errors import LeaseLost, PersistenceError
@@ -134,10 +135,7 @@ _SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
 def create_session(
     conn: StoreConnection, events: Sequence[EventRow], record: SessionRecord
 ) -> None:
-    row = (
-        record.id, record.key, record.platform, record.chat_type, record.parent_session_id,
-        record.system_prompt, record.started_at, record.ended_at, record.end_reason,
-    )
+    row = session_row(record)
     with _write(conn):
         conn.execute(_INSERT_SESSION, row)
         _insert_events(conn, events)
@@ -151,10 +149,7 @@ def ensure_session(
     ``INSERT OR IGNORE`` makes a race between two processes harmless: the loser reads the
     winner's row. Pending events are committed in the same transaction.
     """
-    row = (
-        record.id, record.key, record.platform, record.chat_type, record.parent_session_id,
-        record.system_prompt, record.started_at, record.ended_at, record.end_reason,
-    )
+    row = session_row(record)
     with _write(conn):
         created = conn.execute(_INSERT_SESSION_OR_IGNORE, row).rowcount == 1
         stored = record if created else conn.execute(_SELECT_SESSION, (record.id,)).fetchone()
