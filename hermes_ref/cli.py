@@ -106,7 +106,8 @@ def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
         for v in verdicts:
             mark = "caught" if v.caught else "NOT CAUGHT"
             out.write(f"{mark:<11} {v.name:<28} {','.join(v.invariants):<16} "
-                      f"{len(v.by_checker)}/{len(v.scenarios)} scenarios red\n")
+                      f"{len({r.split('[')[0] for r in v.by_checker})}/{len(v.scenarios)} "
+                      "scenarios red\n")
             out.write(f"    {v.description}\n")
             if v.evidence:
                 out.write(f"    e.g. {v.evidence}\n")

@@ -21,7 +21,7 @@ def tool_call_is_durable_before_it_runs(s: Story) -> None:
 
 
 @scenario("Parallel reads run as one segment and every call gets one result in call order",
-          invariants=("TOOL-1", "TOOL-3"), stage="tool_round")
+          invariants=("TOOL-1", "TOOL-3", "TOOL-4"), stage="tool_round")
 def parallel_reads_share_a_segment(s: Story) -> None:
     s.files({"a.txt": "alpha", "b.txt": "beta", "c.txt": "gamma"})
     s.script(tool_calls(("read_file", {"path": "a.txt"}), ("read_file", {"path": "b.txt"}),
@@ -33,6 +33,21 @@ def parallel_reads_share_a_segment(s: Story) -> None:
     elapsed = s.world.clock.now() - s.world.timeline.start_s
     s.expect(abs(elapsed - s.world.tools.cost_s("read_file")) < 1e-6,
              "the reads ran as one parallel segment (the clock moved by one read, not three)")
+
+
+@scenario("A write never runs alongside a read of the same file, and order is kept",
+          invariants=("TOOL-4", "TOOL-3", "TOOL-1"), stage="tool_round")
+def writer_waits_for_readers_of_its_path(s: Story) -> None:
+    s.files({"a.txt": "old", "b.txt": "beta", "c.txt": "gamma"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"}),
+                        ("write_file", {"path": "a.txt", "content": "new"}),
+                        ("read_file", {"path": "b.txt"}), ("read_file", {"path": "sub/../c.txt"})),
+             text("Done."))
+    s.turn("Read a.txt, rewrite it, and read b.txt and c.txt.")
+    s.expect(s.world.batches == [("call_1",), ("call_2", "call_3", "call_4")],
+             "the read of a.txt ran first, then the write with the unrelated reads")
+    reads = [r.content for r in s.transcript() if r.role is Role.TOOL]
+    s.expect("old" in (reads[0] or ""), "the read saw the file before the write")
 
 
 @scenario("A failing tool becomes a result the model reads, not a failed turn",

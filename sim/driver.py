@@ -173,21 +173,28 @@ class SimDriver:
         return reply
 
     def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
+        """Run a segment: a parallel one in waves of ``tool_workers_max`` (TOOL-5), started
+        together and finished when the slowest ends; a sequential one call after call."""
         world = self.world
         watermark = world.store.watermark()
+        width = world.tool_workers_max if effect.parallel else 1
         results: list[ToolResult] = []
-        costs: list[float] = []
-        for call in effect.calls:
-            results.append(world.tools.run(call, watermark=watermark, at=world.clock.now()))
-            hung = world.tools.is_hung(call.name)
-            costs.append(world.tool_batch_deadline_s if hung else world.tools.cost_s(call.name))
-        world.clock.advance(max(costs) if effect.parallel else sum(costs))
+        for start in range(0, len(effect.calls), width):
+            wave = effect.calls[start:start + width]
+            at = world.clock.now()
+            results.extend(world.tools.run(call, watermark=watermark, at=at) for call in wave)
+            world.batches.append(tuple(call.id for call in wave))
+            world.clock.advance(max(self._cost_s(call.name) for call in wave))
         if world.timeline.enabled:
             mode = "parallel" if effect.parallel else "sequential"
             for result in results:
                 state = "error" if result.is_error else "ok"
                 world.timeline.add("tool", f"{mode:<10} {result.call_id} {result.name} {state}")
         return tuple(results)
+
+    def _cost_s(self, name: str) -> float:
+        tools = self.world.tools
+        return self.world.tool_batch_deadline_s if tools.is_hung(name) else tools.cost_s(name)
 
     def _flush_events(self, effect: fx.FlushEvents) -> None:
         self._fail_if_planned("events")

@@ -209,7 +209,8 @@ class Story:
 
     def check(self) -> list[Violation]:
         world = self.world
-        obs = Observation(record=world.store.snapshot(), ledger=tuple(world.tools.ledger),
+        obs = Observation(batches=tuple(world.batches),
+                          record=world.store.snapshot(), ledger=tuple(world.tools.ledger),
                           calls=tuple(world.calls), crash_seqs=tuple(world.crash_seqs),
                           limits=self._limits)
         found = run_all(obs)

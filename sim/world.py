@@ -92,6 +92,8 @@ class World:
     stream: list[Event] = field(default_factory=list)
     subscribers: list[Callable[[Event], None]] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
+    batches: list[tuple[str, ...]] = field(default_factory=list)  # call ids run together
+    tool_workers_max: int = 8
     crash_seqs: list[int] = field(default_factory=list)
     on_crash: Callable[[str], None] | None = None  # called first at a crash point
 

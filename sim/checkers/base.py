@@ -30,6 +30,8 @@ class Observation:
     calls: tuple[CallRecord, ...]
     crash_seqs: tuple[int, ...]
     limits: Limits
+    # call ids the tool world ran together, batch by batch (empty where nobody recorded it)
+    batches: tuple[tuple[str, ...], ...] = ()
 
     def at_rest(self, session_id: str) -> bool:
         for lease in self.record.leases:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hermes_ref.closure import RECOVERED_CALL_TEXT
-from hermes_ref.models import Message, Role
+from hermes_ref.models import Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.ports import LedgerEntry
+from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
 from sim.checkers.base import (
     Observation,
     Violation,
@@ -234,3 +235,57 @@ def results_durable_before_sent(obs: Observation) -> list[Violation]:
                                      f"result of {message.tool_call_id} before it was durable"))
                 break
     return out
+
+
+@checker("segments_are_safe", ("TOOL-4",),
+         "calls run together only when they may: parallel-safe kinds, no writer overlapping a path, "
+         "model order kept")
+def segments_are_safe(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    rows = call_rows(obs)
+    index, last_position = 0, -1
+    for batch in obs.batches:
+        while index < len(rows) and not set(batch) <= {c.id for c in rows[index].tool_calls}:
+            index, last_position = index + 1, -1
+        if index == len(rows):
+            break  # a batch of calls with no durable row: TOOL-1 reports that
+        row = rows[index]
+        positions = [[c.id for c in row.tool_calls].index(cid) for cid in batch]
+        if positions != sorted(positions) or positions[0] <= last_position:
+            out.append(Violation("segments_are_safe", "TOOL-4",
+                                 f"row #{row.row_id}: calls {', '.join(batch)} ran out of model order"))
+        last_position = positions[-1]
+        by_id = {c.id: c for c in row.tool_calls}
+        problem = _unsafe_together([by_id[cid] for cid in batch])
+        if problem:
+            out.append(Violation("segments_are_safe", "TOOL-4", f"row #{row.row_id}: {problem}"))
+    return out
+
+
+_JOINABLE = (ToolKind.READER, ToolKind.WRITER, ToolKind.PARALLEL_SAFE)
+
+
+def _unsafe_together(calls: list[ToolCall]) -> str | None:
+    if len(calls) < 2:
+        return None
+    paths: list[tuple[ToolCall, ToolKind, str | None]] = []
+    for call in calls:
+        spec = TOOLS_BY_NAME.get(call.name)
+        if spec is None or spec.kind not in _JOINABLE or call.parsed_arguments() is None:
+            return f"{call.name}({call.id}) ran alongside other calls but is a barrier"
+        paths.append((call, spec.kind, scoped_path(call, spec)))
+    for i, (a, kind_a, path_a) in enumerate(paths):
+        for b, kind_b, path_b in paths[i + 1:]:
+            writer = ToolKind.WRITER in (kind_a, kind_b)
+            if writer and path_a is not None and path_b is not None and _touch(path_a, path_b):
+                return f"{a.name} {path_a} ran alongside {b.name} {path_b}"
+    return None
+
+
+def _touch(a: str, b: str) -> bool:
+    """Do two normalized paths overlap (one is the other or contains it)?"""
+    def whole(p: str) -> bool:
+        return p in (".", "..") or p.startswith("../")
+    if whole(a) or whole(b):
+        return True
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")

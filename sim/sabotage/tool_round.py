@@ -10,7 +10,7 @@ from unittest import mock
 from hermes_ref import prologue, tool_round
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import AppendMessages, ExecuteTools
-from hermes_ref.models import Message
+from hermes_ref.models import Message, ToolCall
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
 from sim.sabotage.base import sabotage
@@ -140,3 +140,17 @@ def _rerun_open_calls() -> list[AbstractContextManager[Any]]:
 sabotage("recovery_reruns_open_calls", ("TOOL-10",),
          "after a restart, recovery executes recorded calls that have no result instead of "
          "reporting them unknown")(_rerun_open_calls)
+
+
+# ---- TOOL-4: every round is planned as one parallel segment ---------------------------------
+
+
+def _everything_parallel() -> list[AbstractContextManager[Any]]:
+    def one_segment(calls: tuple[ToolCall, ...], specs: Any) -> list[tool_round.Segment]:
+        return [tool_round.Segment(calls, parallel=len(calls) > 1)] if calls else []
+    return [mock.patch.object(tool_round, "plan_segments", one_segment)]
+
+
+sabotage("everything_in_parallel", ("TOOL-4",),
+         "the planner puts all of a round's calls in one parallel segment, writers included")(
+    _everything_parallel)
