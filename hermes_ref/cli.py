@@ -136,11 +136,16 @@ def cmd_fake_provider_serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         while provider.remaining > 0 or args.keep:
             time.sleep(0.2)
+        time.sleep(1.0)  # let the last response (possibly a stream) finish before stopping
     except KeyboardInterrupt:
         pass
     finally:
         server.shutdown()
-    return 0
+    errors = server.harness_errors
+    for error in errors:
+        sys.stderr.write(f"hermes-ref: fake provider: {error}\n")
+    out.write(f"fake provider done: script consumed, {len(errors)} harness error(s)\n")
+    return 1 if errors else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

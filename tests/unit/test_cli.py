@@ -72,3 +72,29 @@ def test_verify_fails_on_a_vacuous_sabotage() -> None:
         mp.undo()
     assert code == 1
     assert "NOT CAUGHT  harmless" in text
+
+
+def test_fake_provider_serves_a_script_file_then_stops(tmp_path: object) -> None:
+    """'fake-provider serve' answers a real HTTP client from a script file, then exits 0."""
+    import threading
+    from pathlib import Path
+
+    import httpx
+
+    script = Path(str(tmp_path)) / "script.json"
+    script.write_text('[{"text": "hello from the script"}]')
+    out = io.StringIO()
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(
+        main(["fake-provider", "serve", "--script", str(script)], out=out)))
+    worker.start()
+    for _ in range(100):
+        if "at http" in out.getvalue():
+            break
+        threading.Event().wait(0.05)
+    url = out.getvalue().split(" at ", 1)[1].split()[0]
+    reply = httpx.post(f"{url}/chat/completions",
+                       json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    worker.join(timeout=10)
+    assert reply.json()["choices"][0]["message"]["content"] == "hello from the script"
+    assert result == [0]
