@@ -9,7 +9,7 @@ tail gets an engine boundary row before the new user row.
 from __future__ import annotations
 
 from hermes_ref.closure import RECOVERED_BOUNDARY_TEXT, RECOVERED_CALL_TEXT
-from hermes_ref.models import Role
+from hermes_ref.models import ProviderReply, Role
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
 
@@ -70,3 +70,22 @@ def crash_before_final_row(s: Story) -> None:
              "the tool round survived and recovery closed its tail")
     s.expect(rows[3].content == RECOVERED_BOUNDARY_TEXT, "the closing row is the boundary row")
     s.expect(len(s.world.tools.ledger) == 1, "the tool ran once")
+
+
+@scenario("After a crash mid-turn, the next turn replays none of the crashed turn's scaffolding",
+          invariants=("SCAF-2", "SCAF-1", "TOOL-3"), stage="crash")
+def crash_after_a_nudge_replays_no_scaffolding(s: Story) -> None:
+    s.files({"notes.txt": "draft"})
+    s.faults(crash="after:tool_calls")
+    s.script(ProviderReply(content=None, finish_reason="tool_calls"),
+             tool_calls(("read_file", {"path": "notes.txt"})))
+    first = s.turn("What do my notes say?")
+    s.expect(first is None, "the process died after the tool-call row")
+    nudged = s.world.calls[-1].request.messages
+    s.expect(any(m.scaffold is not None for m in nudged), "the crashed turn had sent a nudge")
+    s.restart()
+    s.faults()
+    s.script(text("Ask me again and I will read them."))
+    s.turn("Are you there?")
+    replayed = [m for m in s.world.calls[-1].request.messages if m.scaffold is not None]
+    s.expect(replayed == [], "the new turn's request carries no scaffolding")

@@ -55,3 +55,20 @@ def no_scaffolding_persisted(obs: Observation) -> list[Violation]:
                                  f"row #{row.row_id} ({row.role.value}) is scaffolding: "
                                  f"{text[:40]!r}"))
     return out
+
+
+@checker("no_scaffolding_replayed", ("SCAF-2",),
+         "a request never carries an earlier turn's scaffolding (after a crash least of all)")
+def no_scaffolding_replayed(obs: Observation) -> list[Violation]:
+    out = []
+    for call in obs.calls:
+        for message in call.request.messages:
+            if message.role is Role.USER and message.turn_id == call.turn_id \
+                    and message.content not in SCAFFOLD_TEXTS:
+                break  # this turn's own user row: what follows belongs to the turn
+            if (message.content or "") in SCAFFOLD_TEXTS:
+                out.append(Violation("no_scaffolding_replayed", "SCAF-2",
+                                     f"call at effect {call.seq} (turn {call.turn_id}) replays "
+                                     f"scaffolding from an earlier turn: {message.content!r:.50}"))
+                break
+    return out

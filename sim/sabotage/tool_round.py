@@ -154,3 +154,21 @@ def _everything_parallel() -> list[AbstractContextManager[Any]]:
 sabotage("everything_in_parallel", ("TOOL-4",),
          "the planner puts all of a round's calls in one parallel segment, writers included")(
     _everything_parallel)
+
+
+# ---- SCAF-2: the working list is flushed whole, scaffolding included -----------------------
+
+
+def _flush_scaffolding_with_rows() -> list[AbstractContextManager[Any]]:
+    original = TurnContext.persist
+
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+        extra = tuple(m.model_copy(update={"scaffold": None}) for m in ctx.transcript
+                      if m.scaffold is not None and m.row_id is None)
+        return await original(ctx, extra + rows, label)
+    return [mock.patch.object(TurnContext, "persist", persist)]
+
+
+sabotage("scaffolding_flushed_with_rows", ("SCAF-2",),
+         "every write also flushes the turn's scaffolding (flags stripped), so a restart replays it")(
+    _flush_scaffolding_with_rows)
