@@ -54,6 +54,7 @@ class AsyncSqliteStore:
         self._raw = raw  # made on the worker thread, used only there; we only read .commits
         self._pending: list[EventRow] = []
         self._closed = False
+        self._watermark = 0  # highest message id committed or read here (see ``watermark``)
 
     @classmethod
     async def open(
@@ -82,6 +83,7 @@ class AsyncSqliteStore:
                     holder_alive)
         try:
             await store._hop(sqlite_connect.prepare, path, synchronous=mode, busy_timeout_ms=busy_timeout_ms)
+            store._watermark = await store._hop(ops.watermark)
         except BaseException:
             await store.close()
             raise
@@ -144,7 +146,10 @@ class AsyncSqliteStore:
     async def append_messages(
         self, session_id: str, lease_token: int, messages: tuple[Message, ...]
     ) -> tuple[Message, ...]:
-        return await self._write(ops.append_messages, session_id, lease_token, messages)
+        stored = await self._write(ops.append_messages, session_id, lease_token, messages)
+        if stored:
+            self._watermark = max(self._watermark, stored[-1].row_id or 0)
+        return stored
 
     async def rewrite_message(
         self, session_id: str, lease_token: int, row_id: int, content: str
@@ -152,7 +157,15 @@ class AsyncSqliteStore:
         return await self._write(ops.rewrite_message, session_id, lease_token, row_id, content)
 
     async def watermark(self) -> int:
-        return await self._hop(ops.watermark)
+        """The committed high-water mark as this connection knows it, without a thread hop.
+
+        It is the highest message id committed through this store or present when it was
+        opened: exact while this process is the only writer, which the turn lease makes
+        true for the session whose tools are about to run, and never above the truth. The
+        ledger records it at each tool run; persist-before-execute compares it with the
+        tool-call row's id, so a low value could only ever make that check stricter.
+        """
+        return self._watermark
 
     # -- leases ---------------------------------------------------------------------------
     async def acquire_lease(
