@@ -9,13 +9,16 @@ closes it with the same two kinds of engine rows:
 * a crash (the next turn's prologue repairs it: TOOL-10, FIN-5): calls recorded without
   results get ``RECOVERED_CALL_TEXT`` — the call is reported unknown and never re-run;
 * a failed turn (the finalizer closes it: FIN-5): results that could not be recorded get
-  ``UNRECORDED_RESULT_TEXT`` (they were never shown to the model: TOOL-8);
+  ``UNRECORDED_RESULT_TEXT`` (they were never shown to the model: TOOL-8), and calls of
+  later segments that never started get ``NOT_RUN_TEXT``;
 * either way, a user or tool tail then gets one assistant boundary row.
 
 ``closing_rows`` only decides which rows to write; the caller writes them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from hermes_ref.models import Message, Role
 from hermes_ref.transcript import Transcript
@@ -28,17 +31,21 @@ UNRECORDED_RESULT_TEXT = (
     "unknown: this call's result could not be recorded, so it was not shown to the model. "
     "Check its effect before retrying it."
 )
+NOT_RUN_TEXT = "not run: the turn ended before this call was started."
 RECOVERED_BOUNDARY_TEXT = "[the previous turn ended before it could answer]"
 
 
-def closing_rows(transcript: Transcript, turn_id: str, *, result_text: str,
+def closing_rows(transcript: Transcript, turn_id: str, *, result_text: Callable[[str], str],
                  boundary_text: str) -> list[Message]:
-    """Results for the trailing open calls, then a boundary row if the tail needs one."""
+    """Results for the trailing open calls, then a boundary row if the tail needs one.
+
+    ``result_text(call_id)`` says what each open call's result row reports.
+    """
     owner, missing = transcript.trailing_open_calls()
     rows: list[Message] = []
     if owner is not None:
         names = {c.id: c.name for c in owner.tool_calls}
-        rows = [Message(role=Role.TOOL, content=result_text, tool_call_id=call_id,
+        rows = [Message(role=Role.TOOL, content=result_text(call_id), tool_call_id=call_id,
                         tool_name=names[call_id], turn_id=turn_id) for call_id in missing]
     tail = rows[-1] if rows else transcript.durable_tail()
     if tail is not None and tail.role in (Role.USER, Role.TOOL):

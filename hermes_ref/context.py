@@ -83,6 +83,7 @@ class TurnState:
     persistence_failed: bool = False
     persistence_cause: str | None = None
     last_round_had_tools: bool = False
+    unrecorded_calls: set[str] = field(default_factory=set)  # ran, but the result never stored
 
 
 @dataclass(slots=True)
@@ -106,6 +107,7 @@ class TurnContext:
     failed: bool = False
     interrupted: bool = False
     streamed_text: str = ""
+    carried_input: Message | None = None  # the user's message, if it never became durable
     cleanup_errors: list[str] = field(default_factory=list)
 
     def enter(self, phase: Phase) -> None:

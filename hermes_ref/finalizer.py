@@ -25,7 +25,7 @@ order, each guarded on its own so one failure never costs the user the answer (F
 from __future__ import annotations
 
 from hermes_ref import closure, preflight
-from hermes_ref.context import TurnContext
+from hermes_ref.context import TurnContext, check_stored
 from hermes_ref.effects import AppendMessages, Emit, Now, ReleaseLease, RewriteMessage
 from hermes_ref.errors import PersistenceError
 from hermes_ref.loop import build_request, call_with_retries
@@ -53,6 +53,7 @@ async def _budget_fallback(ctx: TurnContext) -> None:
         scaffold(Role.USER, GRACE_SUMMARY_PROMPT, ScaffoldFlag.GRACE_SUMMARY, ctx.turn_id)
     )
     if not await preflight.check(ctx):  # the grace call is a model call too (CMP-7)
+        ctx.exit_detail += "; grace call not sent: the request exceeds the context window"
         return
     state.api_calls += 1
     reply = await call_with_retries(ctx, build_request(ctx, with_tools=False, purpose="grace"))
@@ -99,6 +100,7 @@ async def _append(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bo
     except PersistenceError as error:
         ctx.cleanup_errors.append(f"persist {label}: {error.cause}: {error}")
         return False
+    check_stored(rows, stored)
     ctx.transcript.replace_pending(stored)
     return True
 
@@ -136,7 +138,8 @@ async def _failure_boundary(ctx: TurnContext) -> None:
         return
     reason = ctx.exit_reason.value if ctx.exit_reason else "unknown"
     rows = closure.closing_rows(ctx.transcript, ctx.turn_id,
-                                result_text=closure.UNRECORDED_RESULT_TEXT,
+                                result_text=lambda call_id: closure.UNRECORDED_RESULT_TEXT
+                                if call_id in ctx.state.unrecorded_calls else closure.NOT_RUN_TEXT,
                                 boundary_text=f"[turn ended without an answer: {reason}]")
     if rows:
         ctx.transcript.extend(rows)
@@ -180,7 +183,9 @@ async def finalize(ctx: TurnContext) -> TurnResult:
     await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.exit",
                      data=fields, at=now))
     await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.completed",
-                     data={"final_response": ctx.final_response, "failed": ctx.failed},
+                     data={"final_response": ctx.final_response, "failed": ctx.failed,
+                           "carried_input": ctx.carried_input.content if ctx.carried_input
+                           else None},
                      at=now))
     try:
         await ReleaseLease(ctx.lease)  # LEASE-6: released whatever post-processing did
@@ -213,5 +218,6 @@ def _result(ctx: TurnContext) -> TurnResult:
         budget_used=ctx.state.budget.used,
         completed=ctx.final_response is not None and not ctx.failed and not ctx.interrupted,
         failed=ctx.failed, interrupted=ctx.interrupted, failure_reason=failure,
-        cleanup_errors=tuple(ctx.cleanup_errors),
+        cleanup_errors=tuple(ctx.cleanup_errors), carried_input=ctx.carried_input,
+        retryable=ctx.carried_input is not None,
     )

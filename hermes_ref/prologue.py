@@ -117,7 +117,7 @@ async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> Non
 async def _repair_tail(ctx: TurnContext) -> bool:
     """Close what a crashed turn left open; never re-run a recorded call (TOOL-10)."""
     rows = closure.closing_rows(ctx.transcript, ctx.turn_id,
-                                result_text=closure.RECOVERED_CALL_TEXT,
+                                result_text=lambda call_id: closure.RECOVERED_CALL_TEXT,
                                 boundary_text=closure.RECOVERED_BOUNDARY_TEXT)
     return await ctx.persist(tuple(rows), "recovery") if rows else True
 
@@ -156,7 +156,7 @@ async def _refuse(inp: TurnInput, deps: PrologueDeps, turn_id: str, user: Messag
     fields = {"level": "INFO", "reason": result.exit_reason.value, "detail": result.exit_detail,
               "api_calls": 0, "max_iterations": deps.limits.max_iterations, "budget_used": 0,
               "budget_max": deps.limits.iteration_budget, "last_role": "none", "response_len": 0,
-              "cleanup_errors": 0}
+              "cleanup_errors": len(result.cleanup_errors), "interrupted": False}
     await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.exit", data=fields,
                      at=now))
     carried = result.carried_input.content if result.carried_input is not None else None
@@ -218,4 +218,5 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         ctx.finish(ExitReason.PERSISTENCE_FAILED, ctx.state.persistence_cause or "unknown",
                    failed=True)
         ctx.final_response = ""
+        ctx.carried_input = user  # the message never became durable: hand it back (LEASE-5)
     return ctx

@@ -144,6 +144,7 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
     for segment in plan_segments(assistant.tool_calls, specs):
         results = await _run_segment(ctx, segment, specs, known)
         if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), "tool_results"):
+            ctx.state.unrecorded_calls.update(r.call_id for r in results)
             _fail_persistence(ctx)
             return False
     if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):

@@ -160,7 +160,7 @@ CLARIFY = ToolSpec(
 REFERENCE_TOOLS: tuple[ToolSpec, ...] = (
     READ_FILE, WRITE_FILE, PATCH, SEARCH_FILES, TERMINAL, TODO, MEMORY, EXECUTE_CODE,
 )
-# Every known spec, including ``clarify``, which the engine answers and no runner runs.
+# Every known spec, including ``clarify``, an interactive barrier for the planner that no runner runs.
 TOOLS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in (*REFERENCE_TOOLS, CLARIFY)}
 HOUSEKEEPING_TOOLS = frozenset({"memory", "todo"})
 
@@ -274,7 +274,7 @@ def check_call(call: ToolCall) -> tuple[ToolSpec, dict[str, Any]] | ToolResult:
     if spec is None:
         return error_result(call, f"unknown tool: {call.name}")
     if spec.kind is ToolKind.INTERACTIVE:
-        return error_result(call, f"{call.name} is answered by the engine, not by a tool runner")
+        return error_result(call, f"{call.name} asks the user, and no tool runner can answer it")
     args = validate_arguments(spec, call)
     if isinstance(args, str):
         return error_result(call, args)

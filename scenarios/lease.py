@@ -40,3 +40,20 @@ def store_failure_before_the_turn_hands_the_message_back(s: Story) -> None:
     s.expect(refused is not None and refused.carried_input is not None, "the message came back")
     again = s.turn("Hello?")
     s.expect(again is not None and again.final_response == "Hello again.", "the retry runs")
+
+
+@scenario("A turn whose message cannot be recorded hands it back, even on a known session",
+          invariants=("LEASE-5", "FIN-5"), stage="lease")
+def unrecorded_message_is_handed_back(s: Story) -> None:
+    s.script(text("First answer."), text("Second answer."))
+    s.turn("First question.")
+    s.faults(fail_writes={"user": 1})
+    lost = s.turn("Second question.")
+    s.expect(lost is not None and lost.exit_reason is ExitReason.PERSISTENCE_FAILED,
+             "exit reason session_persistence_failed")
+    s.expect(lost is not None and lost.carried_input is not None
+             and lost.carried_input.content == "Second question." and lost.retryable,
+             "the unrecorded message came back, retryable")
+    s.faults()
+    again = s.turn("Second question.")
+    s.expect(again is not None and again.final_response == "Second answer.", "the retry runs")

@@ -98,6 +98,20 @@ def refused_tool_result_is_not_sent(s: Story) -> None:
     s.expect((rows[2].content or "").startswith("unknown:"), "the result is reported unknown")
 
 
+@scenario("Calls of a round that never started are reported not run, not lost",
+          invariants=("TOOL-3", "TOOL-8", "FIN-5"), stage="tool_round")
+def unstarted_calls_are_reported_not_run(s: Story) -> None:
+    s.files({"a.txt": "1"})
+    s.faults(fail_writes={"tool_results": 1})
+    s.script(tool_calls(("write_file", {"path": "a.txt", "content": "2"}),
+                        ("write_file", {"path": "a.txt", "content": "3"})))
+    s.turn("Write 2 then 3 into a.txt.")
+    results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(results[0].startswith("unknown:") and results[1].startswith("not run:"),
+             "the first call ran but its result was lost; the second never ran")
+    s.expect(s.world.tools.snapshot_files()["a.txt"] == "2", "only the first write happened")
+
+
 @scenario("If the tool-call row cannot be written, no tool runs and the turn ends "
           "session_persistence_failed",
           invariants=("TOOL-1", "LOOP-3", "FIN-5", "FIN-7"), stage="tool_round")

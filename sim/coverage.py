@@ -10,7 +10,7 @@ An invariant is *covered* only when three independent things line up:
    that decides the id* — not merely through a crash or an expectation, which would
    prove the scenario noticed, not that the checker can.
 
-Anything less is ``partial``; no scenario and no checker is ``missing``. The verdicts
+Anything less is ``partial``; no scenario, no checker and no sabotage is ``missing``. The verdicts
 come from running things, never from a table someone keeps by hand.
 """
 

@@ -165,6 +165,8 @@ class AsyncSqliteStore:
         ledger records it at each tool run; persist-before-execute compares it with the
         tool-call row's id, so a low value could only ever make that check stricter.
         """
+        if self._closed:
+            raise PersistenceError(f"{self.path}: store is closed", cause="closed")
         return self._watermark
 
     # -- leases ---------------------------------------------------------------------------

@@ -273,7 +273,10 @@ def _unsafe_together(calls: list[ToolCall]) -> str | None:
         spec = TOOLS_BY_NAME.get(call.name)
         if spec is None or spec.kind not in _JOINABLE or call.parsed_arguments() is None:
             return f"{call.name}({call.id}) ran alongside other calls but is a barrier"
-        paths.append((call, spec.kind, scoped_path(call, spec)))
+        path = scoped_path(call, spec)
+        if path is None and spec.kind is not ToolKind.PARALLEL_SAFE:
+            return f"{call.name}({call.id}) has no usable path but ran alongside other calls"
+        paths.append((call, spec.kind, path))
     for i, (a, kind_a, path_a) in enumerate(paths):
         for b, kind_b, path_b in paths[i + 1:]:
             writer = ToolKind.WRITER in (kind_a, kind_b)

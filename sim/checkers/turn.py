@@ -28,22 +28,20 @@ REFUSED_EXITS = frozenset({ExitReason.LEASE_TIMEOUT.value})
 
 
 @checker("refusal_is_not_loss", ("LEASE-5",),
-         "a turn refused before it began wrote nothing and handed its input back")
+         "a turn whose message never became durable hands it back; a refused turn writes nothing")
 def refusal_is_not_loss(obs: Observation) -> list[Violation]:
     out = []
     completions = {e.turn_id: e for e in obs.events("turn.completed")}
     for event in obs.events("turn.exit"):
-        refused = event.data.get("reason") in REFUSED_EXITS or (
-            event.data.get("reason") == ExitReason.PERSISTENCE_FAILED.value
-            and event.data.get("last_role") == "none")
-        if not refused:
-            continue
+        rows = obs.rows_of_turn(event.turn_id)
+        if any(r.role is Role.USER for r in rows):
+            continue  # the message is in the record: nothing to hand back
         done = completions.get(event.turn_id)
         if done is None or not done.data.get("carried_input"):
             out.append(Violation("refusal_is_not_loss", "LEASE-5",
-                                 f"turn {event.turn_id} was refused ({event.data.get('reason')}) "
-                                 "without handing its input back"))
-        if obs.rows_of_turn(event.turn_id):
+                                 f"turn {event.turn_id} ended ({event.data.get('reason')}) without "
+                                 "recording the user's message or handing it back"))
+        if event.data.get("reason") in REFUSED_EXITS and rows:
             out.append(Violation("refusal_is_not_loss", "LEASE-5",
                                  f"turn {event.turn_id} was refused but wrote rows"))
     return out

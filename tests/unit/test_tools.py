@@ -151,7 +151,7 @@ def test_unknown_tool_and_clarify_are_refused(ws: WorkspaceTools) -> None:
     unknown = run(ws, "rm_rf", path=".")
     assert unknown.is_error and unknown.content == "unknown tool: rm_rf"
     clarify = run(ws, "clarify", question="which?")
-    assert clarify.is_error and "answered by the engine" in clarify.content
+    assert clarify.is_error and "no tool runner can answer it" in clarify.content
 
 
 # -- workspace: file tools ---------------------------------------------------------------
