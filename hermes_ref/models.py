@@ -20,23 +20,52 @@ A ``Message`` carries three kinds of data:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
-from functools import cached_property
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Generic, Literal, Self, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from hermes_ref.tokens import count_message
 
 JsonDict = dict[str, Any]
+T_co = TypeVar("T_co", covariant=True)
+
+
+class computed_once(Generic[T_co]):
+    """A value computed from a frozen model's fields on first access, then kept.
+
+    ``functools.cached_property`` does the same, but on Python 3.11 it takes a lock per
+    computation; every message computes its wire form and token count once, on the hot
+    path, and frozen values need no lock. The value lives in the instance ``__dict__``,
+    so later reads are plain attribute lookups; ``Frozen.model_copy`` drops it.
+    """
+
+    def __init__(self, fn: Callable[[Any], T_co]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> computed_once[T_co]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T_co: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = self.fn(obj)
+        obj.__dict__[self.name] = value
+        return value
 
 
 class Frozen(BaseModel):
     """Base for every boundary value: immutable, no unknown fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    # cached_property names a subclass computes from its fields; a copy must not keep them
+    model_config = ConfigDict(frozen=True, extra="forbid", ignored_types=(computed_once,))
+    # names a subclass computes once from its fields (computed_once); a copy must not keep them
     cached_names: ClassVar[tuple[str, ...]] = ()
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
@@ -132,7 +161,7 @@ class Message(Frozen):
 
     cached_names: ClassVar[tuple[str, ...]] = ("wire", "wire_json", "tokens")
 
-    @cached_property
+    @computed_once
     def wire(self) -> JsonDict:
         """The chat-completions form of this message, computed once per value.
 
@@ -150,12 +179,12 @@ class Message(Frozen):
                 out["name"] = self.tool_name
         return out
 
-    @cached_property
+    @computed_once
     def wire_json(self) -> bytes:
         """The wire form as JSON bytes, computed once: a request body reuses it (WIRE-1)."""
         return json.dumps(self.wire, allow_nan=False).encode("utf-8")
 
-    @cached_property
+    @computed_once
     def tokens(self) -> int:
         """Deterministic token estimate of the wire form (see ``tokens.count_message``)."""
         return count_message(self.wire)

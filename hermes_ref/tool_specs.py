@@ -382,9 +382,8 @@ class GuardedRunner:
             result = self._run(call, watermark, at)
         except Exception as exc:  # TOOL-6: the last line of defence
             result = error_result(call, f"{call.name} failed: {exc!r}", "unknown")
-        return result.model_copy(
-            update={"content": cap_output(result.content, self.output_chars_max)}
-        )
+        capped = cap_output(result.content, self.output_chars_max)
+        return result if capped is result.content else result.model_copy(update={"content": capped})
 
     def _run(self, call: ToolCall, watermark: int, at: float) -> ToolResult:
         raise NotImplementedError

@@ -91,7 +91,7 @@ sabotage("dropped_call_limit_ignored", ("LOOP-7",),
 
 
 def _stale_sidecar() -> list[AbstractContextManager[Any]]:
-    compute = Message.__dict__["wire"].func
+    compute = Message.__dict__["wire"].fn
 
     def wire(self: Message) -> dict[str, Any]:
         body: dict[str, Any] = compute(self)
