@@ -62,7 +62,7 @@ TINY = Sizes(name="tiny", reps=2, rep_s=0.01, warmup_turns=1, scaling_turns=8, s
              scaling_reps=1, fsync_turns=2, profile_turns=5, schedule_turns=2)
 _BY_NAME = {s.name: s for s in (FULL, QUICK, TINY)}
 
-# Peers on this machine (perf-baselines.md), shown for context.
+# Peers measured on this machine class with the same scripted turn, shown for context.
 PEERS = {
     "memory_turns_per_s": 300,     # openai-agents, no session
     "durable_turns_per_s": 106,    # langgraph SqliteSaver (stdlib), file

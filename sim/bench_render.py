@@ -97,7 +97,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  {verdict}  {name} = {_fmt(t['median'])} (target {t['target']}: {t['what']})")
     peers = report["peers"]
     lines.append(
-        f"peers (perf-baselines.md, same machine): best in-memory {peers['memory_turns_per_s']} "
+        f"peers (same scripted turn, same machine class): best in-memory {peers['memory_turns_per_s']} "
         f"turns/s, best durable {peers['durable_turns_per_s']} turns/s, growth late/early "
         f"{peers['growth_late_over_early'][0]}-{peers['growth_late_over_early'][1]}x")
     fsync_note = report["notes"].get("durable_fsyncs_per_turn")

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Every row runs the same scripted turn as the peers in ``perf-baselines.md``: the user says
+Every row runs the scripted turn the peer frameworks were measured with: the user says
 "hi", the model calls one fast tool (``read_file`` of a 2-byte file in ``SimTools``), the
 tool result goes back, the model answers "done". That is two model calls, one tool call
 and four stored messages per turn. The fake model is in process and looks only at the
