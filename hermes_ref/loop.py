@@ -40,6 +40,8 @@ from hermes_ref.scaffolding import (
     scaffold,
 )
 
+TRUNCATED_TEXT = "Response truncated due to output length limit: the tool call was not run."
+
 
 def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "turn") -> ProviderRequest:
     """The next request: system prompt, then the working list (O(1) token bookkeeping)."""
@@ -110,6 +112,8 @@ async def run_loop(ctx: TurnContext) -> None:
 async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
     """Route one reply: tool round, dropped-call re-prompt, empty ladder or final answer."""
     state = ctx.state
+    if reply.tool_calls and not _arguments_usable(ctx, reply):
+        return
     if reply.tool_calls:
         assistant = Message(
             role=Role.ASSISTANT, content=reply.content, tool_calls=reply.tool_calls,
@@ -135,6 +139,33 @@ async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
         turn_id=ctx.turn_id,
     ))
     ctx.finish(ExitReason.TEXT_RESPONSE, f"finish_reason={reply.finish_reason}")
+
+
+def _looks_truncated(arguments: str) -> bool:
+    """Arguments cut off by the output limit: they do not end where a JSON value ends."""
+    tail = arguments.rstrip()
+    return bool(tail) and tail[-1] not in "}]"
+
+
+def _arguments_usable(ctx: TurnContext, reply: ProviderReply) -> bool:
+    """LOOP-9: decide what to do with tool calls whose arguments are not a JSON object.
+
+    Cut off by the length limit → the turn ends as partial (``truncated_tool_call``), the
+    calls never recorded and never run. Otherwise malformed → the call is made again
+    without recording anything, up to ``invalid_json_retries_max`` times in a row; on the
+    last try the round is recorded and the bad calls are answered with errors in place.
+    """
+    bad = [c for c in reply.tool_calls if c.parsed_arguments() is None]
+    if not bad:
+        ctx.state.invalid_json_retries = 0
+        return True
+    if reply.finish_reason == "length" or any(_looks_truncated(c.arguments) for c in bad):
+        ctx.final_response = TRUNCATED_TEXT
+        ctx.finish(ExitReason.TRUNCATED_TOOL_CALL,
+                   f"arguments of {', '.join(c.name for c in bad)} were cut off", failed=True)
+        return False
+    ctx.state.invalid_json_retries += 1
+    return ctx.state.invalid_json_retries >= ctx.limits.invalid_json_retries_max
 
 
 def _handle_empty(ctx: TurnContext) -> None:

@@ -157,14 +157,22 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
 async def _run_segment(
     ctx: TurnContext, segment: Segment, specs: dict[str, ToolSpec], known: list[str]
 ) -> tuple[ToolResult, ...]:
-    dispatch = tuple(c for c in segment.calls if c.name in specs)
+    dispatch = tuple(c for c in segment.calls
+                     if c.name in specs and c.parsed_arguments() is not None)
     ran: dict[str, ToolResult] = {}
     if dispatch:
         results = await ExecuteTools(ctx.token, ctx.session_id, dispatch, segment.parallel)
         ran = {r.call_id: r for r in results}
-    return tuple(
-        ran[c.id] if c.id in ran else unknown_tool_result(c, known) for c in segment.calls
-    )
+    return tuple(ran[c.id] if c.id in ran else _in_place_error(c, specs, known)
+                 for c in segment.calls)
+
+
+def _in_place_error(call: ToolCall, specs: dict[str, ToolSpec], known: list[str]) -> ToolResult:
+    """The result of a call that is answered without running: unknown tool or bad JSON."""
+    if call.name not in specs:
+        return unknown_tool_result(call, known)
+    return ToolResult(call_id=call.id, name=call.name, is_error=True, disposition="none",
+                      content="error: the arguments are not a JSON object, so the call was not run")
 
 
 async def _all_invalid_round(ctx: TurnContext, assistant: Message, known: list[str]) -> bool:

@@ -112,6 +112,32 @@ def unstarted_calls_are_reported_not_run(s: Story) -> None:
     s.expect(s.world.tools.snapshot_files()["a.txt"] == "2", "only the first write happened")
 
 
+@scenario("Malformed tool-call arguments are asked for again, then answered with an error in place",
+          invariants=("LOOP-9", "TOOL-2", "TOOL-3"), stage="tool_round")
+def malformed_arguments_are_retried_then_answered(s: Story) -> None:
+    bad = tool_calls(("read_file", '{"path": notes.txt}'))
+    s.script(bad, bad, bad, text("I could not read it."))
+    result = s.turn("Read notes.txt.")
+    s.expect(result is not None and result.api_calls == 4, "two retries, the recorded try, the answer")
+    rows = s.transcript()
+    s.expect([r.role for r in rows] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT],
+             "only the last malformed try is recorded, with an error result in place")
+    s.expect(s.world.tools.ledger == [], "a call with malformed arguments never runs")
+
+
+@scenario("A tool call cut off by the output limit ends the turn as truncated and never runs",
+          invariants=("LOOP-9", "LOOP-3", "FIN-5"), stage="tool_round")
+def truncated_tool_call_ends_the_turn(s: Story) -> None:
+    s.script(tool_calls(("write_file", '{"path": "a.txt", "content": "the first half of'),
+                        finish_reason="length"))
+    result = s.turn("Write a long file.")
+    s.expect(result is not None and result.exit_reason is ExitReason.TRUNCATED_TOOL_CALL,
+             "exit reason truncated_tool_call")
+    s.expect(s.world.tools.ledger == [], "the cut-off call never ran")
+    s.expect([r.role for r in s.transcript()] == [Role.USER, Role.ASSISTANT],
+             "the call was never recorded; a boundary row closes the tail")
+
+
 @scenario("If the tool-call row cannot be written, no tool runs and the turn ends "
           "session_persistence_failed",
           invariants=("TOOL-1", "LOOP-3", "FIN-5", "FIN-7"), stage="tool_round")

@@ -9,7 +9,7 @@ from itertools import pairwise
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import ProviderAuthError, ProviderError
 from hermes_ref.limits import Limits
-from hermes_ref.models import ProviderReply, Role
+from hermes_ref.models import ProviderReply, Role, ToolCall
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
@@ -18,6 +18,7 @@ from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers.base import (
     Observation,
     Violation,
+    call_rows,
     calls_by_turn,
     checker,
     is_grace,
@@ -252,3 +253,58 @@ def dropped_call_reprompts(obs: Observation) -> list[Violation]:
             out.append(Violation("dropped_call_reprompts", "LOOP-7",
                                  f"turn {turn_id}: the request of effect {after.seq} {problem}"))
     return out
+
+
+def _bad_calls(reply: ProviderReply | None) -> list[ToolCall]:
+    return [c for c in (reply.tool_calls if reply else ()) if c.parsed_arguments() is None]
+
+
+def _cut_off(reply: ProviderReply, bad: list[ToolCall]) -> bool:
+    return reply.finish_reason == "length" or any(
+        c.arguments.rstrip() and c.arguments.rstrip()[-1] not in "}]" for c in bad)
+
+
+@checker("arguments_checked_before_run", ("LOOP-9",),
+         "calls with unusable JSON never run: cut-off ones end the turn truncated, malformed "
+         "ones are asked for again and recorded, with errors, only on the last try")
+def arguments_checked_before_run(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    stored = {c.id for m in call_rows(obs) for c in m.tool_calls}
+    ran = {e.call_id for e in obs.ledger}
+    exits = {e.turn_id: e.data.get("reason") for e in obs.events("turn.exit")}
+    limit = obs.limits.invalid_json_retries_max
+    for turn_id, records in calls_by_turn(obs).items():
+        streak = 0
+        for record in records:
+            bad = _bad_calls(record.reply)
+            if bad and record.reply and not _cut_off(record.reply, bad):
+                streak += 1
+            elif record.reply is not None and record.reply.tool_calls:
+                streak = 0  # a round whose arguments all parse resets the count
+            if not bad or record.reply is None:
+                continue
+            ids = {c.id for c in bad}
+            tag = f"turn {turn_id}, reply at effect {record.seq}"
+            if ids & ran:
+                out.append(_v9(f"{tag}: a call with unusable arguments ran"))
+            if record.request.purpose == "grace":
+                continue  # the grace summary's tool calls are ignored whatever their JSON
+            if _cut_off(record.reply, bad):
+                if ids & stored or exits.get(turn_id, "truncated_tool_call") != "truncated_tool_call":
+                    out.append(_v9(f"{tag}: a cut-off call was recorded or the turn went on "
+                                   f"(exit {exits.get(turn_id)})"))
+            elif streak < limit and ids & stored:
+                out.append(_v9(f"{tag}: malformed try {streak} of {limit} was recorded"))
+            elif streak >= limit and not ids & stored and not _write_prevented(obs, record, exits):
+                out.append(_v9(f"{tag}: malformed try {streak} of {limit} was not recorded"))
+    return out
+
+
+def _write_prevented(obs: Observation, record: CallRecord, exits: dict[str, object]) -> bool:
+    """The row could not be written: the process died after the reply, or the store refused."""
+    crashed = any(seq > record.seq for seq in obs.crash_seqs)
+    return crashed or exits.get(record.turn_id) == ExitReason.PERSISTENCE_FAILED.value
+
+
+def _v9(message: str) -> Violation:
+    return Violation("arguments_checked_before_run", "LOOP-9", message)

@@ -104,3 +104,15 @@ def _stale_sidecar() -> list[AbstractContextManager[Any]]:
 sabotage("stored_rows_lose_sidecar", ("WIRE-1",),
          "the wire form of a stored row sends its content column, not the api_content it was "
          "first sent with")(_stale_sidecar)
+
+
+# ---- LOOP-9: calls with unusable arguments are taken as they come ---------------------------
+
+
+def _accept_any_arguments() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(loop, "_arguments_usable", lambda ctx, reply: True)]
+
+
+sabotage("unusable_arguments_accepted", ("LOOP-9",),
+         "malformed or cut-off tool-call arguments are recorded at once, never asked for again")(
+    _accept_any_arguments)

@@ -1,7 +1,8 @@
 """Property: whatever the provider says and wherever the process dies, recovery leaves a sound record.
 
 Hypothesis generates a provider script (tool rounds with one to three calls, plain
-text, empty replies, dropped tool calls, rate limits, server errors) and a crash before
+text, empty replies, dropped tool calls, malformed and cut-off arguments, rate limits,
+server errors) and a crash before
 any effect of the first turn. The process restarts and runs a second turn. After that,
 every checker must pass on the durable record, in particular persist-before-execute
 (TOOL-1), one result per call (TOOL-3) and tail closure (FIN-3), and the session must
@@ -45,6 +46,8 @@ step_strategy = st.one_of(
     st.just(("dropped", ())),
     st.just(("rate_limited", ())),
     st.just(("server_error", ())),
+    st.just(("malformed", ())),
+    st.just(("truncated", ())),
 )
 
 
@@ -59,6 +62,12 @@ def _reply(step: tuple[str, tuple[str, ...]], index: int) -> ProviderReply | Exc
         return text("")
     if kind == "dropped":
         return ProviderReply(content=None, finish_reason="tool_calls")
+    if kind == "malformed":
+        return tool_calls(ToolCall(id=f"c{index}-m", name="read_file", arguments='{"path": x}'))
+    if kind == "truncated":
+        return tool_calls(ToolCall(id=f"c{index}-t", name="write_file",
+                                   arguments='{"path": "notes.txt", "content": "cut'),
+                          finish_reason="length")
     if kind == "rate_limited":
         return RateLimited("slow down", retry_after_s=1.0)
     return ProviderServerError("upstream", status=503)
