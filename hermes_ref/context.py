@@ -84,6 +84,7 @@ class TurnState:
     persistence_cause: str | None = None
     last_round_had_tools: bool = False
     unrecorded_calls: set[str] = field(default_factory=set)  # ran, but the result never stored
+    failed_mutations: dict[str, str] = field(default_factory=dict)  # path -> tool, not yet fixed
 
 
 @dataclass(slots=True)

@@ -35,6 +35,7 @@ from hermes_ref.phases import Phase
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT, scaffold
 
 NO_ANSWER_TEXT = "The turn ended without an answer ({reason}). Nothing was lost; ask again to continue."
+MUTATION_FOOTER = "[These file changes did not apply:"
 PENDING_TOOL_RESULT_TEXT = (
     "The turn stopped right after a tool result, before the model answered. "
     "The tool results are recorded; ask again to continue from them."
@@ -92,6 +93,23 @@ def _no_answer_guard(ctx: TurnContext) -> None:
         reason = ctx.exit_reason.value if ctx.exit_reason else "unknown"
         ctx.failed = True
         ctx.final_response = NO_ANSWER_TEXT.format(reason=reason)
+
+
+def _mutation_footer(ctx: TurnContext) -> None:
+    """TOOL-9: a delivered answer says which file changes did not apply.
+
+    The footer goes into the pending final row itself, so the durable answer and the
+    delivered one stay the same text (FIN-3).
+    """
+    failed = ctx.state.failed_mutations
+    tail = ctx.transcript.tail()
+    if not failed or not _delivered(ctx) or ctx.interrupted or tail is None \
+            or tail.row_id is not None or tail.role is not Role.ASSISTANT:
+        return
+    listed = ", ".join(f"{path} ({tool})" for path, tool in sorted(failed.items()))
+    text = f"{ctx.final_response}\n\n{MUTATION_FOOTER} {listed}]"
+    ctx.final_response = text
+    ctx.transcript.replace_last(tail.model_copy(update={"content": text}))
 
 
 async def _append(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
@@ -173,6 +191,7 @@ async def finalize(ctx: TurnContext) -> TurnResult:
     ctx.transcript.drop_scaffolding()
     _silent_stop_guard(ctx)
     _no_answer_guard(ctx)
+    _mutation_footer(ctx)
     pending = ctx.transcript.pending()
     if pending:
         await _append(ctx, pending, "final")

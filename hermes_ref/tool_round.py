@@ -147,11 +147,28 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
             ctx.state.unrecorded_calls.update(r.call_id for r in results)
             _fail_persistence(ctx)
             return False
+        _track_mutations(ctx, segment.calls, results)
     if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):
         ctx.state.budget.refund()  # LOOP-2: a round of refundable tools costs no budget
     ctx.state.last_round_had_tools = True
     ctx.state.post_tool_nudged = False
     return True
+
+
+MUTATING_TOOLS = frozenset({"write_file", "patch"})
+
+
+def _track_mutations(ctx: TurnContext, calls: tuple[ToolCall, ...],
+                     results: tuple[ToolResult, ...]) -> None:
+    """TOOL-9: remember failed writes until a later write to the same path succeeds."""
+    for call, result in zip(calls, results, strict=True):
+        path = scoped_path(call) if call.name in MUTATING_TOOLS else None
+        if path is None:
+            continue
+        if result.is_error:
+            ctx.state.failed_mutations[path] = call.name
+        else:
+            ctx.state.failed_mutations.pop(path, None)
 
 
 async def _run_segment(

@@ -62,3 +62,22 @@ def open_tool_tail_logs_a_warning(s: Story) -> None:
     exits = [e for e in s.world.stream if e.kind == "turn.exit"]
     s.expect(exits[-1].data["level"] == "WARNING" and exits[-1].data["last_role"] == "tool",
              "the exit line is a WARNING naming the tool tail")
+
+
+@scenario("An answer says which file writes failed, unless a later write fixed them",
+          invariants=("TOOL-9", "TOOL-6", "FIN-3"), stage="finalizer")
+def failed_write_is_reported_in_the_answer(s: Story) -> None:
+    s.files({"a.txt": "1", "b.txt": "1"})
+    s.world.tools.fail_next("write_file", "disk full")
+    s.world.tools.fail_next("write_file", "disk full")
+    s.script(tool_calls(("write_file", {"path": "a.txt", "content": "2"})),
+             tool_calls(("write_file", {"path": "b.txt", "content": "2"})),
+             tool_calls(("write_file", {"path": "b.txt", "content": "2"})),
+             text("Both files are updated."))
+    result = s.turn("Set a.txt and b.txt to 2.")
+    final = result.final_response if result is not None else ""
+    s.expect("[These file changes did not apply: a.txt (write_file)]" in (final or ""),
+             "the failed write to a.txt is reported")
+    s.expect("b.txt" not in (final or "").split("did not apply")[-1],
+             "b.txt failed once but a later write succeeded")
+    s.expect(s.transcript()[-1].content == final, "the stored answer carries the same footer")

@@ -3,12 +3,17 @@ answer delivered, the exit line."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+
+from hermes_ref.finalizer import MUTATION_FOOTER
 from hermes_ref.limits import Limits
-from hermes_ref.models import Event, Role
+from hermes_ref.models import Event, Role, ToolCall
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitReason
+from hermes_ref.tool_specs import scoped_path
 from sim.checkers.base import (
     Observation,
     Violation,
+    call_rows,
     calls_by_turn,
     checker,
     distinct_requests,
@@ -124,11 +129,17 @@ def answer_delivered(obs: Observation) -> list[Violation]:
         if done is None:
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {turn_id} got a final answer but never completed"))
-        elif done.data.get("final_response") != reply.content:
+        elif not _same_answer(done.data.get("final_response"), reply.content):
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {turn_id} completed with a different answer than the "
                                  "model gave"))
     return out
+
+
+def _same_answer(delivered: object, given: str | None) -> bool:
+    """The model's text, possibly followed by the engine's bracketed notes (TOOL-9 footer)."""
+    return isinstance(delivered, str) and given is not None and (
+        delivered == given or delivered.startswith(given + "\n\n["))
 
 
 @checker("exit_line", ("FIN-7",),
@@ -171,3 +182,30 @@ def _durable_tail_of_turn(obs: Observation, event: Event) -> str | None:
         if stored.message.turn_id == event.turn_id:
             last = stored.message.role.value
     return last
+
+
+@checker("failed_writes_reported", ("TOOL-9",),
+         "a delivered answer lists the writes of its turn that failed and were not redone")
+def failed_writes_reported(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    turn_of = {c.id: m.turn_id for m in call_rows(obs) for c in m.tool_calls}
+    last: dict[str, dict[str, str]] = defaultdict(dict)  # turn -> path -> last outcome
+    for entry in obs.ledger:
+        path = scoped_path(ToolCall(id=entry.call_id, name=entry.name, arguments=entry.arguments))
+        turn_id = turn_of.get(entry.call_id)
+        if entry.name in ("write_file", "patch") and path is not None and turn_id is not None:
+            last[turn_id][path] = entry.outcome
+    for event in obs.events("turn.completed"):
+        final = event.data.get("final_response")
+        if event.data.get("failed") or not isinstance(final, str):
+            continue
+        failed = sorted(p for p, outcome in last.get(event.turn_id, {}).items() if outcome == "error")
+        footer = final.rsplit(MUTATION_FOOTER, 1)[1] if MUTATION_FOOTER in final else None
+        if failed and (footer is None or any(p not in footer for p in failed)):
+            out.append(Violation("failed_writes_reported", "TOOL-9",
+                                 f"turn {event.turn_id} answered without reporting failed "
+                                 f"writes to {', '.join(failed)}"))
+        elif not failed and footer is not None:
+            out.append(Violation("failed_writes_reported", "TOOL-9",
+                                 f"turn {event.turn_id} reports failed writes that did not fail"))
+    return out

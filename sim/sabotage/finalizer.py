@@ -127,3 +127,14 @@ sabotage("skip_failure_boundary", ("FIN-5",),
 sabotage("no_silent_stop_guard", ("FIN-8",),
          "a turn that stops on a tool result ends quietly, not as pending_tool_result")(
     lambda: [mock.patch.object(finalizer, "_silent_stop_guard", lambda ctx: None)])
+
+
+# ---- TOOL-9: failed writes go unmentioned ---------------------------------------------------
+
+
+def _no_footer() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(finalizer, "_mutation_footer", lambda ctx: None)]
+
+
+sabotage("failed_writes_unmentioned", ("TOOL-9",),
+         "the answer never says that a write or patch of the turn failed")(_no_footer)
