@@ -13,16 +13,20 @@ order, each guarded on its own so one failure never costs the user the answer (F
    tool result → failed with ``pending_tool_result`` and an explanatory answer.
 4. No-answer guard: a turn that still has no answer (an empty grace summary, say) is a
    failure with an explanation, so FIN-5 closes its tail instead of leaving a user row.
-5. Persist what is still pending (the final assistant row).
-6. Tail closure (FIN-3): a delivered answer has a matching assistant row; a tail that is
+5. Failed-write footer (TOOL-9): a delivered answer lists the turn's writes that failed
+   and were not redone, inside the pending final row.
+6. Persist what is still pending (the final assistant row).
+7. Tail closure (FIN-3): a delivered answer has a matching assistant row; a tail that is
    not an assistant row gets one appended, an assistant tail without visible text is
    filled and written again.
-7. Failure boundary (FIN-5): a failed turn that leaves a user or tool tail gets an engine
-   assistant row (not after context-pressure failures).
-8. The turn-exit line and the completion event (FIN-7, DEL-1), then release the lease.
+8. Failure boundary (FIN-5): a failed turn that leaves a user or tool tail gets an engine
+   assistant row (not after context-pressure failures); open calls get a result first.
+9. The turn-exit line and the completion event (FIN-7, DEL-1), then release the lease.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from hermes_ref import closure, preflight
 from hermes_ref.context import TurnContext, check_stored
@@ -146,6 +150,22 @@ async def _close_tail(ctx: TurnContext) -> None:
         ctx.transcript.replace_row(new)
 
 
+def _open_call_text(ctx: TurnContext) -> Callable[[str], str]:
+    """What an open call's closing result says, by whose call it is and what became of it.
+
+    A call of this turn ran and lost its result, or never started; a call still open from
+    a crashed earlier turn (its repair write failed) may have run: it is reported unknown.
+    """
+    own = {c.id for m in ctx.transcript.current_turn() if m.turn_id == ctx.turn_id
+           for c in m.tool_calls}
+
+    def text(call_id: str) -> str:
+        if call_id in ctx.state.unrecorded_calls:
+            return closure.UNRECORDED_RESULT_TEXT
+        return closure.NOT_RUN_TEXT if call_id in own else closure.RECOVERED_CALL_TEXT
+    return text
+
+
 async def _failure_boundary(ctx: TurnContext) -> None:
     """FIN-5: a failed turn leaves no open user or tool tail (context pressure excepted).
 
@@ -155,9 +175,7 @@ async def _failure_boundary(ctx: TurnContext) -> None:
     if not ctx.failed or ctx.exit_reason in CONTEXT_PRESSURE_EXITS:
         return
     reason = ctx.exit_reason.value if ctx.exit_reason else "unknown"
-    rows = closure.closing_rows(ctx.transcript, ctx.turn_id,
-                                result_text=lambda call_id: closure.UNRECORDED_RESULT_TEXT
-                                if call_id in ctx.state.unrecorded_calls else closure.NOT_RUN_TEXT,
+    rows = closure.closing_rows(ctx.transcript, ctx.turn_id, result_text=_open_call_text(ctx),
                                 boundary_text=f"[turn ended without an answer: {reason}]")
     if rows:
         ctx.transcript.extend(rows)

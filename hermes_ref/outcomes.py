@@ -36,6 +36,7 @@ FAILED_EXITS = frozenset({
     ExitReason.TERMINAL_PROVIDER_ERROR,
     ExitReason.PENDING_TOOL_RESULT,
     ExitReason.INVALID_TOOL_CALLS,
+    ExitReason.TRUNCATED_TOOL_CALL,
     ExitReason.LEASE_TIMEOUT,
     ExitReason.COMPRESSION_TIMEOUT,
 })

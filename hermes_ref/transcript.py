@@ -113,6 +113,10 @@ class Transcript:
             if message.row_id is None and message.scaffold is None:
                 self._messages[index] = queue.pop(0)
 
+    def current_turn(self) -> list[Message]:
+        """The messages after the durable, final prefix: this turn's own (O(turn))."""
+        return self._messages[self._stable:]
+
     def pending(self) -> tuple[Message, ...]:
         """Messages that are neither stored nor scaffolding: what the next flush writes."""
         return tuple(m for m in self._messages[self._stable:]

@@ -89,3 +89,20 @@ def crash_after_a_nudge_replays_no_scaffolding(s: Story) -> None:
     s.turn("Are you there?")
     replayed = [m for m in s.world.calls[-1].request.messages if m.scaffold is not None]
     s.expect(replayed == [], "the new turn's request carries no scaffolding")
+
+
+@scenario("If repairing a crashed turn fails, its open call is still reported unknown, not 'not run'",
+          invariants=("TOOL-10", "TOOL-3", "FIN-5"), stage="crash")
+def failed_repair_still_reports_the_call_unknown(s: Story) -> None:
+    s.files({"notes.txt": "draft"})
+    s.faults(crash="after:tools")
+    s.script(tool_calls(("write_file", {"path": "notes.txt", "content": "final"})))
+    s.turn("Save the final version of my notes.")
+    s.restart()
+    s.faults(fail_writes={"recovery": 1})
+    s.script()
+    refused = s.turn("Are you there?")
+    s.expect(refused is not None and refused.failed, "the repair write failed, so the turn failed")
+    results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(results == [RECOVERED_CALL_TEXT], "the call that ran before the crash is reported unknown")
+    s.expect(len(s.world.tools.ledger) == 1, "and it was not run again")
