@@ -108,7 +108,7 @@ class AsyncDriver:
             fx.Sleep: lambda e: sleep(e.seconds),
             fx.LoadSession: lambda e: store.get_session(e.session_id),
             fx.LoadMessages: lambda e: store.load_messages(e.session_id, e.after_row_id),
-            fx.EnsureSession: lambda e: store.ensure_session(e.record),
+            fx.OpenTurn: lambda e: store.open_turn(e.record, e.holder, e.now, e.ttl_s),
             fx.AcquireLease: lambda e: store.acquire_lease(e.session_id, e.holder, e.now, e.ttl_s),
             fx.ReleaseLease: lambda e: store.release_lease(e.lease),
             fx.AppendMessages: lambda e: store.append_messages(

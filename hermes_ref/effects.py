@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from hermes_ref.models import (
     Event,
     Lease,
+    LeaseGrant,
     Message,
     ProviderReply,
     SessionRecord,
@@ -112,21 +113,25 @@ class LoadMessages(Effect[tuple[Message, ...]]):
 
 
 @dataclass(frozen=True, slots=True)
-class EnsureSession(Effect[tuple[SessionRecord, bool]]):
-    """The session row, created from ``record`` if absent, in one transaction.
+class OpenTurn(Effect[LeaseGrant]):
+    """Ensure the session row from ``record`` and take its lease, in one transaction.
 
-    Returns the stored row (whose system prompt wins over ``record``'s: CTX-3) and
-    whether this call created it. Atomic, so two processes racing on a new session
-    agree on one row.
+    The stored row wins over ``record`` (its prompt is the one replayed: CTX-3), and the
+    row exists before the lease that refers to it (CTX-4). One commit instead of two: a
+    turn's first write both creates its lane and claims it, so no other process ever sees
+    a new session without its first holder. Later polls of a busy lease use AcquireLease.
     """
 
     record: SessionRecord
+    holder: str
+    now: float
+    ttl_s: float
     durable: ClassVar[bool] = True
-    kind: ClassVar[str] = "ensure_session"
+    kind: ClassVar[str] = "open_turn"
 
     @property
     def site(self) -> str:
-        return "session"
+        return "lease"
 
 
 @dataclass(frozen=True, slots=True)

@@ -276,6 +276,14 @@ class Lease(Frozen):
     expires_at: float
 
 
+class LeaseGrant(Frozen):
+    """What opening a turn got: the session row (created now or not) and the lease, if free."""
+
+    session: SessionRecord
+    created: bool
+    lease: Lease | None
+
+
 class Event(Frozen):
     """One entry of a turn's event stream (DEL-1); ``seq`` is assigned by the store."""
 

@@ -19,7 +19,8 @@ Store rules every implementation keeps:
   ``flush_events`` runs); a crash drops pending events, never committed rows.
 * ``end_session`` only ends a live row: the first reason wins.
 * ``ensure_session`` returns the stored row, creating it from the given one if absent,
-  atomically; it also commits any pending events.
+  atomically; it also commits any pending events. ``open_turn`` does that and takes the
+  session's lease in the same transaction (a turn's first write).
 * ``watermark`` is the highest committed message row id; tools record it when they run,
   which is how persist-before-execute is checked without trusting the engine.
 """
@@ -35,6 +36,7 @@ from hermes_ref.models import (
     Event,
     Frozen,
     Lease,
+    LeaseGrant,
     Message,
     ProviderReply,
     SessionRecord,
@@ -89,6 +91,9 @@ class Store(Protocol):
     def acquire_lease(
         self, session_id: str, holder: str, now: float, ttl_s: float
     ) -> Lease | None: ...
+    def open_turn(
+        self, record: SessionRecord, holder: str, now: float, ttl_s: float
+    ) -> LeaseGrant: ...
     def release_lease(self, lease: Lease) -> None: ...
     def log_event(self, event: Event) -> None: ...
     def flush_events(self) -> None: ...
@@ -116,6 +121,9 @@ class AsyncStore(Protocol):
     async def acquire_lease(
         self, session_id: str, holder: str, now: float, ttl_s: float
     ) -> Lease | None: ...
+    async def open_turn(
+        self, record: SessionRecord, holder: str, now: float, ttl_s: float
+    ) -> LeaseGrant: ...
     async def release_lease(self, lease: Lease) -> None: ...
     async def log_event(self, event: Event) -> None: ...
     async def flush_events(self) -> None: ...

@@ -29,11 +29,11 @@ from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnS
 from hermes_ref.effects import (
     AcquireLease,
     Emit,
-    EnsureSession,
     FlushEvents,
     LoadMessages,
     MintId,
     Now,
+    OpenTurn,
     ReleaseLease,
     Sleep,
 )
@@ -71,32 +71,36 @@ def compose_api_content(text: str, injected: str | None) -> str | None:
     return f"{text}\n\n<context>\n{injected}\n</context>"
 
 
-async def _ensure_session(
-    inp: TurnInput, tools: tuple[ToolSpec, ...], now: float
-) -> tuple[SessionRecord, bool]:
-    """The session row, created if absent; the flag says whether this turn created it.
-
-    The prompt is built before the row is written, so a row never lacks it (CTX-4); if the
-    row already exists, its stored prompt is the one replayed (CTX-3).
-    """
+def session_record(inp: TurnInput, tools: tuple[ToolSpec, ...], now: float) -> SessionRecord:
+    """The row a new session gets. The prompt is built first, so a row never lacks it
+    (CTX-4); if the row already exists, its stored prompt is the one replayed (CTX-3)."""
     prompt = build_system_prompt(inp.session_key, inp.platform, tools)
-    record = SessionRecord(
-        id=inp.session_id, key=inp.session_key, platform=inp.platform,
-        system_prompt=prompt, started_at=now,
-    )
-    return await EnsureSession(record)
+    return SessionRecord(id=inp.session_id, key=inp.session_key, platform=inp.platform,
+                         system_prompt=prompt, started_at=now)
 
 
-async def _acquire_lease(
-    session_id: str, holder: str, limits: Limits, now: float
-) -> Lease | None:
+async def _take_lease(
+    inp: TurnInput, deps: PrologueDeps, cache: SessionCache | None, holder: str, now: float
+) -> tuple[SessionCache, bool, Lease | None]:
+    """The session's cache, whether this turn created the session, and the lease or None.
+
+    A session this engine has not seen is opened with ``OpenTurn`` (row and lease in one
+    transaction); a busy lease is polled with ``AcquireLease`` until the bounded wait ends.
+    """
+    limits, created = deps.limits, False
     deadline = now + limits.lease_wait_s_max
-    while True:
-        lease = await AcquireLease(session_id, holder, now, limits.lease_ttl_s)
-        if lease is not None or now >= deadline:
-            return lease
+    if cache is None:
+        grant = await OpenTurn(session_record(inp, deps.tools, now), holder, now, limits.lease_ttl_s)
+        prompt = grant.session.system_prompt
+        cache = SessionCache(inp.session_id, prompt, Message(role=Role.SYSTEM, content=prompt))
+        created, lease = grant.created, grant.lease
+    else:
+        lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s)
+    while lease is None and now < deadline:
         await Sleep(limits.lease_poll_s)
         now = await Now()
+        lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s)
+    return cache, created, lease
 
 
 async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> None:
@@ -189,14 +193,10 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     user = Message(role=Role.USER, content=inp.text, turn_id=turn_id, created_at=now,
                    api_content=compose_api_content(inp.text, inp.injected_context))
     cache = deps.caches.get(inp.session_id)
-    created, lease, failure = False, None, None
+    lease, failure = None, None
     try:
-        if cache is None:
-            record, created = await _ensure_session(inp, deps.tools, now)
-            system = Message(role=Role.SYSTEM, content=record.system_prompt)
-            cache = SessionCache(inp.session_id, record.system_prompt, system)
-        lease = await _acquire_lease(inp.session_id, f"{deps.holder}:turn={turn_id}",
-                                     deps.limits, now)
+        cache, created, lease = await _take_lease(inp, deps, cache, f"{deps.holder}:turn={turn_id}",
+                                                  now)
         if lease is not None:
             await _sync_history(cache, lease, created)
     except PersistenceError as error:

@@ -47,7 +47,7 @@ class SimDriver:
             fx.MintId: lambda e: world.mint_id(e.prefix),
             fx.LoadSession: lambda e: world.store.get_session(e.session_id),
             fx.LoadMessages: lambda e: world.store.load_messages(e.session_id, e.after_row_id),
-            fx.EnsureSession: self._ensure_session,
+            fx.OpenTurn: self._open_turn,
             fx.AcquireLease: self._acquire_lease,
             fx.ReleaseLease: self._release_lease,
             fx.AppendMessages: self._append,
@@ -106,12 +106,14 @@ class SimDriver:
             self.world.timeline.add("FAULT", f"write at {site} fails ({cause})")
             raise PersistenceError(f"simulated store failure at {site}", cause=cause)
 
-    def _ensure_session(self, effect: fx.EnsureSession) -> Any:
-        self._fail_if_planned("session")
-        record, created = self.world.store.ensure_session(effect.record)
-        if created:
-            self.world.timeline.add("write", f"session   {record.id} created")
-        return record, created
+    def _open_turn(self, effect: fx.OpenTurn) -> Any:
+        self._fail_if_planned("lease")
+        grant = self.world.store.open_turn(effect.record, effect.holder, effect.now, effect.ttl_s)
+        if grant.created:
+            self.world.timeline.add("write", f"session   {effect.record.id} created")
+        got = f"token {grant.lease.token}" if grant.lease else "busy"
+        self.world.timeline.add("write", f"lease     {effect.record.id} {got}")
+        return grant
 
     def _acquire_lease(self, effect: fx.AcquireLease) -> Any:
         self._fail_if_planned("lease")

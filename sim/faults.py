@@ -25,7 +25,7 @@ from hermes_ref.models import Frozen
 
 # Every site a durable effect or tool execution can carry, in turn order.
 SITES: tuple[str, ...] = (
-    "session", "lease", "recovery", "user", "tool_calls", "tools", "tool_results",
+    "lease", "recovery", "user", "tool_calls", "tools", "tool_results",
     "final", "tail_closure", "boundary", "release", "events",
 )
 

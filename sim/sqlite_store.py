@@ -27,7 +27,7 @@ from hermes_ref.adapters import sqlite_ops as ops
 from hermes_ref.adapters.sqlite_codec import EventRow, encode_event
 from hermes_ref.adapters.sqlite_connect import StoreConnection, open_connection
 from hermes_ref.adapters.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS
-from hermes_ref.models import Event, Lease, Message, SessionRecord
+from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
 
 P = ParamSpec("P")
@@ -76,7 +76,7 @@ class SqliteStore:
         except BaseException:
             self._pending[:0] = events
             raise
-        if result is None and op is ops.acquire_lease:
+        if ops.refused(op, result):
             self._pending[:0] = events  # refused: nothing was written
         return result
 
@@ -114,6 +114,9 @@ class SqliteStore:
     def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float) -> Lease | None:
         return self._write(ops.acquire_lease, session_id, holder, now, ttl_s, self._holder_alive)
 
+    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float) -> LeaseGrant:
+        return self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive)
+
     def release_lease(self, lease: Lease) -> None:
         self._write(ops.release_lease, lease)
 
@@ -147,3 +150,4 @@ class SqliteStore:
         self._past_commits += self._conn.commits
         self._conn.commits = 0
         self._conn.close()  # an open transaction, if any, is rolled back by SQLite
+

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hermes_ref.errors import LeaseLost, PersistenceError
-from hermes_ref.models import Event, Lease, Message, SessionRecord
+from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord, LeaseRow, StoredMessage
 
 
@@ -154,6 +154,17 @@ class MemoryStore:
             session_id=session_id, holder=holder, token=token,
             acquired_at=now, expires_at=now + ttl_s,
         )
+
+    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float) -> LeaseGrant:
+        """Ensure the session row and take its lease as one commit (see sqlite_ops.open_turn)."""
+        existing = self._sessions.get(record.id)
+        if existing is None:
+            self._sessions[record.id] = record
+            self._by_session.setdefault(record.id, [])
+        lease = self.acquire_lease(record.id, holder, now, ttl_s)
+        if existing is None and lease is None:
+            self._commit_events()
+        return LeaseGrant(session=existing or record, created=existing is None, lease=lease)
 
     def release_lease(self, lease: Lease) -> None:
         current = self._leases.get(lease.session_id)

@@ -44,7 +44,7 @@ from hermes_ref.adapters.sqlite_codec import (
 )
 from hermes_ref.adapters.sqlite_connect import StoreConnection
 from hermes_ref.errors import LeaseLost, PersistenceError
-from hermes_ref.models import Lease, Message, SessionRecord
+from hermes_ref.models import Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord, StoredMessage
 
 # -- transactions ------------------------------------------------------------------------
@@ -348,6 +348,41 @@ def acquire_lease(
     )
 
 
+def open_turn(
+    conn: StoreConnection,
+    events: Sequence[EventRow],
+    record: SessionRecord,
+    holder: str,
+    now: float,
+    ttl_s: float,
+    holder_alive: Callable[[str], bool] | None = None,
+) -> LeaseGrant:
+    """Ensure the session row and take its lease in ONE transaction (one commit, one fsync).
+
+    When the lease is held and the row already existed, nothing is written: the
+    transaction rolls back and pending events stay pending, as with ``acquire_lease``.
+    """
+    expires_at = now + ttl_s
+    stored: SessionRecord = record
+    created = False
+    try:
+        with _write(conn):
+            created = conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(record)).rowcount == 1
+            if not created:
+                stored = decode_session(conn.execute(_SELECT_SESSION, (record.id,)).fetchone())
+            if holder_alive is not None:
+                _expire_dead_holder(conn, record.id, now, holder_alive)
+            granted = conn.execute(_ACQUIRE, (record.id, holder, now, expires_at)).fetchall()
+            if not granted and not created:
+                raise _Busy
+            _insert_events(conn, events)
+    except _Busy:
+        return LeaseGrant(session=stored, created=False, lease=None)
+    lease = Lease(session_id=record.id, holder=holder, token=granted[0][0],
+                  acquired_at=now, expires_at=expires_at) if granted else None
+    return LeaseGrant(session=stored, created=created, lease=lease)
+
+
 def _expire_dead_holder(
     conn: StoreConnection, session_id: str, now: float, holder_alive: Callable[[str], bool]
 ) -> None:
@@ -400,3 +435,12 @@ __all__ = [
     "snapshot",
     "watermark",
 ]
+
+
+def refused(op: object, result: object) -> bool:
+    """Did ``op`` write nothing? A refused lease write leaves the pending events pending."""
+    if op is acquire_lease:
+        return result is None
+    if op is open_turn:
+        return isinstance(result, LeaseGrant) and result.lease is None and not result.created
+    return False

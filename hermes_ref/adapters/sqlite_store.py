@@ -34,7 +34,7 @@ from hermes_ref.adapters.sqlite_codec import EventRow, encode_event
 from hermes_ref.adapters.sqlite_connect import StoreConnection
 from hermes_ref.adapters.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS, check_synchronous
 from hermes_ref.errors import PersistenceError
-from hermes_ref.models import Event, Lease, Message, SessionRecord
+from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
 
 P = ParamSpec("P")
@@ -122,7 +122,7 @@ class AsyncSqliteStore:
         except BaseException:
             self._pending[:0] = events
             raise
-        if result is None and op is ops.acquire_lease:
+        if ops.refused(op, result):
             self._pending[:0] = events  # refused: nothing was written
         return result
 
@@ -176,6 +176,11 @@ class AsyncSqliteStore:
         return await self._write(
             ops.acquire_lease, session_id, holder, now, ttl_s, self._holder_alive
         )
+
+    async def open_turn(
+        self, record: SessionRecord, holder: str, now: float, ttl_s: float
+    ) -> LeaseGrant:
+        return await self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive)
 
     async def release_lease(self, lease: Lease) -> None:
         await self._write(ops.release_lease, lease)

@@ -48,6 +48,9 @@ class SyncFacade:
     def ensure_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
         return self._run(self.inner.ensure_session(record))  # type: ignore[no-any-return]
 
+    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float) -> Any:
+        return self._run(self.inner.open_turn(record, holder, now, ttl_s))
+
     def get_session(self, session_id: str) -> SessionRecord | None:
         return self._run(self.inner.get_session(session_id))  # type: ignore[no-any-return]
 
@@ -192,6 +195,28 @@ def test_ensure_session_commits_pending_events(store: Store) -> None:
     store.log_event(event("turn.started"))
     store.ensure_session(session("s1"))
     assert [e.kind for e in store.snapshot().events] == ["turn.started"]
+
+
+def test_open_turn_creates_the_row_and_takes_the_lease_in_one_commit(harness: Harness) -> None:
+    """open_turn creates a missing session and grants its first lease together."""
+    store = harness.store
+    before = getattr(store, "commits", None)
+    grant = store.open_turn(session("s1"), "w1", 0.0, 30.0)
+    assert grant.created and grant.session == session("s1")
+    assert grant.lease is not None and grant.lease.token == 1
+    if before is not None:
+        assert store.commits == before + 1
+    store.append_messages("s1", grant.lease.token, (user("hi"),))
+
+
+def test_open_turn_on_a_busy_session_writes_nothing(store: Store) -> None:
+    """A held lease: open_turn returns the stored row, no lease, and leaves events pending."""
+    store.open_turn(session("s1"), "w1", 0.0, 30.0)
+    store.log_event(event("turn.started"))
+    other = session("s1").model_copy(update={"system_prompt": "another prompt"})
+    grant = store.open_turn(other, "w2", 1.0, 30.0)
+    assert not grant.created and grant.lease is None and grant.session == session("s1")
+    assert store.snapshot().events == ()
 
 
 def test_duplicate_session_is_refused(store: Store) -> None:
