@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from hermes_ref.errors import BadInput
 from hermes_ref.models import Frozen
@@ -61,6 +61,15 @@ class FaultPlan(Frozen):
     crash_at_effect: int | None = None  # die before the world's n-th effect (1-based)
     fail_writes: dict[str, int] = Field(default_factory=dict)  # site -> failing writes
     write_failure_cause: str = "injected_io_error"
+
+    @field_validator("fail_writes")
+    @classmethod
+    def _known_sites(cls, value: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(value) - set(SITES))
+        if unknown:
+            raise ValueError(f"fail_writes names unknown site(s) {', '.join(unknown)}; "
+                             f"the sites are {', '.join(SITES)}")
+        return value
 
 
 class Crashed(Exception):

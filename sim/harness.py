@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from hermes_ref.engine import Engine
+from hermes_ref.errors import BadInput
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, ProviderReply, SessionRecord
 from hermes_ref.outcomes import TurnResult
@@ -134,8 +137,11 @@ class Story:
     def faults(self, *, crash: str | None = None, crash_at_effect: int | None = None,
                fail_writes: dict[str, int] | None = None) -> None:
         """Plan faults for what follows (a crash point like ``after:tool_calls``)."""
-        plan = FaultPlan(crash=CrashPoint.parse(crash) if crash else None,
-                         crash_at_effect=crash_at_effect, fail_writes=fail_writes or {})
+        try:
+            plan = FaultPlan(crash=CrashPoint.parse(crash) if crash else None,
+                             crash_at_effect=crash_at_effect, fail_writes=fail_writes or {})
+        except ValidationError as error:
+            raise BadInput(f"bad fault plan: {error.errors()[0]['msg']}") from error
         self._faults = plan
         if self._world is not None:
             from sim.faults import FaultState

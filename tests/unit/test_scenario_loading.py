@@ -46,3 +46,12 @@ def test_the_cli_reports_bad_input_with_exit_2(capsys: pytest.CaptureFixture[str
 
     assert main(["scenarios", "run", "no_such_story"]) == 2
     assert "scenarios list" in capsys.readouterr().err
+
+
+def test_a_fault_at_an_unknown_site_is_refused() -> None:
+    """fail_writes naming a site no effect has is a clear error, not a fault that never fires."""
+    from sim.harness import Story
+
+    story = Story(store_kind="memory", workdir=Path("."))
+    with pytest.raises(BadInput, match="unknown site"):
+        story.faults(fail_writes={"session": 1})
