@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import ExecuteTools
-from hermes_ref.models import Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
+from hermes_ref.effects import Emit, ExecuteTools, Now
+from hermes_ref.models import Event, Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
 from hermes_ref.tool_specs import scoped_path
@@ -148,6 +148,9 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
             _fail_persistence(ctx)
             return False
         _track_mutations(ctx, segment.calls, results)
+        await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="tool.progress",
+                         data={"calls": [r.call_id for r in results], "parallel": segment.parallel,
+                               "errors": sum(r.is_error for r in results)}, at=await Now()))
     if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):
         ctx.state.budget.refund()  # LOOP-2: a round of refundable tools costs no budget
     ctx.state.last_round_had_tools = True

@@ -8,7 +8,7 @@ from sim.provider import text
 
 
 @scenario("A turn that cannot get a busy session's lease hands the message back",
-          invariants=("LEASE-5", "LOOP-3"), stage="lease")
+          invariants=("LEASE-5", "LOOP-3", "DEL-1"), stage="lease")
 def busy_session_hands_the_message_back(s: Story) -> None:
     s.limits(lease_wait_s_max=3.0, lease_poll_s=1.0)
     s.script(text("Now I can answer."))

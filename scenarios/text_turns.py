@@ -10,7 +10,7 @@ from sim.provider import text, tool_calls
 
 
 @scenario("A plain question gets a plain answer and the transcript ends on it",
-          invariants=("CTX-1", "CTX-4", "CTX-8", "WIRE-3", "LOOP-3", "FIN-3", "FIN-7"),
+          invariants=("CTX-1", "CTX-4", "CTX-8", "WIRE-3", "LOOP-3", "FIN-3", "FIN-7", "DEL-1"),
           stage="text")
 def plain_question_gets_plain_answer(s: Story) -> None:
     s.script(text("Paris."))

@@ -9,7 +9,7 @@ from sim.provider import text, tool_calls
 
 
 @scenario("A tool call is written down before the tool runs",
-          invariants=("TOOL-1", "TOOL-3", "CTX-2", "CTX-8", "FIN-3"), stage="tool_round")
+          invariants=("TOOL-1", "TOOL-3", "CTX-2", "CTX-8", "FIN-3", "DEL-1"), stage="tool_round")
 def tool_call_is_durable_before_it_runs(s: Story) -> None:
     s.files({"notes.txt": "buy milk"})
     s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("Your note says: buy milk."))

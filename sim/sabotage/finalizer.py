@@ -9,8 +9,8 @@ from unittest import mock
 
 from hermes_ref import finalizer, loop
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import AppendMessages
-from hermes_ref.models import Message
+from hermes_ref.effects import AppendMessages, Emit
+from hermes_ref.models import Event, Message
 from hermes_ref.outcomes import ExitReason
 from sim.sabotage.base import sabotage
 
@@ -138,3 +138,21 @@ def _no_footer() -> list[AbstractContextManager[Any]]:
 
 sabotage("failed_writes_unmentioned", ("TOOL-9",),
          "the answer never says that a write or patch of the turn failed")(_no_footer)
+
+
+# ---- DEL-1: the completion goes out before the exit line -------------------------------------
+
+
+def _completion_first() -> list[AbstractContextManager[Any]]:
+    original_close = finalizer._close_tail
+
+    async def close_then_complete(ctx: TurnContext) -> None:
+        await original_close(ctx)
+        await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.completed",
+                         data={"final_response": ctx.final_response, "failed": ctx.failed}))
+    return [mock.patch.object(finalizer, "_close_tail", close_then_complete)]
+
+
+sabotage("completion_before_exit_line", ("DEL-1",),
+         "the client is told the turn completed before the exit line is written (and then again)")(
+    _completion_first)
