@@ -155,6 +155,8 @@ class AsyncDriver:
 
     async def _emit(self, effect: fx.Emit) -> None:
         event = effect.event
+        if event.at is None:
+            event = event.model_copy(update={"at": self.clock()})
         await self.store.log_event(event)
         if self.on_event is not None:
             self.on_event(event)

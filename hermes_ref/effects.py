@@ -267,7 +267,11 @@ class ExecuteTools(Effect[tuple[ToolResult, ...]]):
 
 @dataclass(frozen=True, slots=True)
 class Emit(Effect[None]):
-    """Publish an event to the stream; the store logs it with the next commit."""
+    """Publish an event to the stream; the store logs it with the next commit.
+
+    An event whose ``at`` is None is stamped by the driver with its clock, so emitting
+    needs no separate ``Now`` effect.
+    """
 
     event: Event
     kind: ClassVar[str] = "emit"

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from hermes_ref import closure, preflight
 from hermes_ref.context import TurnContext, check_stored
-from hermes_ref.effects import AppendMessages, Emit, Now, ReleaseLease, RewriteMessage
+from hermes_ref.effects import AppendMessages, Emit, ReleaseLease, RewriteMessage
 from hermes_ref.errors import PersistenceError
 from hermes_ref.loop import build_request, call_with_retries
 from hermes_ref.models import Event, Message, Role, ScaffoldFlag
@@ -215,15 +215,13 @@ async def finalize(ctx: TurnContext) -> TurnResult:
         await _append(ctx, pending, "final")
     await _close_tail(ctx)
     await _failure_boundary(ctx)
-    now = await Now()
     fields = exit_fields(ctx)
     await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.exit",
-                     data=fields, at=now))
+                     data=fields))
     await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.completed",
                      data={"final_response": ctx.final_response, "failed": ctx.failed,
                            "carried_input": ctx.carried_input.content if ctx.carried_input
-                           else None},
-                     at=now))
+                           else None}))
     try:
         await ReleaseLease(ctx.lease)  # LEASE-6: released whatever post-processing did
     except PersistenceError as error:

@@ -155,7 +155,7 @@ def _arguments_usable(ctx: TurnContext, reply: ProviderReply) -> bool:
     without recording anything, up to ``invalid_json_retries_max`` times in a row; on the
     last try the round is recorded and the bad calls are answered with errors in place.
     """
-    bad = [c for c in reply.tool_calls if c.parsed_arguments() is None]
+    bad = [c for c in reply.tool_calls if c.arguments_object is None]
     if not bad:
         ctx.state.invalid_json_retries = 0
         return True

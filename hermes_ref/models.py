@@ -129,13 +129,21 @@ class ToolCall(Frozen):
             "function": {"name": self.name, "arguments": self.arguments},
         }
 
-    def parsed_arguments(self) -> JsonDict | None:
-        """The arguments as a dict, or None when they are not a JSON object."""
+    cached_names: ClassVar[tuple[str, ...]] = ("arguments_object",)
+
+    @computed_once
+    def arguments_object(self) -> JsonDict | None:
+        """The arguments parsed once (the planner, validator and runners all ask)."""
         try:
             value = json.loads(self.arguments) if self.arguments.strip() else {}
         except ValueError:
             return None
         return value if isinstance(value, dict) else None
+
+    def parsed_arguments(self) -> JsonDict | None:
+        """The arguments as a dict (a fresh shallow copy), or None when not a JSON object."""
+        value = self.arguments_object
+        return None if value is None else dict(value)
 
 
 # Keys that may appear in a wire message; anything else is local bookkeeping (WIRE-3).
@@ -291,5 +299,5 @@ class Event(Frozen):
     turn_id: str
     kind: str
     data: JsonDict = Field(default_factory=dict)
-    at: float = 0.0
+    at: float | None = None  # None: the driver stamps it with its clock when it is emitted
     seq: int | None = None

@@ -156,17 +156,14 @@ async def _refuse(inp: TurnInput, deps: PrologueDeps, turn_id: str, user: Messag
             await ReleaseLease(lease)
         except PersistenceError as error:  # the lease expires on its own
             result = result.model_copy(update={"cleanup_errors": (f"release: {error.cause}",)})
-    now = await Now()
     fields = {"level": "INFO", "reason": result.exit_reason.value, "detail": result.exit_detail,
               "api_calls": 0, "max_iterations": deps.limits.max_iterations, "budget_used": 0,
               "budget_max": deps.limits.iteration_budget, "last_role": "none", "response_len": 0,
               "cleanup_errors": len(result.cleanup_errors), "interrupted": False}
-    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.exit", data=fields,
-                     at=now))
+    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.exit", data=fields))
     carried = result.carried_input.content if result.carried_input is not None else None
     await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.completed",
-                     data={"final_response": None, "failed": True, "carried_input": carried},
-                     at=now))
+                     data={"final_response": None, "failed": True, "carried_input": carried}))
     try:
         await FlushEvents()
     except PersistenceError as error:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import Emit, ExecuteTools, Now
+from hermes_ref.effects import Emit, ExecuteTools
 from hermes_ref.models import Event, Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
@@ -81,7 +81,7 @@ def plan_segments(calls: tuple[ToolCall, ...], specs: dict[str, ToolSpec]) -> li
 
     for call in calls:
         spec = specs.get(call.name)
-        joinable = spec is not None and call.parsed_arguments() is not None
+        joinable = spec is not None and call.arguments_object is not None
         path: str | None = None
         if spec is not None and joinable and spec.kind in (ToolKind.READER, ToolKind.WRITER):
             path = _path_of(call, spec)
@@ -150,7 +150,7 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
         _track_mutations(ctx, segment.calls, results)
         await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="tool.progress",
                          data={"calls": [r.call_id for r in results], "parallel": segment.parallel,
-                               "errors": sum(r.is_error for r in results)}, at=await Now()))
+                               "errors": sum(r.is_error for r in results)}))
     if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):
         ctx.state.budget.refund()  # LOOP-2: a round of refundable tools costs no budget
     ctx.state.last_round_had_tools = True
@@ -178,7 +178,7 @@ async def _run_segment(
     ctx: TurnContext, segment: Segment, specs: dict[str, ToolSpec], known: list[str]
 ) -> tuple[ToolResult, ...]:
     dispatch = tuple(c for c in segment.calls
-                     if c.name in specs and c.parsed_arguments() is not None)
+                     if c.name in specs and c.arguments_object is not None)
     ran: dict[str, ToolResult] = {}
     if dispatch:
         results = await ExecuteTools(ctx.token, ctx.session_id, dispatch, segment.parallel)

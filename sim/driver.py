@@ -204,12 +204,15 @@ class SimDriver:
 
     def _emit(self, effect: fx.Emit) -> None:
         world = self.world
-        world.store.log_event(effect.event)
-        world.stream.append(effect.event)
+        event = effect.event
+        if event.at is None:
+            event = event.model_copy(update={"at": world.clock.now()})
+        world.store.log_event(event)
+        world.stream.append(event)
         for subscriber in world.subscribers:
-            subscriber(effect.event)
-        if world.timeline.enabled and effect.event.kind == "turn.exit":
-            data = effect.event.data
+            subscriber(event)
+        if world.timeline.enabled and event.kind == "turn.exit":
+            data = event.data
             world.timeline.add(
                 "exit", f"{data['level']} reason={data['reason']} calls={data['api_calls']} "
                 f"budget={data['budget_used']}/{data['budget_max']} last={data['last_role']}",

@@ -85,7 +85,8 @@ def encode_event(event: Event) -> EventRow:
         raise PersistenceError(
             f"event {event.kind!r} data is not JSON: {exc}", cause="encoding"
         ) from exc
-    return (event.session_id, event.turn_id, event.kind, data, event.at)
+    at = event.at if event.at is not None else 0.0
+    return (event.session_id, event.turn_id, event.kind, data, at)
 
 
 def message_row(session_id: str, m: Message) -> tuple[Any, ...]:
