@@ -6,9 +6,10 @@ Two lifetimes, two owners:
 
 * ``SessionCache`` lives as long as the engine instance and belongs to one session: the
   cached system prompt (built once, replayed byte for byte: CTX-3), the cached durable
-  transcript, the last lease token this engine held, and the session-scoped nudge
-  counters that a new turn does NOT reset (CTX-1). A new engine instance (a restart)
-  starts with no cache and rebuilds it from the durable record alone.
+  transcript and the last lease token this engine held; a new turn does not reset it
+  (CTX-1). (The memory and skill nudge counters that CTX-1 also keeps belong here once
+  the engine has nudges.) A new engine instance (a restart) starts with no cache and
+  rebuilds it from the durable record alone.
 * ``TurnState`` lives for one turn: retry counters, the persistence-failure flag and the
   iteration budget, all rebuilt by the prologue (CTX-1).
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hermes_ref.effects import AppendMessages, Effect
+from hermes_ref.effects import AppendMessages
 from hermes_ref.errors import InvariantBroken, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Lease, Message, ToolSpec
@@ -63,9 +64,6 @@ class SessionCache:
     history: Transcript = field(default_factory=Transcript)
     last_row_id: int = 0
     last_lease_token: int = 0
-    turns_since_memory: int = 0   # session-scoped nudge counter, never reset per turn
-    iters_since_skill: int = 0    # session-scoped nudge counter, never reset per turn
-    user_turns: int = 0
 
 
 @dataclass(slots=True)
@@ -93,7 +91,6 @@ class TurnContext:
 
     session_id: str
     turn_id: str
-    user_text: str
     limits: Limits
     tools: tuple[ToolSpec, ...]
     cache: SessionCache
@@ -101,7 +98,6 @@ class TurnContext:
     tracker: PhaseTracker
     state: TurnState
     transcript: Transcript
-    started_at: float
     final_response: str | None = None
     exit_reason: ExitReason | None = None
     exit_detail: str = ""
@@ -159,6 +155,3 @@ def check_stored(written: tuple[Message, ...], stored: tuple[Message, ...]) -> N
             raise InvariantBroken(f"row #{row.row_id} came back different from what was written")
         previous = row.row_id
 
-
-# Re-exported for modules that only need the base effect type in annotations.
-__all__ = ["Effect", "IterationBudget", "SessionCache", "TurnContext", "TurnState"]

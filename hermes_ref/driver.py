@@ -98,7 +98,6 @@ class AsyncDriver:
             fx.Now: lambda e: clock(),
             fx.RandomHex: _random_hex,
             fx.MintId: _mint_id,
-            fx.Log: self._log_line,
         }
 
     def _awaited_handlers(self) -> dict[type[Any], Awaited]:
@@ -106,7 +105,6 @@ class AsyncDriver:
         store, sleep = self.store, self._sleep
         return {
             fx.Sleep: lambda e: sleep(e.seconds),
-            fx.LoadSession: lambda e: store.get_session(e.session_id),
             fx.LoadMessages: lambda e: store.load_messages(e.session_id, e.after_row_id),
             fx.OpenTurn: lambda e: store.open_turn(e.record, e.holder, e.now, e.ttl_s),
             fx.AcquireLease: lambda e: store.acquire_lease(e.session_id, e.holder, e.now, e.ttl_s),
@@ -171,12 +169,6 @@ class AsyncDriver:
             self.log.log(level, _EXIT_LINE, data.get("reason"), data.get("api_calls"),
                          data.get("budget_used"), data.get("budget_max"),
                          data.get("last_role"), data.get("response_len"))
-
-    def _log_line(self, effect: fx.Log) -> None:
-        level = _LEVELS.get(effect.level.upper(), logging.INFO)
-        if self.log.isEnabledFor(level):
-            fields = "".join(f" {key}={value}" for key, value in effect.fields)
-            self.log.log(level, "%s%s", effect.message, fields)
 
     # -- tools ----------------------------------------------------------------------------
     async def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:

@@ -98,12 +98,6 @@ class MintId(Effect[str]):
 
 
 @dataclass(frozen=True, slots=True)
-class LoadSession(Effect[SessionRecord | None]):
-    session_id: str
-    kind: ClassVar[str] = "load_session"
-
-
-@dataclass(frozen=True, slots=True)
 class LoadMessages(Effect[tuple[Message, ...]]):
     """Stored messages of a session with ``row_id > after_row_id``, in row order."""
 
@@ -287,13 +281,3 @@ class FlushEvents(Effect[None]):
     @property
     def site(self) -> str:
         return "events"
-
-
-@dataclass(frozen=True, slots=True)
-class Log(Effect[None]):
-    """A structured log line for operators (the FIN-7 exit line is the ``turn.exit`` event)."""
-
-    level: str
-    message: str
-    fields: tuple[tuple[str, Any], ...] = ()
-    kind: ClassVar[str] = "log"

@@ -202,13 +202,11 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         return await _refuse(inp, deps, turn_id, user, lease, failure)
     deps.caches[inp.session_id] = cache
     ctx = TurnContext(
-        session_id=inp.session_id, turn_id=turn_id, user_text=inp.text, limits=deps.limits,
+        session_id=inp.session_id, turn_id=turn_id, limits=deps.limits,
         tools=deps.tools, cache=cache, lease=lease, tracker=deps.tracker,
         state=TurnState(budget=IterationBudget(deps.limits.iteration_budget)),
-        transcript=cache.history.copy(), started_at=now,
+        transcript=cache.history.copy(),
     )
-    cache.user_turns += 1
-    cache.turns_since_memory += 1
     await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.started",
                      data={"lease_token": lease.token}, at=now))
     if not await _repair_tail(ctx) or not await _persist_user(ctx, user):

@@ -45,7 +45,6 @@ class SimDriver:
             fx.Sleep: self._sleep,
             fx.RandomHex: lambda e: world.chooser.hex("ids", e.n_chars),
             fx.MintId: lambda e: world.mint_id(e.prefix),
-            fx.LoadSession: lambda e: world.store.get_session(e.session_id),
             fx.LoadMessages: lambda e: world.store.load_messages(e.session_id, e.after_row_id),
             fx.OpenTurn: self._open_turn,
             fx.AcquireLease: self._acquire_lease,
@@ -56,7 +55,6 @@ class SimDriver:
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
             fx.FlushEvents: self._flush_events,
-            fx.Log: lambda e: world.timeline.add("log", f"{e.level} {e.message}"),
         }
 
     # -- the stepping loop ----------------------------------------------------------

@@ -18,7 +18,7 @@ from hermes_ref.adapters.http_provider import HttpProvider
 from hermes_ref.adapters.sqlite_store import AsyncSqliteStore
 from hermes_ref.adapters.tools import WorkspaceTools
 from hermes_ref.driver import AsyncDriver
-from hermes_ref.effects import ExecuteTools, Log, MintId, ProviderRequest, RandomHex
+from hermes_ref.effects import ExecuteTools, MintId, ProviderRequest, RandomHex
 from hermes_ref.engine import Engine
 from hermes_ref.errors import PersistenceError, RateLimited
 from hermes_ref.limits import Limits
@@ -267,21 +267,15 @@ async def test_turn_exit_line_is_logged_once(rig: Rig, caplog: pytest.LogCapture
         "response_len=12")
 
 
-async def test_small_effects_ids_randomness_and_log(
-    rig: Rig, caplog: pytest.LogCaptureFixture
-) -> None:
-    """MintId, RandomHex (exact length) and Log are answered by the driver itself."""
-    logger = logging.getLogger("test.asyncio_driver.small")
+async def test_small_effects_ids_and_randomness(rig: Rig) -> None:
+    """MintId and RandomHex (exact length) are answered by the driver itself."""
 
     async def story() -> tuple[str, str, str]:
-        await Log("WARNING", "look", (("k", 1),))
         return await MintId("turn"), await RandomHex(7), await RandomHex(8)
 
-    with caplog.at_level(logging.INFO, logger="test.asyncio_driver.small"):
-        minted, odd, even = await rig.driver(log=logger).run(story())
+    minted, odd, even = await rig.driver().run(story())
     assert minted.startswith("turn-") and len(minted) == len("turn-") + 12
     assert len(odd) == 7 and len(even) == 8 and int(odd + even, 16) >= 0
-    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.WARNING, "look k=1")]
 
 
 async def test_unknown_effect_is_a_type_error(rig: Rig) -> None:
