@@ -53,7 +53,6 @@ T = TypeVar("T")
 Immediate = Callable[[Any], Any]
 Awaited = Callable[[Any], Awaitable[Any]]
 
-_LEVELS = logging.getLevelNamesMapping()
 _EXIT_LINE = "turn exit reason=%s api_calls=%s budget=%s/%s last_role=%s response_len=%s"
 
 

@@ -37,6 +37,7 @@ from hermes_ref.errors import BadInput
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, ProviderReply, SessionRecord
 from hermes_ref.outcomes import TurnResult
+from hermes_ref.ports import Provider
 from hermes_ref.prologue import TurnInput
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.checkers import Observation, Violation, run_all
@@ -45,7 +46,7 @@ from sim.faults import Crashed, CrashPoint, FaultPlan
 from sim.provider import ScriptedProvider
 from sim.store import MemoryStore
 from sim.tools import SimTools
-from sim.world import CrashableStore, SimProvider, World
+from sim.world import CrashableStore, World
 
 StoreKind = str  # "memory" | "sqlite"
 STORE_KINDS: tuple[StoreKind, ...] = ("memory", "sqlite")
@@ -103,7 +104,7 @@ class Story:
     trace: bool = True
     violations: list[Violation] = field(default_factory=list)
     _limits: Limits = field(default_factory=Limits)
-    _provider: SimProvider | None = None
+    _provider: Provider | None = None
     _files: dict[str, str] = field(default_factory=dict)
     _faults: FaultPlan = field(default_factory=FaultPlan)
     _world: World | None = None
@@ -118,7 +119,7 @@ class Story:
             self._world.provider = provider
         return provider
 
-    def use_provider(self, provider: SimProvider) -> None:
+    def use_provider(self, provider: Provider) -> None:
         self._provider = provider
         if self._world is not None:
             self._world.provider = provider
@@ -204,11 +205,10 @@ class Story:
 
     def session_record(self, session: str) -> SessionRecord:
         """The row the engine would create for ``session`` (for stories that set up a lane)."""
-        from hermes_ref.prologue import build_system_prompt
+        from hermes_ref.prologue import session_record
 
-        prompt = build_system_prompt("agent:main:cli:dm", "cli", self.engine.tools)
-        return SessionRecord(id=session, key="agent:main:cli:dm", platform="cli",
-                             system_prompt=prompt, started_at=self.world.clock.now())
+        return session_record(TurnInput(session_id=session, text=""), self.engine.tools,
+                              self.world.clock.now())
 
     def transcript(self, session: str = "s-1") -> list[Message]:
         return self.world.store.snapshot().transcript(session)

@@ -50,7 +50,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -68,12 +68,6 @@ from hermes_ref.errors import (
 )
 from hermes_ref.models import Message, ProviderReply, Role, ToolCall, Usage
 from hermes_ref.tokens import count_text
-
-
-class FakeProvider(Protocol):
-    """What the simulator driver and the HTTP face need from a fake."""
-
-    def complete(self, request: ProviderRequest) -> ProviderReply: ...
 
 
 class ScriptError(AssertionError):

@@ -48,8 +48,9 @@ from hermes_ref.errors import (
     RateLimited,
 )
 from hermes_ref.models import WIRE_MESSAGE_KEYS, Message, ProviderReply, Role, ToolCall, ToolSpec, Usage
+from hermes_ref.ports import Provider
 from hermes_ref.tokens import count_wire_messages
-from sim.provider import FakeProvider, ScriptError
+from sim.provider import ScriptError
 
 if TYPE_CHECKING:
     import respx
@@ -221,7 +222,7 @@ def _error_answer(status: int, message: str, kind: str, code: str | None = None,
     return _json_answer(status, {"error": error}, *extra)
 
 
-def answer_http(provider: FakeProvider, method: str, path: str, body: bytes) -> HttpAnswer:
+def answer_http(provider: Provider, method: str, path: str, body: bytes) -> HttpAnswer:
     """Serve one HTTP request: POST …/chat/completions and GET …/models.
 
     A ``ScriptError`` from the fake is not an HTTP answer: it propagates to the caller.
@@ -271,7 +272,7 @@ def _answer_for_error(exc: ProviderError) -> HttpAnswer:
     return _error_answer(status, message, "server_error")
 
 
-def handle_http(provider: FakeProvider, request: httpx.Request) -> httpx.Response:
+def handle_http(provider: Provider, request: httpx.Request) -> httpx.Response:
     """The fake as an httpx handler, for ``httpx.MockTransport`` or a respx side effect.
 
     A stall (``ProviderTimeout``) is raised as ``httpx.ReadTimeout``, as a real client
@@ -284,12 +285,12 @@ def handle_http(provider: FakeProvider, request: httpx.Request) -> httpx.Respons
                           content=b"".join(answer.chunks))
 
 
-def fake_transport(provider: FakeProvider) -> httpx.MockTransport:
+def fake_transport(provider: Provider) -> httpx.MockTransport:
     """``httpx.AsyncClient(transport=fake_transport(p))`` talks to the fake in-process."""
     return httpx.MockTransport(lambda request: handle_http(provider, request))
 
 
-def install_respx(router: respx.MockRouter, provider: FakeProvider, base_url: str) -> None:
+def install_respx(router: respx.MockRouter, provider: Provider, base_url: str) -> None:
     """Send every request under ``base_url`` on a respx router to the fake::
 
         with respx.mock() as router:
@@ -320,7 +321,7 @@ class FakeProviderServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], provider: FakeProvider, stall_s: float) -> None:
+    def __init__(self, address: tuple[str, int], provider: Provider, stall_s: float) -> None:
         super().__init__(address, _FakeProviderHandler)
         self.provider = provider
         self.stall_s = stall_s
@@ -381,7 +382,7 @@ class _FakeProviderHandler(BaseHTTPRequestHandler):
 
 
 def serve_fake_provider(
-    provider: FakeProvider, host: str = "127.0.0.1", port: int = 0, *, stall_s: float = 5.0
+    provider: Provider, host: str = "127.0.0.1", port: int = 0, *, stall_s: float = 5.0
 ) -> tuple[FakeProviderServer, str]:
     """Start a real server in a daemon thread; returns it and its base URL (``…/v1``)."""
     server = FakeProviderServer((host, port), provider, stall_s)

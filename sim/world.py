@@ -21,7 +21,7 @@ from typing import Protocol
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.models import Event, ProviderReply
 from hermes_ref.phases import Phase
-from hermes_ref.ports import Store
+from hermes_ref.ports import Provider, Store
 from sim.choices import Chooser
 from sim.clock import VirtualClock
 from sim.faults import FaultPlan, FaultState
@@ -41,10 +41,6 @@ class CallRecord:
     watermark: int            # committed message high-water mark at call time
     at: float                 # virtual time of the call
     retry_after_s: float | None  # the Retry-After a RateLimited error carried, else None
-
-
-class SimProvider(Protocol):
-    def complete(self, request: ProviderRequest) -> ProviderReply: ...
 
 
 class CrashableStore(Store, Protocol):
@@ -80,14 +76,14 @@ class Timeline:
 @dataclass
 class World:
     store: CrashableStore
-    provider: SimProvider
+    provider: Provider
     tools: SimTools
     seed: int = 0
     faults: FaultPlan = field(default_factory=FaultPlan)
     trace: bool = True
     id_base: int = 0
     clock: VirtualClock = field(default_factory=VirtualClock)
-    fallback_provider: SimProvider | None = None
+    fallback_provider: Provider | None = None
     tool_batch_deadline_s: float = 420.0  # a hung tool costs this much virtual time (TOOL-5)
     stream: list[Event] = field(default_factory=list)
     subscribers: list[Callable[[Event], None]] = field(default_factory=list)
