@@ -83,7 +83,7 @@ def execute_code_round_is_refunded(s: Story) -> None:
 
 
 @scenario("A tool result the store refuses is never shown to the model, and the tail is still closed",
-          invariants=("TOOL-8", "TOOL-3", "FIN-5", "LOOP-3"), stage="tool_round")
+          invariants=("TOOL-8", "TOOL-3", "FIN-5", "LOOP-3", "DEL-1"), stage="tool_round")
 def refused_tool_result_is_not_sent(s: Story) -> None:
     s.files({"notes.txt": "x"})
     s.faults(fail_writes={"tool_results": 1})

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import pairwise
 
+from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.models import Event, Role
 from sim.checkers.base import Observation, Violation, checker
 
 _END = ["turn.exit", "turn.completed"]
+# results the engine writes when it closes a sequence: nothing real to report progress on
+CLOSING_TEXTS = frozenset({NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT})
 
 
 @checker("event_stream_ordered", ("DEL-1",),
@@ -39,7 +42,8 @@ def _turn_problem(obs: Observation, turn_id: str, kinds: list[str], events: list
         return "more than one exit line"
     if any(k != "tool.progress" for k in middle):
         return f"unexpected order of events: {', '.join(kinds)}"
-    recorded = {m.tool_call_id for m in obs.rows_of_turn(turn_id) if m.role is Role.TOOL}
+    recorded = {m.tool_call_id for m in obs.rows_of_turn(turn_id)
+                if m.role is Role.TOOL and m.content not in CLOSING_TEXTS}
     for event in events:
         calls = event.data.get("calls", []) if event.kind == "tool.progress" else []
         if any(c not in recorded for c in calls):

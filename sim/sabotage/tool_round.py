@@ -9,8 +9,8 @@ from unittest import mock
 
 from hermes_ref import prologue, tool_round
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import AppendMessages, ExecuteTools
-from hermes_ref.models import Message, ToolCall
+from hermes_ref.effects import AppendMessages, Emit, ExecuteTools
+from hermes_ref.models import Event, Message, ToolCall
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
 from sim.sabotage.base import sabotage
@@ -172,3 +172,22 @@ def _flush_scaffolding_with_rows() -> list[AbstractContextManager[Any]]:
 sabotage("scaffolding_flushed_with_rows", ("SCAF-2",),
          "every write also flushes the turn's scaffolding (flags stripped), so a restart replays it")(
     _flush_scaffolding_with_rows)
+
+
+# ---- DEL-1: progress is announced before the results are recorded ---------------------------
+
+
+def _progress_first() -> list[AbstractContextManager[Any]]:
+    original = TurnContext.persist
+
+    async def announce_then_persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+        if label == "tool_results":
+            await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="tool.progress",
+                             data={"calls": [r.tool_call_id for r in rows]}))
+        return await original(ctx, rows, label)
+    return [mock.patch.object(TurnContext, "persist", announce_then_persist)]
+
+
+sabotage("progress_before_results_recorded", ("DEL-1",),
+         "the stream reports a segment done before its results are durable, even if the write fails")(
+    _progress_first)
