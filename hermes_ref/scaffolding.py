@@ -42,6 +42,3 @@ def durable_only(messages: Iterable[Message]) -> tuple[Message, ...]:
     """The messages that may be written: everything not flagged as scaffolding."""
     return tuple(m for m in messages if m.scaffold is None)
 
-
-def is_scaffold(message: Message) -> bool:
-    return message.scaffold is not None

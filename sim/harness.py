@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from hermes_ref.engine import Engine
 from hermes_ref.errors import BadInput
 from hermes_ref.limits import Limits
-from hermes_ref.models import Message, ProviderReply, SessionRecord
+from hermes_ref.models import Message, SessionRecord
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.ports import Provider
 from hermes_ref.prologue import TurnInput
@@ -311,6 +311,3 @@ def run_scenario(spec: ScenarioSpec, store_kind: StoreKind = "memory", *,
         story.world.store.close()
         return outcome
 
-
-def reply_text(reply: ProviderReply | None) -> str:
-    return "" if reply is None else (reply.content or "")
