@@ -9,7 +9,7 @@ a tool or the event stream, it ``await``s an effect value::
     rows = await AppendMessages(lease.token, session_id, (assistant_row,), "tool_calls")
 
 An effect's ``__await__`` yields the effect itself to whoever drives the coroutine and
-returns what the driver sends back. A driver (``hermes_ref.driver`` for asyncio,
+returns what the driver sends back. A driver (``hermes_ref.shell.driver`` for asyncio,
 ``sim.driver`` for the simulator) performs the effect and resumes the coroutine with
 the result, or throws an ``OperatingError`` into it. A crash is the driver dropping the
 coroutine between two effects: nothing after that point reaches the store.

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A tool exists in three places: its ``ToolSpec`` (what the model is offered and how the
-segment planner treats it), a real runner (``hermes_ref.adapters.tools.WorkspaceTools``)
+segment planner treats it), a real runner (``hermes_ref.shell.workspace_tools.WorkspaceTools``)
 and a simulated twin (``sim.tools.SimTools``). The two runners differ only in *where*
 bytes live (a workspace folder or an in-memory dict); everything that can be decided
 from values alone is shared, so both give the same answers with the same words:

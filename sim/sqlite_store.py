@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-All SQL lives in ``hermes_ref.adapters.sqlite_ops``; this class owns one connection and
+All SQL lives in ``hermes_ref.shell.sqlite_ops``; this class owns one connection and
 the pending-event buffer, exactly like ``MemoryStore``: ``log_event`` encodes the event
 and keeps it in memory; the next write method hands the whole buffer to its op, which
 inserts it in the write's own transaction. The buffer is taken before the op runs and put
@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from hermes_ref.adapters import sqlite_ops as ops
-from hermes_ref.adapters.sqlite_codec import EventRow, encode_event
-from hermes_ref.adapters.sqlite_connect import StoreConnection, open_connection
-from hermes_ref.adapters.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS
 from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
+from hermes_ref.shell import sqlite_ops as ops
+from hermes_ref.shell.sqlite_codec import EventRow, encode_event
+from hermes_ref.shell.sqlite_connect import StoreConnection, open_connection
+from hermes_ref.shell.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -17,14 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from hermes_ref.adapters.http_provider import HttpProvider
-from hermes_ref.adapters.sqlite_store import AsyncSqliteStore
-from hermes_ref.driver import AsyncDriver
 from hermes_ref.engine import Engine
 from hermes_ref.errors import ProviderServerError
 from hermes_ref.models import Message
 from hermes_ref.ports import DurableRecord
 from hermes_ref.prologue import TurnInput
+from hermes_ref.shell.driver import AsyncDriver
+from hermes_ref.shell.http_provider import HttpProvider
+from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.driver import SimDriver
 from sim.provider import ScriptedProvider, Step, text, tool_calls

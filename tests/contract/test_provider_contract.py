@@ -19,7 +19,6 @@ import httpx
 import pytest
 import respx
 
-from hermes_ref.adapters.http_provider import HttpProvider
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import (
     ContextOverflow,
@@ -32,6 +31,7 @@ from hermes_ref.errors import (
     RateLimited,
 )
 from hermes_ref.models import Message, ProviderReply, Role, ToolCall, ToolSpec
+from hermes_ref.shell.http_provider import HttpProvider
 from hermes_ref.tokens import count_text, count_wire_messages
 from sim.provider import ScriptedProvider, text, tool_calls
 from sim.provider_http import fake_transport, install_respx

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_ref.adapters.sqlite_store import AsyncSqliteStore
 from hermes_ref.errors import LeaseLost, PersistenceError
 from hermes_ref.models import Event, Lease, Message, Role, ScaffoldFlag, SessionRecord, ToolCall
 from hermes_ref.ports import DurableRecord, Store
+from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from sim.sqlite_store import SqliteStore
 from sim.store import MemoryStore
 

@@ -14,10 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from hermes_ref.adapters.http_provider import HttpProvider
-from hermes_ref.adapters.sqlite_store import AsyncSqliteStore
-from hermes_ref.adapters.tools import WorkspaceTools
-from hermes_ref.driver import AsyncDriver
 from hermes_ref.effects import ExecuteTools, MintId, ProviderRequest, RandomHex
 from hermes_ref.engine import Engine
 from hermes_ref.errors import PersistenceError, RateLimited
@@ -25,7 +21,11 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Event, Message, ProviderReply, Role, ToolCall, ToolResult
 from hermes_ref.outcomes import ExitReason, TurnResult
 from hermes_ref.prologue import TurnInput
-from hermes_ref.runtime import open_runtime
+from hermes_ref.shell.driver import AsyncDriver
+from hermes_ref.shell.http_provider import HttpProvider
+from hermes_ref.shell.runtime import open_runtime
+from hermes_ref.shell.sqlite_store import AsyncSqliteStore
+from hermes_ref.shell.workspace_tools import WorkspaceTools
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.provider import ScriptedProvider, text, tool_calls
 from sim.provider_http import fake_transport

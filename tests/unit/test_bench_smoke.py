@@ -7,7 +7,9 @@ from io import StringIO
 
 import pytest
 
-from sim import bench, bench_probes, bench_render
+from sim import bench
+from sim.bench import probes as bench_probes
+from sim.bench import render as bench_render
 
 STAT_KEYS = (
     "memory_turns_per_s",

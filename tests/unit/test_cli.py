@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from hermes_ref.cli import main
+from sim.cli import main
 from sim.sabotage import SABOTAGES
 
 

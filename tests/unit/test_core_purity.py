@@ -1,4 +1,5 @@
-"""The engine core performs no I/O: it imports no clock, randomness, network, disk or event loop."""
+"""The engine core performs no I/O: every module of ``hermes_ref`` outside ``hermes_ref.shell``
+imports no clock, randomness, network, disk or event loop, nor the shell, nor the harness."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import hermes_ref
 
 FORBIDDEN = {"asyncio", "httpx", "aiosqlite", "time", "random", "uuid", "sqlite3", "os",
              "subprocess", "socket", "threading", "secrets"}
-EDGE = {"driver.py", "runtime.py", "cli.py"}  # the asyncio driver and the entry points
 ROOT = Path(hermes_ref.__file__).parent
-CORE = sorted(p for p in ROOT.glob("*.py") if p.name not in EDGE)
+SHELL = ROOT / "shell"
+CORE = sorted(p for p in ROOT.rglob("*.py") if SHELL not in p.parents)
+ENGINE = sorted(ROOT.rglob("*.py"))
+HARNESS = {"sim", "scenarios", "tests"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -27,16 +30,30 @@ def _imports(path: Path) -> set[str]:
             if node.module == "hermes_ref":
                 found.update(f"hermes_ref.{a.name}" for a in node.names)
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
-                "hermes_ref.adapters"):
-            found.add("hermes_ref.adapters")
+                "hermes_ref.shell"):
+            found.add("hermes_ref.shell")
     return found
 
 
 @pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
 def test_core_module_imports_no_io(path: Path) -> None:
     """A core module imports none of the I/O modules, nor the adapters."""
-    bad = _imports(path) & (FORBIDDEN | {"hermes_ref.adapters"})
+    bad = _imports(path) & (FORBIDDEN | {"hermes_ref.shell"})
     assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", ENGINE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_engine_never_reaches_into_its_harness(path: Path) -> None:
+    """Nothing in ``hermes_ref`` (core or shell) imports the simulator, scenarios or tests."""
+    bad = _imports(path) & HARNESS
+    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+
+
+def test_the_shell_is_a_package_apart() -> None:
+    """The shell holds the asyncio driver and the runtime, and the core holds neither."""
+    shell = {p.name for p in SHELL.glob("*.py")}
+    assert {"driver.py", "runtime.py", "http_provider.py", "sqlite_store.py"} <= shell
+    assert not {"driver.py", "runtime.py", "cli.py"} & {p.name for p in CORE}
 
 
 def test_the_core_list_is_not_empty() -> None:

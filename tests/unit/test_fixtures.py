@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_ref.adapters.chat_wire import StreamAssembler, error_for_status, parse_completion
 from hermes_ref.errors import ContextOverflow, RateLimited
 from hermes_ref.models import Role
+from hermes_ref.shell.chat_wire import StreamAssembler, error_for_status, parse_completion
 from sim.harness import Story
 from sim.provider import load_script
 from sim.sqlite_store import SqliteStore

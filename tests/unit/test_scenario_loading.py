@@ -42,7 +42,7 @@ def test_import_error_names_the_module(tmp_path: Path) -> None:
 
 def test_the_cli_reports_bad_input_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown scenario name is a usage error, exit 2, with a hint."""
-    from hermes_ref.cli import main
+    from sim.cli import main
 
     assert main(["scenarios", "run", "no_such_story"]) == 2
     assert "scenarios list" in capsys.readouterr().err

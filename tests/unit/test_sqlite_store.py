@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from hermes_ref.adapters.sqlite_connect import open_connection
-from hermes_ref.adapters.sqlite_schema import LATEST_VERSION
-from hermes_ref.adapters.sqlite_store import AsyncSqliteStore
 from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.models import Event, Lease, Message, Role, SessionRecord, ToolCall
+from hermes_ref.shell.sqlite_connect import open_connection
+from hermes_ref.shell.sqlite_schema import LATEST_VERSION
+from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from sim.sqlite_store import SqliteStore
 
 

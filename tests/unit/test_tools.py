@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from hermes_ref.adapters.tools import WorkspaceTools
 from hermes_ref.models import ToolCall, ToolKind, ToolResult
+from hermes_ref.shell.workspace_tools import WorkspaceTools
 from hermes_ref.tool_specs import (
     HOUSEKEEPING_TOOLS,
     REFERENCE_TOOLS,

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Both SQLite stores (``sim.sqlite_store.SqliteStore`` over stdlib sqlite3 and
-``hermes_ref.adapters.sqlite_store.AsyncSqliteStore`` over aiosqlite) call these
+``hermes_ref.shell.sqlite_store.AsyncSqliteStore`` over aiosqlite) call these
 functions; the async store runs each one whole on aiosqlite's worker thread, so a store
 method is one thread hop and one transaction. The connection comes from
 ``sqlite_connect`` (opened, checked, configured and migrated, in autocommit mode); rows
@@ -32,7 +32,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
-from hermes_ref.adapters.sqlite_codec import (
+from hermes_ref.errors import LeaseLost, PersistenceError
+from hermes_ref.models import Lease, LeaseGrant, Message, SessionRecord
+from hermes_ref.ports import DurableRecord, StoredMessage
+from hermes_ref.shell.sqlite_codec import (
     EventRow,
     decode_event,
     decode_lease,
@@ -42,10 +45,7 @@ from hermes_ref.adapters.sqlite_codec import (
     persistence_error,
     session_row,
 )
-from hermes_ref.adapters.sqlite_connect import StoreConnection
-from hermes_ref.errors import LeaseLost, PersistenceError
-from hermes_ref.models import Lease, LeaseGrant, Message, SessionRecord
-from hermes_ref.ports import DurableRecord, StoredMessage
+from hermes_ref.shell.sqlite_connect import StoreConnection
 
 # -- transactions ------------------------------------------------------------------------
 

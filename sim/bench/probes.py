@@ -40,8 +40,8 @@ from typing import Any
 
 import aiosqlite
 
-from sim import bench_rig
-from sim.bench_rig import AsyncRig, Sizes, SyncRig, check_turn
+from sim.bench import rig as bench_rig
+from sim.bench.rig import AsyncRig, Sizes, SyncRig, check_turn
 from sim.store import MemoryStore
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ engine's vocabulary. It does three things, in order:
    ``chat.completion.chunk`` objects) becomes a ``ProviderReply``
    (``chat_wire.parse_completion``, ``chat_wire.StreamAssembler``).
 
-This module owns the transport; ``hermes_ref.adapters.chat_wire`` owns every decision
+This module owns the transport; ``hermes_ref.shell.chat_wire`` owns every decision
 about bytes (the status map, the strict parser, the stream fold) and does no I/O. The
 transport's own failures map here, each keeping the foreign exception as ``__cause__``::
 
@@ -33,15 +33,15 @@ from types import TracebackType
 
 import httpx
 
-from hermes_ref.adapters.chat_wire import (
+from hermes_ref.effects import ProviderRequest
+from hermes_ref.errors import ProviderError, ProviderRejected, ProviderServerError, ProviderTimeout
+from hermes_ref.models import ProviderReply
+from hermes_ref.shell.chat_wire import (
     StreamAssembler,
     decode_json_body,
     error_for_status,
     parse_completion,
 )
-from hermes_ref.effects import ProviderRequest
-from hermes_ref.errors import ProviderError, ProviderRejected, ProviderServerError, ProviderTimeout
-from hermes_ref.models import ProviderReply
 
 
 class HttpProvider:
@@ -83,7 +83,7 @@ class HttpProvider:
 
     async def complete(self, request: ProviderRequest) -> ProviderReply:
         """One model call. Raises only ``ProviderError`` subclasses."""
-        body = _encode_body(request)
+        body = encode_body(request)
         try:
             if request.stream:
                 return await self._complete_streamed(body)
@@ -142,7 +142,7 @@ class HttpProvider:
         )
 
 
-def _encode_body(request: ProviderRequest) -> bytes:
+def encode_body(request: ProviderRequest) -> bytes:
     """The request body; NaN and unserialisable values are refused before anything is sent."""
     try:
         return request.wire_json()

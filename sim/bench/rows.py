@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Every row runs the scripted turn of ``sim.bench_rig`` and returns raw per-repetition
+Every row runs the scripted turn of ``sim.bench.rig`` and returns raw per-repetition
 values; ``sim.bench.measure`` turns them into medians [min-max].
 
 * **Throughput rows** start a fresh session for every turn (as the peers were measured).
@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes_ref.adapters.http_provider import _encode_body
 from hermes_ref.effects import ProviderRequest
-from sim.bench_rig import AsyncRig, Sizes, SyncRig, check_turn
+from hermes_ref.shell.http_provider import encode_body
+from sim.bench.rig import AsyncRig, Sizes, SyncRig, check_turn
 from sim.sqlite_store import SqliteStore
 from sim.store import MemoryStore
 from sim.world import CrashableStore
@@ -196,7 +196,7 @@ def _encode_us(requests: Sequence[ProviderRequest], repeats: int = 5) -> float:
     for _ in range(repeats):
         started = time.perf_counter()
         for request in requests:
-            _encode_body(request)
+            encode_body(request)
         best = min(best, time.perf_counter() - started)
     return best * 1e6
 
@@ -206,7 +206,7 @@ def memory_scaling(sizes: Sizes) -> tuple[Scaling, Scaling]:
 
     The second result is a diagnostic: the simulator hands ``ProviderRequest`` values to an
     in-process fake, so nothing is serialized in the timed turns. ``HttpProvider`` encodes
-    every request body whole (``_encode_body``, private); its per-turn cost is measured on
+    every request body whole (``encode_body``); its per-turn cost is measured on
     the requests this run recorded (``world.calls``), turns early vs late.
     """
     out, encode = Scaling(), Scaling()

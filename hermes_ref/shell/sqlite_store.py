@@ -28,14 +28,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import aiosqlite
 
-from hermes_ref.adapters import liveness, sqlite_connect
-from hermes_ref.adapters import sqlite_ops as ops
-from hermes_ref.adapters.sqlite_codec import EventRow, encode_event
-from hermes_ref.adapters.sqlite_connect import StoreConnection
-from hermes_ref.adapters.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS, check_synchronous
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
+from hermes_ref.shell import liveness, sqlite_connect
+from hermes_ref.shell import sqlite_ops as ops
+from hermes_ref.shell.sqlite_codec import EventRow, encode_event
+from hermes_ref.shell.sqlite_connect import StoreConnection
+from hermes_ref.shell.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS, check_synchronous
 
 P = ParamSpec("P")
 R = TypeVar("R")

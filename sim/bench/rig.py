@@ -23,14 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes_ref.adapters import liveness
-from hermes_ref.adapters.sqlite_store import AsyncSqliteStore
-from hermes_ref.driver import AsyncDriver
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.engine import Engine
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.prologue import TurnInput
+from hermes_ref.shell import liveness
+from hermes_ref.shell.driver import AsyncDriver
+from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.driver import SimDriver
 from sim.provider import FunctionProvider, text, tool_calls

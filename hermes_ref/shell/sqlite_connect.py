@@ -20,14 +20,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from hermes_ref.adapters.sqlite_codec import error_cause, persistence_error
-from hermes_ref.adapters.sqlite_schema import (
+from hermes_ref.errors import BadInput
+from hermes_ref.shell.sqlite_codec import error_cause, persistence_error
+from hermes_ref.shell.sqlite_schema import (
     DEFAULT_BUSY_TIMEOUT_MS,
     check_synchronous,
     configure,
     migrate,
 )
-from hermes_ref.errors import BadInput
 
 
 class StoreConnection(sqlite3.Connection):

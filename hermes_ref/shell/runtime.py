@@ -24,15 +24,15 @@ from typing import Any
 
 import httpx
 
-from hermes_ref.adapters import liveness
-from hermes_ref.adapters.http_provider import HttpProvider
-from hermes_ref.adapters.sqlite_store import AsyncSqliteStore
-from hermes_ref.adapters.tools import WorkspaceTools
-from hermes_ref.driver import AsyncDriver
 from hermes_ref.engine import Engine
 from hermes_ref.limits import Limits
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.prologue import TurnInput
+from hermes_ref.shell import liveness
+from hermes_ref.shell.driver import AsyncDriver
+from hermes_ref.shell.http_provider import HttpProvider
+from hermes_ref.shell.sqlite_store import AsyncSqliteStore
+from hermes_ref.shell.workspace_tools import WorkspaceTools
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"

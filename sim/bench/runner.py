@@ -3,16 +3,16 @@
 Theory of operation
 -------------------
 ``measure(sizes)`` runs every figure in one process and returns the report, a JSON
-document; ``main`` prints it as JSON or as the table of ``sim.bench_render``. Each piece
+document; ``main`` prints it as JSON or as the table of ``sim.bench.render``. Each piece
 says in its own docstring exactly how it measures:
 
-* ``sim.bench_rig``: the scripted turn (two model calls, one tool call, four stored
+* ``sim.bench.rig``: the scripted turn (two model calls, one tool call, four stored
   messages) and the rigs that run it, in memory, on ``SqliteStore`` and on
   ``AsyncSqliteStore`` with the asyncio driver;
-* ``sim.bench_rows``: the timed rows: throughput (fresh session per turn, with the share
+* ``sim.bench.rows``: the timed rows: throughput (fresh session per turn, with the share
   of time in the cyclic GC), scaling (one long session, late over early turn time) and
   SQL bytes per turn;
-* ``sim.bench_probes``: what bounds them: SQLite's commit ceiling, fsyncs counted under
+* ``sim.bench.probes``: what bounds them: SQLite's commit ceiling, fsyncs counted under
   strace (a child ``python -m sim.bench --fsync-probe N``), and where the time goes
   (instrumented store hops, retained objects, cProfile).
 
@@ -44,10 +44,9 @@ from typing import Any, TextIO
 
 import aiosqlite
 
-from sim import bench_probes as probes
-from sim import bench_rows as rows
-from sim.bench_render import render
-from sim.bench_rig import Sizes
+from sim.bench import probes, rows
+from sim.bench.render import render
+from sim.bench.rig import Sizes
 from sim.sqlite_store import SqliteStore
 from sim.store import MemoryStore
 
@@ -214,7 +213,7 @@ def measure(sizes: Sizes, progress: TextIO | None = None) -> dict[str, Any]:
     notes["durable_breakdown"] = (
         "separate instrumented run: a timing wrapper on AsyncSqliteStore._hop (private)")
     notes["http_encode"] = (
-        "diagnostic: hermes_ref.adapters.http_provider._encode_body (private) on the requests "
+        "diagnostic: hermes_ref.shell.http_provider.encode_body on the requests "
         "the memory scaling run recorded, 2 per turn, best of 5; not part of any timed row")
     notes["commit_share"] = "turns/s x commits/turn / the ceiling's median (aiosqlite for durable)"
     notes["commit_bound"] = "ceiling / commits per turn: turns/s if commits were the only cost"
@@ -264,7 +263,7 @@ def main(quick: bool = False, as_json: bool = False, out: TextIO = sys.stdout, *
     return 0
 
 
-def _cli(argv: Sequence[str] | None = None) -> int:
+def cli(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quick", action="store_true", help="2 short repetitions")
@@ -279,7 +278,4 @@ def _cli(argv: Sequence[str] | None = None) -> int:
         return 0
     return main(quick=args.quick, as_json=args.json, out=sys.stdout)
 
-
-if __name__ == "__main__":
-    raise SystemExit(_cli())
 

@@ -1,1 +1,0 @@
-"""I/O adapters: httpx provider, SQLite store, workspace tools. Only drivers import these."""
