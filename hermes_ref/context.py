@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hermes_ref.effects import AppendMessages
+from hermes_ref.effects import AppendMessages, RewriteMessage, Site
 from hermes_ref.errors import InvariantBroken, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Lease, Message, ToolSpec
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.outcomes import Ending, ExitReason
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.transcript import Transcript
 
@@ -79,7 +79,6 @@ class TurnState:
     thinking_prefill_retries: int = 0
     post_tool_nudged: bool = False
     persistence_failed: bool = False
-    persistence_cause: str | None = None
     last_round_had_tools: bool = False
     unrecorded_calls: set[str] = field(default_factory=set)  # ran, but the result never stored
     failed_mutations: dict[str, str] = field(default_factory=dict)  # path -> tool, not yet fixed
@@ -98,44 +97,71 @@ class TurnContext:
     tracker: PhaseTracker
     state: TurnState
     transcript: Transcript
-    final_response: str | None = None
-    exit_reason: ExitReason | None = None
-    exit_detail: str = ""
-    failed: bool = False
-    interrupted: bool = False
-    streamed_text: str = ""
+    ending: Ending = field(default_factory=Ending)
     carried_input: Message | None = None  # the user's message, if it never became durable
     cleanup_errors: list[str] = field(default_factory=list)
 
     def enter(self, phase: Phase) -> None:
         self.tracker.enter(phase)
 
-    def finish(self, reason: ExitReason, detail: str = "", *, failed: bool = False) -> None:
-        """Record the loop's exit reason once (LOOP-3); later calls keep the first."""
-        if self.exit_reason is None:
-            self.exit_reason = reason
-            self.exit_detail = detail
-            self.failed = failed
+    def finish(self, reason: ExitReason, detail: str = "", *, answer: str | None = None,
+               failed: bool = False) -> None:
+        """Record the turn's exit once (LOOP-3); see ``outcomes.Ending``."""
+        self.ending.finish(reason, detail, answer=answer, failed=failed)
+
+    @property
+    def ended(self) -> bool:
+        return self.ending.reason is not None
 
     @property
     def token(self) -> int:
         return self.lease.token
 
-    async def persist(self, rows: tuple[Message, ...], label: str) -> bool:
-        """Append rows durably and to the working list; on failure record why, return False.
+    @property
+    def specs(self) -> dict[str, ToolSpec]:
+        return {t.name: t for t in self.tools}
 
-        The caller decides what a failure means (end the turn, skip the tools); nothing is
-        awaited inside the ``except``, per the house rule.
+    async def persist(self, rows: tuple[Message, ...], site: Site) -> bool:
+        """Write rows durably; the one policy for a write that fails. False on failure.
+
+        Stored rows take the place of their pending twins in the working list (the
+        finalizer queues its rows there first) or are appended after it: a row reaches
+        the model's view only once it is durable (TOOL-8). When the write fails, what it
+        costs depends on where the turn stands, and only here:
+
+        * before the finalizer, the turn ends ``session_persistence_failed`` with an empty
+          answer (the caller only stops: the tools of a round that was not recorded never run);
+        * in the finalizer, the failure is a cleanup error of the result: the answer the
+          user waits for is still delivered (FIN-6), and the next turn reloads the record.
+
+        Nothing is awaited inside the ``except``, per the house rule.
         """
         try:
-            stored = await AppendMessages(self.token, self.session_id, rows, label)
+            stored = await AppendMessages(self.token, self.session_id, rows, site)
         except PersistenceError as error:
-            self.state.persistence_failed = True
-            self.state.persistence_cause = f"{error.cause}: {error}"
+            self.write_failed(site, error)
             return False
         check_stored(rows, stored)
-        self.transcript.extend(stored)
+        self.transcript.absorb(stored)
         return True
+
+    async def rewrite(self, row_id: int, content: str, site: Site) -> bool:
+        """Rewrite one stored row's content, under the same failure policy as ``persist``."""
+        try:
+            new = await RewriteMessage(self.token, self.session_id, row_id, content, site)
+        except PersistenceError as error:
+            self.write_failed(site, error)
+            return False
+        self.transcript.replace_row(new)
+        return True
+
+    def write_failed(self, site: Site, error: PersistenceError) -> None:
+        cause = f"{error.cause}: {error}"
+        self.state.persistence_failed = True
+        if self.tracker.phase is Phase.FINALIZE:
+            self.cleanup_errors.append(f"persist {site.value}: {cause}")
+            return
+        self.finish(ExitReason.PERSISTENCE_FAILED, cause, answer="", failed=True)
 
 
 def check_stored(written: tuple[Message, ...], stored: tuple[Message, ...]) -> None:

@@ -6,7 +6,7 @@ The engine core never performs I/O. Where it needs the clock, the provider, the 
 a tool or the event stream, it ``await``s an effect value::
 
     reply = await CallProvider(request)
-    rows = await AppendMessages(lease.token, session_id, (assistant_row,), "tool_calls")
+    rows = await AppendMessages(lease.token, session_id, (assistant_row,), Site.TOOL_CALLS)
 
 An effect's ``__await__`` yields the effect itself to whoever drives the coroutine and
 returns what the driver sends back. A driver (``hermes_ref.shell.driver`` for asyncio,
@@ -17,9 +17,11 @@ coroutine between two effects: nothing after that point reaches the store.
 Effects are frozen slotted dataclasses, not pydantic models: a turn awaits a dozen of
 them and they never cross a process boundary, so validation would buy nothing.
 
-Durable effects carry a ``site``: a short name of the boundary ("user", "tool_calls",
-"tool_results", "final", ...). Crash points are named ``before:<site>`` and
-``after:<site>``, which is how scenarios say where a process dies.
+Effects at a boundary of the turn carry a ``site`` from the closed set ``Site``: every
+durable write ("user", "tool_calls", "tool_results", "final", ...) and tool execution
+("tools"). The same enum names the simulator's crash points (``before:<site>``,
+``after:<site>``) and its store-failure plans, so a fault can only be aimed at a site
+some effect has.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Generator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar, Generic, TypeVar
 
 from hermes_ref.models import (
@@ -44,11 +47,26 @@ from hermes_ref.models import (
 T = TypeVar("T")
 
 
+class Site(StrEnum):
+    """Where a durable write or a tool execution happens, in turn order."""
+
+    LEASE = "lease"
+    RECOVERY = "recovery"
+    USER = "user"
+    TOOL_CALLS = "tool_calls"
+    TOOLS = "tools"
+    TOOL_RESULTS = "tool_results"
+    FINAL = "final"
+    TAIL_CLOSURE = "tail_closure"
+    BOUNDARY = "boundary"
+    RELEASE = "release"
+    EVENTS = "events"
+
+
 class Effect(Generic[T]):
     """A request to the driver whose answer has type ``T``."""
 
     __slots__ = ()
-    durable: ClassVar[bool] = False
     kind: ClassVar[str] = "effect"
 
     def __await__(self) -> Generator[Effect[T], Any, T]:
@@ -56,8 +74,9 @@ class Effect(Generic[T]):
         return result
 
     @property
-    def site(self) -> str:
-        return self.kind
+    def site(self) -> Site | None:
+        """The boundary this effect stands at, or None for clock, ids, provider and events."""
+        return None
 
 
 # ---- clock, ids, randomness: owned by the driver so runs replay ---------------------
@@ -79,11 +98,10 @@ class Sleep(Effect[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class RandomHex(Effect[str]):
-    """``n_chars`` lowercase hex characters from the driver's seeded source."""
+class Jitter(Effect[float]):
+    """A fraction in [0, 1) from the driver's random source (seeded in the simulator)."""
 
-    n_chars: int
-    kind: ClassVar[str] = "random_hex"
+    kind: ClassVar[str] = "jitter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +138,11 @@ class OpenTurn(Effect[LeaseGrant]):
     holder: str
     now: float
     ttl_s: float
-    durable: ClassVar[bool] = True
     kind: ClassVar[str] = "open_turn"
 
     @property
-    def site(self) -> str:
-        return "lease"
+    def site(self) -> Site:
+        return Site.LEASE
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,23 +157,21 @@ class AcquireLease(Effect[Lease | None]):
     holder: str
     now: float
     ttl_s: float
-    durable: ClassVar[bool] = True
     kind: ClassVar[str] = "acquire_lease"
 
     @property
-    def site(self) -> str:
-        return "lease"
+    def site(self) -> Site:
+        return Site.LEASE
 
 
 @dataclass(frozen=True, slots=True)
 class ReleaseLease(Effect[None]):
     lease: Lease
-    durable: ClassVar[bool] = True
     kind: ClassVar[str] = "release_lease"
 
     @property
-    def site(self) -> str:
-        return "release"
+    def site(self) -> Site:
+        return Site.RELEASE
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,12 +181,11 @@ class AppendMessages(Effect[tuple[Message, ...]]):
     lease_token: int
     session_id: str
     messages: tuple[Message, ...]
-    label: str
-    durable: ClassVar[bool] = True
+    label: Site
     kind: ClassVar[str] = "append_messages"
 
     @property
-    def site(self) -> str:
+    def site(self) -> Site:
         return self.label
 
 
@@ -183,12 +197,11 @@ class RewriteMessage(Effect[Message]):
     session_id: str
     row_id: int
     content: str
-    label: str
-    durable: ClassVar[bool] = True
+    label: Site
     kind: ClassVar[str] = "rewrite_message"
 
     @property
-    def site(self) -> str:
+    def site(self) -> Site:
         return self.label
 
 
@@ -240,7 +253,6 @@ class CallProvider(Effect[ProviderReply]):
     request: ProviderRequest
     session_id: str = ""
     turn_id: str = ""
-    provider: str = "primary"
     kind: ClassVar[str] = "call_provider"
 
 
@@ -255,8 +267,8 @@ class ExecuteTools(Effect[tuple[ToolResult, ...]]):
     kind: ClassVar[str] = "execute_tools"
 
     @property
-    def site(self) -> str:
-        return "tools"
+    def site(self) -> Site:
+        return Site.TOOLS
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,9 +287,8 @@ class Emit(Effect[None]):
 class FlushEvents(Effect[None]):
     """Commit the pending events now: a turn that writes no row still leaves its exit line."""
 
-    durable: ClassVar[bool] = True
     kind: ClassVar[str] = "flush_events"
 
     @property
-    def site(self) -> str:
-        return "events"
+    def site(self) -> Site:
+        return Site.EVENTS

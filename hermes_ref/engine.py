@@ -52,6 +52,6 @@ class Engine:
         ctx = await prologue.build_turn_context(inp, deps)
         if isinstance(ctx, TurnResult):
             return ctx
-        if ctx.exit_reason is None:
+        if not ctx.ended:
             await loop.run_loop(ctx)
         return await finalizer.finalize(ctx)

@@ -9,8 +9,8 @@ order, each guarded on its own so one failure never costs the user the answer (F
 1. Budget fallback (FIN-1): the loop ran out without an answer → one tool-less grace
    call asks for a summary.
 2. Drop scaffolding from the working list (SCAF-1).
-3. Silent-stop guard (FIN-8): no answer, not interrupted, not already failed, tail is a
-   tool result → failed with ``pending_tool_result`` and an explanatory answer.
+3. Silent-stop guard (FIN-8): no answer, not already failed, tail is a tool result →
+   failed with ``pending_tool_result`` and an explanatory answer.
 4. No-answer guard: a turn that still has no answer (an empty grace summary, say) is a
    failure with an explanation, so FIN-5 closes its tail instead of leaving a user row.
 5. Failed-write footer (TOOL-9): a delivered answer lists the turn's writes that failed
@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hermes_ref import closure, preflight
-from hermes_ref.context import TurnContext, check_stored
-from hermes_ref.effects import AppendMessages, Emit, ReleaseLease, RewriteMessage
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import Emit, ReleaseLease, Site
 from hermes_ref.errors import PersistenceError
 from hermes_ref.loop import build_request, call_with_retries
-from hermes_ref.models import Event, Message, Role, ScaffoldFlag
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason, TurnResult
+from hermes_ref.models import Message, Role, ScaffoldFlag
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason, TurnResult
 from hermes_ref.phases import Phase
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT, scaffold
 
@@ -52,19 +52,19 @@ async def _budget_fallback(ctx: TurnContext) -> None:
     at_max = state.api_calls >= ctx.limits.max_iterations
     reason = ExitReason.MAX_ITERATIONS if at_max else ExitReason.BUDGET_EXHAUSTED
     ctx.finish(reason, f"{state.api_calls}/{ctx.limits.max_iterations}")
-    if ctx.final_response is not None or not ctx.limits.grace_call_enabled:
+    if ctx.ending.answer is not None or not ctx.limits.grace_call_enabled:
         return
     ctx.transcript.append(
         scaffold(Role.USER, GRACE_SUMMARY_PROMPT, ScaffoldFlag.GRACE_SUMMARY, ctx.turn_id)
     )
     if not await preflight.check(ctx):  # the grace call is a model call too (CMP-7)
-        ctx.exit_detail += "; grace call not sent: the request exceeds the context window"
+        ctx.ending.detail += "; grace call not sent: the request exceeds the context window"
         return
     state.api_calls += 1
     reply = await call_with_retries(ctx, build_request(ctx, with_tools=False, purpose="grace"))
     text = (reply.content or "").strip() if reply is not None else ""
     if text and reply is not None:
-        ctx.final_response = reply.content
+        ctx.ending.amend_answer(reply.content or "")
         ctx.transcript.append(Message(role=Role.ASSISTANT, content=reply.content,
                                       finish_reason=reply.finish_reason, turn_id=ctx.turn_id))
 
@@ -75,16 +75,13 @@ def _silent_stop_guard(ctx: TurnContext) -> None:
     A turn the loop already ended as a failure (a terminal provider error, invalid tool
     calls) keeps its own reason: it is not silent, and FIN-5 closes its tail. Otherwise
     this guard deliberately *replaces* the recorded reason (a budget exit, say): ending on
-    an unanswered tool result is the more specific truth, so it bypasses ``finish``'s
-    first-reason-wins rule on purpose.
+    an unanswered tool result is the more specific truth, so it overrules the
+    first-reason-wins rule on purpose (``Ending.replace``).
     """
     tail = ctx.transcript.tail()
-    if (ctx.final_response is None and not ctx.failed and not ctx.interrupted
-            and not ctx.streamed_text
-            and tail is not None and tail.role is Role.TOOL):
-        ctx.exit_reason = ExitReason.PENDING_TOOL_RESULT
-        ctx.failed = True
-        ctx.final_response = PENDING_TOOL_RESULT_TEXT
+    if ctx.ending.answer is None and not ctx.ending.failed \
+            and tail is not None and tail.role is Role.TOOL:
+        ctx.ending.replace(ExitReason.PENDING_TOOL_RESULT, PENDING_TOOL_RESULT_TEXT, failed=True)
 
 
 def _no_answer_guard(ctx: TurnContext) -> None:
@@ -93,10 +90,8 @@ def _no_answer_guard(ctx: TurnContext) -> None:
     This reaches the budget exits whose grace call also came back empty: without it the
     transcript would rest on an unanswered user row and no boundary row would close it.
     """
-    if ctx.final_response is None and not ctx.interrupted:
-        reason = ctx.exit_reason.value if ctx.exit_reason else "unknown"
-        ctx.failed = True
-        ctx.final_response = NO_ANSWER_TEXT.format(reason=reason)
+    if ctx.ending.answer is None:
+        ctx.ending.fail_unanswered(NO_ANSWER_TEXT.format(reason=ctx.ending.reason_text))
 
 
 def _mutation_footer(ctx: TurnContext) -> None:
@@ -107,47 +102,34 @@ def _mutation_footer(ctx: TurnContext) -> None:
     """
     failed = ctx.state.failed_mutations
     tail = ctx.transcript.tail()
-    if not failed or not _delivered(ctx) or ctx.interrupted or tail is None \
+    if not failed or not ctx.ending.delivered or tail is None \
             or tail.row_id is not None or tail.role is not Role.ASSISTANT:
         return
     listed = ", ".join(f"{path} ({tool})" for path, tool in sorted(failed.items()))
-    text = f"{ctx.final_response}\n\n{MUTATION_FOOTER} {listed}]"
-    ctx.final_response = text
+    text = f"{ctx.ending.answer}\n\n{MUTATION_FOOTER} {listed}]"
+    ctx.ending.amend_answer(text)
     ctx.transcript.replace_last(tail.model_copy(update={"content": text}))
 
 
-async def _append(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
-    try:
-        stored = await AppendMessages(ctx.token, ctx.session_id, rows, label)
-    except PersistenceError as error:
-        ctx.cleanup_errors.append(f"persist {label}: {error.cause}: {error}")
-        return False
-    check_stored(rows, stored)
-    ctx.transcript.replace_pending(stored)
-    return True
-
-
-def _delivered(ctx: TurnContext) -> bool:
-    return bool(ctx.final_response and ctx.final_response.strip()) and not ctx.failed
+async def _persist_pending(ctx: TurnContext) -> None:
+    """Write what the working list still holds unstored: the final assistant row."""
+    pending = ctx.transcript.pending()
+    if pending:
+        await ctx.persist(pending, Site.FINAL)
 
 
 async def _close_tail(ctx: TurnContext) -> None:
     """FIN-3: the delivered answer must be the durable tail's visible text."""
-    if not _delivered(ctx) or ctx.final_response is None:
+    answer = ctx.ending.answer
+    if not ctx.ending.delivered or answer is None:
         return
     tail = ctx.transcript.durable_tail()
     if tail is None or tail.role is not Role.ASSISTANT:
-        row = Message(role=Role.ASSISTANT, content=ctx.final_response, turn_id=ctx.turn_id)
+        row = Message(role=Role.ASSISTANT, content=answer, turn_id=ctx.turn_id)
         ctx.transcript.append(row)
-        await _append(ctx, (row,), "tail_closure")
+        await ctx.persist((row,), Site.TAIL_CLOSURE)
     elif not tail.has_visible_text and tail.row_id is not None:
-        try:
-            new = await RewriteMessage(ctx.token, ctx.session_id, tail.row_id,
-                                       ctx.final_response, "tail_closure")
-        except PersistenceError as error:
-            ctx.cleanup_errors.append(f"rewrite tail: {error.cause}: {error}")
-            return
-        ctx.transcript.replace_row(new)
+        await ctx.rewrite(tail.row_id, answer, Site.TAIL_CLOSURE)
 
 
 def _open_call_text(ctx: TurnContext) -> Callable[[str], str]:
@@ -172,56 +154,40 @@ async def _failure_boundary(ctx: TurnContext) -> None:
     Calls whose results could not be recorded get an ``unknown`` result first, so the
     sequence is closed too (TOOL-3); those results were never shown to the model (TOOL-8).
     """
-    if not ctx.failed or ctx.exit_reason in CONTEXT_PRESSURE_EXITS:
+    if not ctx.ending.failed or ctx.ending.reason in CONTEXT_PRESSURE_EXITS:
         return
-    reason = ctx.exit_reason.value if ctx.exit_reason else "unknown"
     rows = closure.closing_rows(ctx.transcript, ctx.turn_id, result_text=_open_call_text(ctx),
-                                boundary_text=f"[turn ended without an answer: {reason}]")
+                                boundary_text=f"[turn ended without an answer: {ctx.ending.reason_text}]")
     if rows:
         ctx.transcript.extend(rows)
-        await _append(ctx, tuple(rows), "boundary")
+        await ctx.persist(tuple(rows), Site.BOUNDARY)
 
 
-def exit_fields(ctx: TurnContext) -> dict[str, object]:
-    """FIN-7: the one turn-exit line; WARNING when it ends on an uninterrupted tool result."""
-    tail = ctx.transcript.durable_tail()
-    last_role = tail.role.value if tail is not None else "none"
-    warn = last_role == Role.TOOL.value and not ctx.interrupted
-    return {
-        "level": "WARNING" if warn else "INFO",
-        "reason": ctx.exit_reason.value if ctx.exit_reason else "unknown",
-        "detail": ctx.exit_detail,
-        "api_calls": ctx.state.api_calls,
-        "max_iterations": ctx.limits.max_iterations,
-        "budget_used": ctx.state.budget.used,
-        "budget_max": ctx.state.budget.max_total,
-        "last_role": last_role,
-        "response_len": len(ctx.final_response or ""),
-        "interrupted": ctx.interrupted,
-        "cleanup_errors": len(ctx.cleanup_errors),  # FIN-5 trusts the boundary row only at 0
-    }
+def exit_line(ctx: TurnContext) -> ExitLine:
+    """FIN-7: the one turn-exit line, from the durable tail the finalizer leaves."""
+    state = ctx.state
+    return ExitLine.build(ctx.ending, api_calls=state.api_calls,
+                          max_iterations=ctx.limits.max_iterations, budget_used=state.budget.used,
+                          budget_max=state.budget.max_total, tail=ctx.transcript.durable_tail(),
+                          cleanup_errors=len(ctx.cleanup_errors))
 
 
 async def finalize(ctx: TurnContext) -> TurnResult:
     ctx.enter(Phase.FINALIZE)
-    if ctx.exit_reason is None:
+    if not ctx.ended:
         await _budget_fallback(ctx)
     ctx.transcript.drop_scaffolding()
     _silent_stop_guard(ctx)
     _no_answer_guard(ctx)
     _mutation_footer(ctx)
-    pending = ctx.transcript.pending()
-    if pending:
-        await _append(ctx, pending, "final")
+    await _persist_pending(ctx)
     await _close_tail(ctx)
     await _failure_boundary(ctx)
-    fields = exit_fields(ctx)
-    await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.exit",
-                     data=fields))
-    await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.completed",
-                     data={"final_response": ctx.final_response, "failed": ctx.failed,
-                           "carried_input": ctx.carried_input.content if ctx.carried_input
-                           else None}))
+    await Emit(exit_line(ctx).event(ctx.session_id, ctx.turn_id))
+    carried = ctx.carried_input.content if ctx.carried_input is not None else None
+    completion = Completion(final_response=ctx.ending.answer, failed=ctx.ending.failed,
+                            carried_input=carried)
+    await Emit(completion.event(ctx.session_id, ctx.turn_id))
     try:
         await ReleaseLease(ctx.lease)  # LEASE-6: released whatever post-processing did
     except PersistenceError as error:
@@ -245,14 +211,15 @@ def _update_cache(ctx: TurnContext) -> None:
 
 
 def _result(ctx: TurnContext) -> TurnResult:
-    reason = ctx.exit_reason or ExitReason.TEXT_RESPONSE
-    failure = f"{reason.value}:{ctx.exit_detail}" if ctx.failed else None
+    ending = ctx.ending
+    reason = ending.reason or ExitReason.TEXT_RESPONSE
+    failure = f"{reason.value}:{ending.detail}" if ending.failed else None
     return TurnResult(
-        session_id=ctx.session_id, turn_id=ctx.turn_id, final_response=ctx.final_response,
-        exit_reason=reason, exit_detail=ctx.exit_detail, api_calls=ctx.state.api_calls,
+        session_id=ctx.session_id, turn_id=ctx.turn_id, final_response=ending.answer,
+        exit_reason=reason, exit_detail=ending.detail, api_calls=ctx.state.api_calls,
         budget_used=ctx.state.budget.used,
-        completed=ctx.final_response is not None and not ctx.failed and not ctx.interrupted,
-        failed=ctx.failed, interrupted=ctx.interrupted, failure_reason=failure,
+        completed=ending.answer is not None and not ending.failed,
+        failed=ending.failed, failure_reason=failure,
         cleanup_errors=tuple(ctx.cleanup_errors), carried_input=ctx.carried_input,
         retryable=ctx.carried_input is not None,
     )

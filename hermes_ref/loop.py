@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from hermes_ref import preflight, tool_round
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import CallProvider, ProviderRequest, Sleep
+from hermes_ref.effects import CallProvider, Jitter, ProviderRequest, Sleep
 from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderError, RateLimited
 from hermes_ref.models import Message, ProviderReply, Role, ScaffoldFlag
 from hermes_ref.outcomes import ExitReason
@@ -56,10 +56,13 @@ def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "
     )
 
 
-def _backoff_s(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
+async def _backoff_s(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
+    """Retry-After when the provider gave one; else exponential with equal jitter: half the
+    step is fixed, half is drawn, so retries of many sessions do not arrive in lockstep."""
     if isinstance(error, RateLimited) and error.retry_after_s is not None:
         return max(0.0, error.retry_after_s)
-    return min(ctx.limits.backoff_max_s, ctx.limits.backoff_base_s * (2.0 ** attempt))
+    step = min(ctx.limits.backoff_max_s, ctx.limits.backoff_base_s * (2.0 ** attempt))
+    return step / 2 + step / 2 * await Jitter()
 
 
 async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> ProviderReply | None:
@@ -79,7 +82,7 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
             auth_refreshes += 1
             continue
         if failure.transient and attempt < ctx.limits.transient_retries_max:
-            await Sleep(_backoff_s(ctx, attempt, failure))
+            await Sleep(await _backoff_s(ctx, attempt, failure))
             attempt += 1
             continue
         kind = type(failure).__name__
@@ -95,7 +98,7 @@ def _loop_may_continue(ctx: TurnContext) -> bool:
 async def run_loop(ctx: TurnContext) -> None:
     """Iterate until an exit reason is recorded or the budget ends (the finalizer handles that)."""
     state = ctx.state
-    while ctx.exit_reason is None and _loop_may_continue(ctx):
+    while not ctx.ended and _loop_may_continue(ctx):
         if not state.budget.consume():
             break
         state.api_calls += 1
@@ -133,12 +136,12 @@ async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
         _handle_empty(ctx)
         return
     state.empty_retries = 0
-    ctx.final_response = reply.content
     ctx.transcript.append(Message(
         role=Role.ASSISTANT, content=reply.content, finish_reason=reply.finish_reason,
         turn_id=ctx.turn_id,
     ))
-    ctx.finish(ExitReason.TEXT_RESPONSE, f"finish_reason={reply.finish_reason}")
+    ctx.finish(ExitReason.TEXT_RESPONSE, f"finish_reason={reply.finish_reason}",
+               answer=reply.content)
 
 
 def _looks_truncated(arguments: str) -> bool:
@@ -160,9 +163,9 @@ def _arguments_usable(ctx: TurnContext, reply: ProviderReply) -> bool:
         ctx.state.invalid_json_retries = 0
         return True
     if reply.finish_reason == "length" or any(_looks_truncated(c.arguments) for c in bad):
-        ctx.final_response = TRUNCATED_TEXT
         ctx.finish(ExitReason.TRUNCATED_TOOL_CALL,
-                   f"arguments of {', '.join(c.name for c in bad)} were cut off", failed=True)
+                   f"arguments of {', '.join(c.name for c in bad)} were cut off",
+                   answer=TRUNCATED_TEXT, failed=True)
         return False
     ctx.state.invalid_json_retries += 1
     return ctx.state.invalid_json_retries >= ctx.limits.invalid_json_retries_max
@@ -183,5 +186,4 @@ def _handle_empty(ctx: TurnContext) -> None:
     ctx.transcript.append(
         scaffold(Role.ASSISTANT, EMPTY_SENTINEL, ScaffoldFlag.EMPTY_TERMINAL_SENTINEL, ctx.turn_id)
     )
-    ctx.final_response = EMPTY_SENTINEL
-    ctx.finish(ExitReason.EMPTY_RESPONSE_EXHAUSTED, "", failed=True)
+    ctx.finish(ExitReason.EMPTY_RESPONSE_EXHAUSTED, "", answer=EMPTY_SENTINEL, failed=True)

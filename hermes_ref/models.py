@@ -107,12 +107,19 @@ class ScaffoldFlag(StrEnum):
 
     EMPTY_RECOVERY = "empty_recovery_synthetic"
     EMPTY_TERMINAL_SENTINEL = "empty_terminal_sentinel"
+    DROPPED_TOOLCALL_NUDGE = "dropped_toolcall_nudge"
+    GRACE_SUMMARY = "budget_grace_prompt"
+    # Named by SCAF-1 and not produced yet: their rungs (thinking prefill, LOOP-8, and the
+    # verification nudges) are not built. Stores refuse them like every other flag.
     THINKING_PREFILL = "thinking_prefill"
     VERIFICATION_STOP = "verification_stop_synthetic"
     PRE_VERIFY = "pre_verify_synthetic"
-    DROPPED_TOOLCALL_NUDGE = "dropped_toolcall_nudge"
-    DEGENERATE_FINAL_NUDGE = "degenerate_final_nudge"
-    GRACE_SUMMARY = "budget_grace_prompt"
+
+
+# The flags no engine path produces yet (a test keeps this list true).
+SCAFFOLD_FLAGS_NOT_YET_PRODUCED = frozenset({
+    ScaffoldFlag.THINKING_PREFILL, ScaffoldFlag.VERIFICATION_STOP, ScaffoldFlag.PRE_VERIFY,
+})
 
 
 class ToolCall(Frozen):
@@ -292,12 +299,21 @@ class LeaseGrant(Frozen):
     lease: Lease | None
 
 
+class EventKind(StrEnum):
+    """The closed set of a turn's events (DEL-1), in the order a turn emits them."""
+
+    TURN_STARTED = "turn.started"
+    TOOL_PROGRESS = "tool.progress"  # one per segment whose results are durable
+    TURN_EXIT = "turn.exit"          # the exit line (FIN-7): ``outcomes.ExitLine``
+    TURN_COMPLETED = "turn.completed"  # the final answer (DEL-1): ``outcomes.Completion``
+
+
 class Event(Frozen):
     """One entry of a turn's event stream (DEL-1); ``seq`` is assigned by the store."""
 
     session_id: str
     turn_id: str
-    kind: str
+    kind: EventKind
     data: JsonDict = Field(default_factory=dict)
     at: float | None = None  # None: the driver stamps it with its clock when it is emitted
     seq: int | None = None

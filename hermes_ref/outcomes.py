@@ -1,14 +1,31 @@
-"""How a turn ends: the closed set of exit reasons and the result value.
+"""How a turn ends: the exit reasons, the one owner of a turn's ending, the exit line.
 
-Every exit from the main loop records one ``ExitReason`` (LOOP-3). The set is closed:
-adding a reason means adding it here, where the docs and the checkers read it.
+Theory of operation
+-------------------
+A turn's ending is three facts that must agree: *why* it ended (one ``ExitReason`` from a
+closed set: LOOP-3), *what the user is told* (the answer) and *whether it failed*. One
+``Ending`` value holds all three and is the only thing that sets them:
+
+* ``finish(reason, detail, answer=..., failed=...)`` records the loop's exit once; later
+  calls keep the first reason (the first cause is the true one);
+* ``amend_answer`` changes only the text delivered for an exit already recorded (the grace
+  summary, the failed-write footer);
+* ``fail_unanswered`` and ``replace`` are the finalizer's two guards, which change the
+  outcome on purpose and say so in their names.
+
+The stream and the log read a turn's ending from two typed records built here and nowhere
+else: the ``ExitLine`` (FIN-7, one per turn) and the ``Completion`` (DEL-1, the
+authoritative final answer). Both travel as ``Event`` data; ``ExitLine.of`` and
+``Completion.of`` read them back, so drivers and checkers never index untyped keys.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
-from hermes_ref.models import Frozen, Message
+from hermes_ref.models import Event, EventKind, Frozen, Message, Role
 
 
 class ExitReason(StrEnum):
@@ -45,6 +62,96 @@ FAILED_EXITS = frozenset({
 CONTEXT_PRESSURE_EXITS = frozenset({ExitReason.COMPRESSION_TIMEOUT})
 
 
+@dataclass(slots=True)
+class Ending:
+    """Reason, answer and failure of one turn, set together (see the module docstring)."""
+
+    reason: ExitReason | None = None
+    detail: str = ""
+    answer: str | None = None
+    failed: bool = False
+
+    def finish(self, reason: ExitReason, detail: str = "", *, answer: str | None = None,
+               failed: bool = False) -> None:
+        """Record the exit once (LOOP-3); a later call keeps the first reason and answer."""
+        if self.reason is not None:
+            return
+        self.reason, self.detail, self.failed = reason, detail, failed
+        if answer is not None:
+            self.answer = answer
+
+    def amend_answer(self, text: str) -> None:
+        """Change what is delivered for an exit already recorded (summary, footer)."""
+        self.answer = text
+
+    def fail_unanswered(self, text: str) -> None:
+        """A turn with no answer at all fails, and the user is told why."""
+        self.failed, self.answer = True, text
+
+    def replace(self, reason: ExitReason, answer: str, *, failed: bool) -> None:
+        """Overrule the recorded exit with a more specific truth (FIN-8's guard only)."""
+        self.reason, self.answer, self.failed = reason, answer, failed
+
+    @property
+    def delivered(self) -> bool:
+        """An answer with visible text reaches the user as a success."""
+        return bool(self.answer and self.answer.strip()) and not self.failed
+
+    @property
+    def reason_text(self) -> str:
+        return self.reason.value if self.reason is not None else "unknown"
+
+
+class ExitLine(Frozen):
+    """FIN-7: the one turn-exit line; WARNING when the durable tail is a tool result."""
+
+    level: Literal["INFO", "WARNING"]
+    reason: ExitReason
+    detail: str
+    api_calls: int
+    max_iterations: int
+    budget_used: int
+    budget_max: int
+    last_role: Literal["none", "system", "user", "assistant", "tool"]
+    response_len: int
+    cleanup_errors: int  # FIN-5 trusts the boundary row only at 0
+
+    @classmethod
+    def build(cls, ending: Ending, *, api_calls: int, max_iterations: int, budget_used: int,
+              budget_max: int, tail: Message | None, cleanup_errors: int) -> ExitLine:
+        last_role = tail.role.value if tail is not None else "none"
+        return cls(level="WARNING" if last_role == Role.TOOL.value else "INFO",
+                   reason=ending.reason or ExitReason.TEXT_RESPONSE, detail=ending.detail,
+                   api_calls=api_calls, max_iterations=max_iterations, budget_used=budget_used,
+                   budget_max=budget_max, last_role=last_role,
+                   response_len=len(ending.answer or ""), cleanup_errors=cleanup_errors)
+
+    def event(self, session_id: str, turn_id: str) -> Event:
+        return Event(session_id=session_id, turn_id=turn_id, kind=EventKind.TURN_EXIT,
+                     data=self.model_dump(mode="json"))
+
+    @classmethod
+    def of(cls, event: Event) -> ExitLine:
+        """Read an exit line back from the stream (a malformed one raises ValidationError)."""
+        return cls.model_validate(event.data)
+
+
+class Completion(Frozen):
+    """DEL-1: the completion event carries the authoritative final answer."""
+
+    final_response: str | None
+    failed: bool
+    carried_input: str | None = None  # LEASE-5: the user's text, handed back
+
+    def event(self, session_id: str, turn_id: str) -> Event:
+        return Event(session_id=session_id, turn_id=turn_id, kind=EventKind.TURN_COMPLETED,
+                     data=self.model_dump(mode="json"))
+
+    @classmethod
+    def of(cls, event: Event) -> Completion:
+        return cls.model_validate(event.data)
+
+
 class TurnResult(Frozen):
     """What a caller gets back from one turn."""
 
@@ -57,7 +164,6 @@ class TurnResult(Frozen):
     budget_used: int = 0
     completed: bool = False
     failed: bool = False
-    interrupted: bool = False
     failure_reason: str | None = None
     retryable: bool = False
     cleanup_errors: tuple[str, ...] = ()

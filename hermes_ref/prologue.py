@@ -35,12 +35,13 @@ from hermes_ref.effects import (
     Now,
     OpenTurn,
     ReleaseLease,
+    Site,
     Sleep,
 )
 from hermes_ref.errors import PersistenceError
 from hermes_ref.limits import Limits
-from hermes_ref.models import Event, Lease, Message, Role, SessionRecord, ToolSpec
-from hermes_ref.outcomes import ExitReason, TurnResult
+from hermes_ref.models import Event, EventKind, Lease, Message, Role, SessionRecord, ToolSpec
+from hermes_ref.outcomes import Completion, Ending, ExitLine, ExitReason, TurnResult
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.transcript import Transcript
 
@@ -123,12 +124,12 @@ async def _repair_tail(ctx: TurnContext) -> bool:
     rows = closure.closing_rows(ctx.transcript, ctx.turn_id,
                                 result_text=lambda call_id: closure.RECOVERED_CALL_TEXT,
                                 boundary_text=closure.RECOVERED_BOUNDARY_TEXT)
-    return await ctx.persist(tuple(rows), "recovery") if rows else True
+    return await ctx.persist(tuple(rows), Site.RECOVERY) if rows else True
 
 
 async def _persist_user(ctx: TurnContext, user: Message) -> bool:
     """CTX-8: the user row, once, with its final sidecar, before the first model call."""
-    return await ctx.persist((user,), "user")
+    return await ctx.persist((user,), Site.USER)
 
 
 def refused_result(inp: TurnInput, turn_id: str, user: Message,
@@ -151,26 +152,26 @@ async def _refuse(inp: TurnInput, deps: PrologueDeps, turn_id: str, user: Messag
                   lease: Lease | None, failure: PersistenceError | None) -> TurnResult:
     """End a turn that never began: give back a lease it got, log its exit, return the input."""
     result = refused_result(inp, turn_id, user, failure)
+    cleanup: list[str] = []
     if lease is not None:
         try:
             await ReleaseLease(lease)
         except PersistenceError as error:  # the lease expires on its own
-            result = result.model_copy(update={"cleanup_errors": (f"release: {error.cause}",)})
-    fields = {"level": "INFO", "reason": result.exit_reason.value, "detail": result.exit_detail,
-              "api_calls": 0, "max_iterations": deps.limits.max_iterations, "budget_used": 0,
-              "budget_max": deps.limits.iteration_budget, "last_role": "none", "response_len": 0,
-              "cleanup_errors": len(result.cleanup_errors), "interrupted": False}
-    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.exit", data=fields))
+            cleanup.append(f"release: {error.cause}")
+    ending = Ending(result.exit_reason, result.exit_detail, None, failed=True)
+    line = ExitLine.build(ending, api_calls=0, max_iterations=deps.limits.max_iterations,
+                          budget_used=0, budget_max=deps.limits.iteration_budget, tail=None,
+                          cleanup_errors=len(cleanup))
+    await Emit(line.event(inp.session_id, turn_id))
     carried = result.carried_input.content if result.carried_input is not None else None
-    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.completed",
-                     data={"final_response": None, "failed": True, "carried_input": carried}))
+    await Emit(Completion(final_response=None, failed=True, carried_input=carried)
+               .event(inp.session_id, turn_id))
     try:
         await FlushEvents()
     except PersistenceError as error:
-        result = result.model_copy(update={"cleanup_errors": (
-            *result.cleanup_errors, f"events: {error.cause}")})
+        cleanup.append(f"events: {error.cause}")
     deps.tracker.enter(Phase.DONE)
-    return result
+    return result.model_copy(update={"cleanup_errors": tuple(cleanup)}) if cleanup else result
 
 
 @dataclass(slots=True)
@@ -207,11 +208,8 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         state=TurnState(budget=IterationBudget(deps.limits.iteration_budget)),
         transcript=cache.history.copy(),
     )
-    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind="turn.started",
+    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind=EventKind.TURN_STARTED,
                      data={"lease_token": lease.token}, at=now))
     if not await _repair_tail(ctx) or not await _persist_user(ctx, user):
-        ctx.finish(ExitReason.PERSISTENCE_FAILED, ctx.state.persistence_cause or "unknown",
-                   failed=True)
-        ctx.final_response = ""
         ctx.carried_input = user  # the message never became durable: hand it back (LEASE-5)
     return ctx

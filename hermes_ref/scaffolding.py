@@ -7,15 +7,14 @@ own to the next request: a nudge after a tool round, a re-prompt after a dropped
 call, a terminal sentinel. Such a message is *scaffolding*. It carries a
 ``ScaffoldFlag`` and lives only in the turn's working list:
 
-* it is never persisted, at any position (SCAF-1): the stores refuse it, and the
-  engine filters it before every write (``durable_only``);
+* it is never persisted, at any position (SCAF-1): the engine never hands a flagged
+  message to a write (``Transcript.pending`` skips them and the loop's writes are of
+  rows it builds itself), and every store refuses one (cause ``scaffolding``);
 * it is dropped from the working list before the finalizer closes the tail;
 * after a crash nothing is replayed from it (SCAF-2), because nothing was stored.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 from hermes_ref.models import Message, Role, ScaffoldFlag
 
@@ -36,9 +35,3 @@ EMPTY_SENTINEL = "(empty)"
 def scaffold(role: Role, content: str, flag: ScaffoldFlag, turn_id: str) -> Message:
     """A synthetic message carrying its flag."""
     return Message(role=role, content=content, scaffold=flag, turn_id=turn_id)
-
-
-def durable_only(messages: Iterable[Message]) -> tuple[Message, ...]:
-    """The messages that may be written: everything not flagged as scaffolding."""
-    return tuple(m for m in messages if m.scaffold is None)
-

@@ -29,11 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import Emit, ExecuteTools
-from hermes_ref.models import Event, Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
+from hermes_ref.effects import Emit, ExecuteTools, Site
+from hermes_ref.errors import InvariantBroken
+from hermes_ref.models import Event, EventKind, Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
-from hermes_ref.tool_specs import scoped_path
+from hermes_ref.tool_specs import call_problem, error_result, scoped_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,44 +112,24 @@ def _result_row(ctx: TurnContext, result: ToolResult) -> Message:
     )
 
 
-def unknown_tool_result(call: ToolCall, known: list[str]) -> ToolResult:
-    return ToolResult(
-        call_id=call.id,
-        name=call.name,
-        content=f"error: tool {call.name!r} does not exist; available tools: {', '.join(known)}",
-        is_error=True,
-        disposition="none",
-    )
-
-
-def _fail_persistence(ctx: TurnContext) -> None:
-    ctx.finish(
-        ExitReason.PERSISTENCE_FAILED, ctx.state.persistence_cause or "unknown", failed=True
-    )
-    ctx.final_response = ""
-
-
 async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
     """Persist, execute and record one round. Returns False when the turn must end."""
     ctx.enter(Phase.TOOL_ROUND)
-    specs = {t.name: t for t in ctx.tools}
-    if not await ctx.persist((assistant,), "tool_calls"):
-        _fail_persistence(ctx)
-        return False
+    specs = ctx.specs
+    if not await ctx.persist((assistant,), Site.TOOL_CALLS):
+        return False  # the round was not recorded, so none of its tools runs (TOOL-1)
     ctx.state.dropped_toolcall_retries = 0
     valid = tuple(c for c in assistant.tool_calls if c.name in specs)
     if not valid:
-        return await _all_invalid_round(ctx, assistant, list(specs))
+        return await _all_invalid_round(ctx, assistant, specs)
     ctx.state.invalid_tool_rounds = 0
-    known = sorted(specs)
     for segment in plan_segments(assistant.tool_calls, specs):
-        results = await _run_segment(ctx, segment, specs, known)
-        if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), "tool_results"):
+        results = await _run_segment(ctx, segment, specs)
+        if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), Site.TOOL_RESULTS):
             ctx.state.unrecorded_calls.update(r.call_id for r in results)
-            _fail_persistence(ctx)
             return False
-        _track_mutations(ctx, segment.calls, results)
-        await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="tool.progress",
+        _track_mutations(ctx, segment.calls, results, specs)
+        await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind=EventKind.TOOL_PROGRESS,
                          data={"calls": [r.call_id for r in results], "parallel": segment.parallel,
                                "errors": sum(r.is_error for r in results)}))
     if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):
@@ -158,14 +139,16 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
     return True
 
 
-MUTATING_TOOLS = frozenset({"write_file", "patch"})
-
-
 def _track_mutations(ctx: TurnContext, calls: tuple[ToolCall, ...],
-                     results: tuple[ToolResult, ...]) -> None:
-    """TOOL-9: remember failed writes until a later write to the same path succeeds."""
+                     results: tuple[ToolResult, ...], specs: dict[str, ToolSpec]) -> None:
+    """TOOL-9: remember failed file writes until a later write to the same path succeeds.
+
+    A file write is a call of a WRITER tool (the turn's own spec says so, not its name).
+    """
     for call, result in zip(calls, results, strict=True):
-        path = scoped_path(call) if call.name in MUTATING_TOOLS else None
+        spec = specs.get(call.name)
+        path = scoped_path(call, spec) if spec is not None and spec.kind is ToolKind.WRITER \
+            else None
         if path is None:
             continue
         if result.is_error:
@@ -175,31 +158,31 @@ def _track_mutations(ctx: TurnContext, calls: tuple[ToolCall, ...],
 
 
 async def _run_segment(
-    ctx: TurnContext, segment: Segment, specs: dict[str, ToolSpec], known: list[str]
+    ctx: TurnContext, segment: Segment, specs: dict[str, ToolSpec]
 ) -> tuple[ToolResult, ...]:
-    dispatch = tuple(c for c in segment.calls
-                     if c.name in specs and c.arguments_object is not None)
+    """Dispatch the segment's calls that can run; answer the others in place (TOOL-2)."""
+    problems = {c.id: call_problem(c, specs) for c in segment.calls}
+    dispatch = tuple(c for c in segment.calls if problems[c.id] is None)
     ran: dict[str, ToolResult] = {}
     if dispatch:
         results = await ExecuteTools(ctx.token, ctx.session_id, dispatch, segment.parallel)
         ran = {r.call_id: r for r in results}
-    return tuple(ran[c.id] if c.id in ran else _in_place_error(c, specs, known)
-                 for c in segment.calls)
+    return tuple(_answer(c, ran, problems[c.id]) for c in segment.calls)
 
 
-def _in_place_error(call: ToolCall, specs: dict[str, ToolSpec], known: list[str]) -> ToolResult:
-    """The result of a call that is answered without running: unknown tool or bad JSON."""
-    if call.name not in specs:
-        return unknown_tool_result(call, known)
-    return ToolResult(call_id=call.id, name=call.name, is_error=True, disposition="none",
-                      content="error: the arguments are not a JSON object, so the call was not run")
+def _answer(call: ToolCall, ran: dict[str, ToolResult], problem: str | None) -> ToolResult:
+    if problem is not None:
+        return error_result(call, problem)
+    if call.id not in ran:  # TOOL-3 holds only if the driver answers every call it ran
+        raise InvariantBroken(f"the tools returned no result for call {call.id}")
+    return ran[call.id]
 
 
-async def _all_invalid_round(ctx: TurnContext, assistant: Message, known: list[str]) -> bool:
+async def _all_invalid_round(ctx: TurnContext, assistant: Message,
+                             specs: dict[str, ToolSpec]) -> bool:
     """TOOL-2: every call names a missing tool; answer each in place, count the round."""
-    results = tuple(unknown_tool_result(c, sorted(known)) for c in assistant.tool_calls)
-    if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), "tool_results"):
-        _fail_persistence(ctx)
+    results = tuple(_answer(c, {}, call_problem(c, specs)) for c in assistant.tool_calls)
+    if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), Site.TOOL_RESULTS):
         return False
     ctx.state.invalid_tool_rounds += 1
     if ctx.state.invalid_tool_rounds >= ctx.limits.invalid_tool_rounds_max:

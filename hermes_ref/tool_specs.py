@@ -8,10 +8,14 @@ and a simulated twin (``sim.tools.SimTools``). The two runners differ only in *w
 bytes live (a workspace folder or an in-memory dict); everything that can be decided
 from values alone is shared, so both give the same answers with the same words:
 
+* ``call_problem`` is the one judgement of whether a call can be dispatched at all (a
+  tool the turn offers, arguments that are a JSON object) and its one wording; the engine
+  answers such a call in place without dispatching it (TOOL-2, LOOP-9), and a runner
+  handed one anyway answers with the same words.
 * ``check_call`` maps a ``ToolCall`` to its spec and validated arguments, or to the
-  error result the model sees ("nothing happened", disposition ``none``). It covers an
-  unknown name, arguments that are not a JSON object, unknown, missing and ill-typed
-  parameters, and action-dependent requirements (``todo add`` needs ``text``).
+  error result the model sees ("nothing happened", disposition ``none``). After
+  ``call_problem`` it covers unknown, missing and ill-typed parameters, and
+  action-dependent requirements (``todo add`` needs ``text``).
 * path helpers normalize a path against the workspace root and word what went wrong;
   result helpers build results, format a process exit and cap long output;
   ``GuardedRunner`` is the front of every runner: it never raises and always caps.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+from collections.abc import Mapping
 from typing import Any
 
 from hermes_ref.models import Disposition, JsonDict, ToolCall, ToolKind, ToolResult, ToolSpec
@@ -268,11 +273,26 @@ def validate_arguments(spec: ToolSpec, call: ToolCall) -> dict[str, Any] | str:
     return args
 
 
+def call_problem(call: ToolCall, specs: Mapping[str, ToolSpec]) -> str | None:
+    """Why ``call`` cannot be dispatched at all, or None (TOOL-2, LOOP-9).
+
+    ``specs`` are the tools the turn offers; the wording is the model's only clue, so it
+    names what was wrong and what would have worked.
+    """
+    if call.name not in specs:
+        return (f"error: tool {call.name!r} does not exist; "
+                f"available tools: {', '.join(sorted(specs))}")
+    if call.arguments_object is None:
+        return "error: the arguments are not a JSON object, so the call was not run"
+    return None
+
+
 def check_call(call: ToolCall) -> tuple[ToolSpec, dict[str, Any]] | ToolResult:
     """The spec and validated arguments of ``call``, or the error result to return."""
-    spec = TOOLS_BY_NAME.get(call.name)
-    if spec is None:
-        return error_result(call, f"unknown tool: {call.name}")
+    problem = call_problem(call, TOOLS_BY_NAME)
+    if problem is not None:
+        return error_result(call, problem)
+    spec = TOOLS_BY_NAME[call.name]
     if spec.kind is ToolKind.INTERACTIVE:
         return error_result(call, f"{call.name} asks the user, and no tool runner can answer it")
     args = validate_arguments(spec, call)

@@ -103,15 +103,27 @@ class Transcript:
             self._messages.extend(kept)
         return removed
 
-    def replace_pending(self, stored: tuple[Message, ...]) -> None:
-        """Swap pending messages, in order, for their stored twins (same values + row id)."""
-        queue = list(stored)
-        for index in range(self._stable, len(self._messages)):
-            if not queue:
-                break
+    def absorb(self, stored: tuple[Message, ...]) -> None:
+        """Take in freshly stored rows: each replaces its pending twin (the same values
+        without a row id), and a row that has no pending twin is appended. A pending row
+        whose own write failed keeps its place and is never mistaken for another's twin."""
+        start = self._stable
+        for row in stored:
+            index = self._pending_twin(row, start)
+            if index is None:
+                self.append(row)
+                continue
+            self._messages[index] = row
+            start = index + 1
+
+    def _pending_twin(self, row: Message, start: int) -> int | None:
+        key = (row.role, row.content, row.tool_calls, row.tool_call_id)
+        for index in range(start, len(self._messages)):
             message = self._messages[index]
-            if message.row_id is None and message.scaffold is None:
-                self._messages[index] = queue.pop(0)
+            if message.row_id is None and message.scaffold is None and key == (
+                    message.role, message.content, message.tool_calls, message.tool_call_id):
+                return index
+        return None
 
     def current_turn(self) -> list[Message]:
         """The messages after the durable, final prefix: this turn's own (O(turn))."""

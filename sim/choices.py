@@ -1,9 +1,9 @@
 """One seeded chooser with named sub-streams and a log of every choice.
 
-Each part of the world (ids, provider, faults, ...) draws from its own sub-stream,
-derived from the run's seed and the stream name. Adding draws to one part therefore
-does not shift the choices of another, which keeps failing seeds stable while the
-simulator grows. Every draw is logged so a run can be inspected and replayed.
+Each part of the world draws from its own sub-stream, derived from the run's seed and
+the stream name, so adding draws to one part does not shift the choices of another: a
+failing seed stays the same run while the simulator grows. Every draw is logged. Today
+the engine draws from one stream, "backoff" (the jitter of a retry's wait, ``Jitter``).
 """
 
 from __future__ import annotations
@@ -26,18 +26,8 @@ class Chooser:
             self._streams[name] = rng
         return rng
 
-    def hex(self, name: str, n_chars: int) -> str:
-        value = self.stream(name).getrandbits(4 * n_chars)
-        text = f"{value:0{n_chars}x}"
-        self.log.append((name, text))
-        return text
-
-    def chance(self, name: str, probability: float) -> bool:
-        hit = self.stream(name).random() < probability
-        self.log.append((name, hit))
-        return hit
-
-    def pick(self, name: str, options: list[str]) -> str:
-        choice = self.stream(name).choice(options)
-        self.log.append((name, choice))
-        return choice
+    def fraction(self, name: str) -> float:
+        """A float in [0, 1) from sub-stream ``name`` (backoff jitter draws from "backoff")."""
+        value = self.stream(name).random()
+        self.log.append((name, value))
+        return value

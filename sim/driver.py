@@ -20,8 +20,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from hermes_ref import effects as fx
+from hermes_ref.effects import Site
 from hermes_ref.errors import OperatingError, PersistenceError, RateLimited
-from hermes_ref.models import ToolResult
+from hermes_ref.models import EventKind, ToolResult
+from hermes_ref.outcomes import ExitLine
 from sim.faults import Crashed
 from sim.world import CallRecord, World
 
@@ -43,7 +45,7 @@ class SimDriver:
         self._handlers: dict[type[Any], Handler] = {
             fx.Now: lambda e: world.clock.now(),
             fx.Sleep: self._sleep,
-            fx.RandomHex: lambda e: world.chooser.hex("ids", e.n_chars),
+            fx.Jitter: lambda e: world.chooser.fraction("backoff"),
             fx.MintId: lambda e: world.mint_id(e.prefix),
             fx.LoadMessages: lambda e: world.store.load_messages(e.session_id, e.after_row_id),
             fx.OpenTurn: self._open_turn,
@@ -76,15 +78,17 @@ class SimDriver:
             except OperatingError as failure:
                 error = failure
             self.effects_performed += 1
-            if planned and error is None and faults.crash_due("after", effect.site):
-                self._drop(coro, f"after:{effect.site}")
+            site = effect.site
+            if planned and error is None and site is not None and faults.crash_due("after", site):
+                self._drop(coro, f"after:{site.value}")
 
     def _crash_before(self, coro: Coroutine[Any, Any, Any], effect: Any) -> None:
         faults = self.world.fault_state
         if faults.effect_crash_due():
             self._drop(coro, f"effect#{faults.effects}:{effect.kind}")
-        if faults.crash_due("before", effect.site):
-            self._drop(coro, f"before:{effect.site}")
+        site = effect.site
+        if site is not None and faults.crash_due("before", site):
+            self._drop(coro, f"before:{site.value}")
 
     def _drop(self, coro: Coroutine[Any, Any, Any], point: str) -> None:
         if self.world.on_crash is not None:
@@ -96,16 +100,17 @@ class SimDriver:
     # -- handlers -------------------------------------------------------------------
     def _sleep(self, effect: fx.Sleep) -> None:
         self.world.clock.advance(effect.seconds)
-        self.world.timeline.add("sleep", f"{effect.seconds:g} s")
+        self.world.timeline.add("sleep", f"{round(effect.seconds, 3):g} s")
 
-    def _fail_if_planned(self, site: str) -> None:
+    def _fail_if_planned(self, site: Site) -> None:
         if self.world.fault_state.write_fails(site):
             cause = self.world.faults.write_failure_cause
+            self.world.write_failures += 1
             self.world.timeline.add("FAULT", f"write at {site} fails ({cause})")
             raise PersistenceError(f"simulated store failure at {site}", cause=cause)
 
     def _open_turn(self, effect: fx.OpenTurn) -> Any:
-        self._fail_if_planned("lease")
+        self._fail_if_planned(Site.LEASE)
         grant = self.world.store.open_turn(effect.record, effect.holder, effect.now, effect.ttl_s)
         if grant.created:
             self.world.timeline.add("write", f"session   {effect.record.id} created")
@@ -114,7 +119,7 @@ class SimDriver:
         return grant
 
     def _acquire_lease(self, effect: fx.AcquireLease) -> Any:
-        self._fail_if_planned("lease")
+        self._fail_if_planned(Site.LEASE)
         lease = self.world.store.acquire_lease(
             effect.session_id, effect.holder, effect.now, effect.ttl_s
         )
@@ -123,7 +128,7 @@ class SimDriver:
         return lease
 
     def _release_lease(self, effect: fx.ReleaseLease) -> None:
-        self._fail_if_planned("release")
+        self._fail_if_planned(Site.RELEASE)
         self.world.store.release_lease(effect.lease)
         self.world.timeline.add("write", f"release   token {effect.lease.token}")
 
@@ -148,8 +153,6 @@ class SimDriver:
     def _call_provider(self, effect: fx.CallProvider) -> Any:
         world = self.world
         provider = world.provider
-        if effect.provider == "fallback" and world.fallback_provider is not None:
-            provider = world.fallback_provider
         watermark, at = world.store.watermark(), world.clock.now()
         try:
             reply = provider.complete(effect.request)
@@ -158,17 +161,17 @@ class SimDriver:
             world.calls.append(CallRecord(self.effects_performed, effect.session_id,
                                           effect.turn_id, effect.request, None,
                                           type(failure).__name__, watermark, at, retry_after))
-            world.timeline.add("call", f"{effect.provider} -> {type(failure).__name__}: {failure}")
+            world.timeline.add("call", f"primary -> {type(failure).__name__}: {failure}")
             raise
         world.calls.append(CallRecord(self.effects_performed, effect.session_id, effect.turn_id,
                                       effect.request, reply, None, watermark, at, None))
         if world.timeline.enabled:
             if reply.tool_calls:
                 calls = ", ".join(f"{c.name}({c.id})" for c in reply.tool_calls)
-                world.timeline.add("call", f"{effect.provider} -> tool_calls {calls}")
+                world.timeline.add("call", f"primary -> tool_calls {calls}")
             else:
                 world.timeline.add(
-                    "call", f"{effect.provider} -> {reply.finish_reason} {_short(reply.content)}"
+                    "call", f"primary -> {reply.finish_reason} {_short(reply.content)}"
                 )
         return reply
 
@@ -197,7 +200,7 @@ class SimDriver:
         return self.world.tool_batch_deadline_s if tools.is_hung(name) else tools.cost_s(name)
 
     def _flush_events(self, effect: fx.FlushEvents) -> None:
-        self._fail_if_planned("events")
+        self._fail_if_planned(Site.EVENTS)
         self.world.store.flush_events()
 
     def _emit(self, effect: fx.Emit) -> None:
@@ -209,11 +212,11 @@ class SimDriver:
         world.stream.append(event)
         for subscriber in world.subscribers:
             subscriber(event)
-        if world.timeline.enabled and event.kind == "turn.exit":
-            data = event.data
+        if world.timeline.enabled and event.kind is EventKind.TURN_EXIT:
+            line = ExitLine.of(event)
             world.timeline.add(
-                "exit", f"{data['level']} reason={data['reason']} calls={data['api_calls']} "
-                f"budget={data['budget_used']}/{data['budget_max']} last={data['last_role']}",
+                "exit", f"{line.level} reason={line.reason.value} calls={line.api_calls} "
+                f"budget={line.budget_used}/{line.budget_max} last={line.last_role}",
             )
 
 

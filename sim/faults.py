@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 A *site* names a boundary of the turn: every durable effect has one ("user",
-"tool_calls", "tool_results", "final", ...) and tool execution is "tools". A *crash
+"tool_calls", "tool_results", "final", ...) and tool execution is "tools". The sites are
+the engine's own enum (``hermes_ref.effects.Site``), so a plan cannot name a site that no
+effect has. A *crash
 point* is a site with a side and an occurrence: ``after:tool_calls`` means "the process
 dies right after the assistant tool-call row commits", ``before:final#2`` "right before
 the second final-row write". The driver checks the plan before and after every effect.
@@ -20,21 +22,19 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from hermes_ref.effects import Site
 from hermes_ref.errors import BadInput
 from hermes_ref.models import Frozen
 
 # Every site a durable effect or tool execution can carry, in turn order.
-SITES: tuple[str, ...] = (
-    "lease", "recovery", "user", "tool_calls", "tools", "tool_results",
-    "final", "tail_closure", "boundary", "release", "events",
-)
+SITES: tuple[str, ...] = tuple(site.value for site in Site)
 
 _POINT = re.compile(r"^(before|after):([a-z_]+)(?:#(\d+))?$")
 
 
 class CrashPoint(Frozen):
     when: Literal["before", "after"]
-    site: str
+    site: Site
     occurrence: int = 1
 
     @classmethod
@@ -46,12 +46,12 @@ class CrashPoint(Frozen):
                 f"with a site among {', '.join(SITES)}"
             )
         when = "before" if match.group(1) == "before" else "after"
-        return cls(when=when, site=match.group(2), occurrence=int(match.group(3) or 1))
+        return cls(when=when, site=Site(match.group(2)), occurrence=int(match.group(3) or 1))
 
     @property
     def name(self) -> str:
         suffix = f"#{self.occurrence}" if self.occurrence != 1 else ""
-        return f"{self.when}:{self.site}{suffix}"
+        return f"{self.when}:{self.site.value}{suffix}"
 
 
 class FaultPlan(Frozen):
@@ -59,16 +59,17 @@ class FaultPlan(Frozen):
 
     crash: CrashPoint | None = None
     crash_at_effect: int | None = None  # die before the world's n-th effect (1-based)
-    fail_writes: dict[str, int] = Field(default_factory=dict)  # site -> failing writes
+    fail_writes: dict[Site, int] = Field(default_factory=dict)  # site -> failing writes
     write_failure_cause: str = "injected_io_error"
 
-    @field_validator("fail_writes")
+    @field_validator("fail_writes", mode="before")
     @classmethod
-    def _known_sites(cls, value: dict[str, int]) -> dict[str, int]:
-        unknown = sorted(set(value) - set(SITES))
-        if unknown:
-            raise ValueError(f"fail_writes names unknown site(s) {', '.join(unknown)}; "
-                             f"the sites are {', '.join(SITES)}")
+    def _known_sites(cls, value: object) -> object:
+        if isinstance(value, dict):
+            unknown = sorted(str(site) for site in value if str(site) not in SITES)
+            if unknown:
+                raise ValueError(f"fail_writes names unknown site(s) {', '.join(unknown)}; "
+                                 f"the sites are {', '.join(SITES)}")
         return value
 
 
@@ -85,8 +86,8 @@ class FaultState:
 
     def __init__(self, plan: FaultPlan) -> None:
         self.plan = plan
-        self._seen: dict[tuple[str, str], int] = {}
-        self._failed: dict[str, int] = {}
+        self._seen: dict[tuple[str, Site], int] = {}
+        self._failed: dict[Site, int] = {}
         self.effects = 0
         # with no crash planned, the driver skips the per-effect bookkeeping entirely
         self.crashes_planned = plan.crash is not None or plan.crash_at_effect is not None
@@ -96,7 +97,7 @@ class FaultState:
         self.effects += 1
         return self.plan.crash_at_effect == self.effects
 
-    def crash_due(self, when: str, site: str) -> bool:
+    def crash_due(self, when: str, site: Site) -> bool:
         key = (when, site)
         count = self._seen.get(key, 0) + 1
         self._seen[key] = count
@@ -104,7 +105,7 @@ class FaultState:
         return crash is not None and crash.when == when and crash.site == site \
             and crash.occurrence == count
 
-    def write_fails(self, site: str) -> bool:
+    def write_fails(self, site: Site) -> bool:
         budget = self.plan.fail_writes.get(site, 0)
         used = self._failed.get(site, 0)
         if used < budget:

@@ -46,7 +46,7 @@ from sim.faults import Crashed, CrashPoint, FaultPlan
 from sim.provider import ScriptedProvider
 from sim.store import MemoryStore
 from sim.tools import SimTools
-from sim.world import CrashableStore, World
+from sim.world import CrashableStore, TurnRun, World
 
 StoreKind = str  # "memory" | "sqlite"
 STORE_KINDS: tuple[StoreKind, ...] = ("memory", "sqlite")
@@ -179,6 +179,7 @@ class Story:
         """Run one turn; None when the process crashed during it."""
         world, engine = self.world, self.engine
         world.timeline.add("turn", f"{session} {text!r}")
+        minted, failures = len(world.minted_turns), world.write_failures
         try:
             result = SimDriver(world).run(
                 engine.run_turn(TurnInput(session_id=session, text=text, injected_context=injected))
@@ -186,6 +187,9 @@ class Story:
         except Crashed:
             self._engine = None  # the process is gone with everything it held
             result = None
+        ids = world.minted_turns[minted:]
+        world.runs.append(TurnRun(session, text, ids[0] if ids else None, result is None,
+                                  world.write_failures - failures))
         self._last = result
         if result is not None:
             world.timeline.add("result", f"{result.exit_reason.value} final={_brief(result.final_response)}")
@@ -218,7 +222,7 @@ class Story:
         obs = Observation(batches=tuple(world.batches),
                           record=world.store.snapshot(), ledger=tuple(world.tools.ledger),
                           calls=tuple(world.calls), crash_seqs=tuple(world.crash_seqs),
-                          limits=self._limits)
+                          limits=self._limits, runs=tuple(world.runs))
         found = run_all(obs)
         known = {str(v) for v in self.violations}
         fresh = [v for v in found if str(v) not in known]

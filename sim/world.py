@@ -43,6 +43,21 @@ class CallRecord:
     retry_after_s: float | None  # the Retry-After a RateLimited error carried, else None
 
 
+@dataclass(frozen=True, slots=True)
+class TurnRun:
+    """One turn the harness asked a process to run, as the world saw it (not the engine).
+
+    The turn id is the one the world minted while the turn ran; ``crashed`` says the
+    process died during it; ``write_failures`` counts store writes the world failed.
+    """
+
+    session_id: str
+    text: str
+    turn_id: str | None
+    crashed: bool
+    write_failures: int = 0
+
+
 class CrashableStore(Store, Protocol):
     def crash(self) -> None: ...
     def reopen(self) -> None: ...
@@ -83,7 +98,6 @@ class World:
     trace: bool = True
     id_base: int = 0
     clock: VirtualClock = field(default_factory=VirtualClock)
-    fallback_provider: Provider | None = None
     tool_batch_deadline_s: float = 420.0  # a hung tool costs this much virtual time (TOOL-5)
     stream: list[Event] = field(default_factory=list)
     subscribers: list[Callable[[Event], None]] = field(default_factory=list)
@@ -91,6 +105,9 @@ class World:
     batches: list[tuple[str, ...]] = field(default_factory=list)  # call ids run together
     tool_workers_max: int = 8
     crash_seqs: list[int] = field(default_factory=list)
+    runs: list[TurnRun] = field(default_factory=list)  # every turn the harness ran, in order
+    minted_turns: list[str] = field(default_factory=list)  # turn ids, in minting order
+    write_failures: int = 0  # store writes the world failed on purpose, so far
     on_crash: Callable[[str], None] | None = None  # called first at a crash point
 
     def __post_init__(self) -> None:
@@ -103,7 +120,10 @@ class World:
 
     def mint_id(self, prefix: str) -> str:
         self._ids += 1
-        return f"{prefix}-{self._ids}"
+        minted = f"{prefix}-{self._ids}"
+        if prefix == "turn":
+            self.minted_turns.append(minted)
+        return minted
 
     def crash(self, point: str, seq: int) -> None:
         """The process dies: pending writes are gone; the committed record stays."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -43,13 +43,15 @@ from typing import Any, TypeVar
 
 from hermes_ref import effects as fx
 from hermes_ref.errors import OperatingError
-from hermes_ref.models import Event, ToolCall, ToolResult
+from hermes_ref.models import Event, EventKind, ToolCall, ToolResult
+from hermes_ref.outcomes import ExitLine
 from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
 from hermes_ref.tool_specs import timeout_message
 
 __all__ = ["AsyncDriver", "AsyncProvider"]
 
 T = TypeVar("T")
+_random = random.SystemRandom()  # production jitter needs no seed; the simulator's has one
 Immediate = Callable[[Any], Any]
 Awaited = Callable[[Any], Awaitable[Any]]
 
@@ -65,7 +67,6 @@ class AsyncDriver:
         store: AsyncStore,
         provider: AsyncProvider,
         tools: ToolRunner,
-        fallback_provider: AsyncProvider | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tools_in_thread: bool = True,
@@ -78,7 +79,6 @@ class AsyncDriver:
             raise ValueError(f"tool_workers_max must be at least 1, got {tool_workers_max}")
         self.store = store
         self.provider = provider
-        self.fallback_provider = fallback_provider
         self.tools = tools
         self.clock = clock
         self.tools_in_thread = tools_in_thread
@@ -95,7 +95,7 @@ class AsyncDriver:
         clock = self.clock
         return {
             fx.Now: lambda e: clock(),
-            fx.RandomHex: _random_hex,
+            fx.Jitter: lambda e: _random.random(),
             fx.MintId: _mint_id,
         }
 
@@ -145,10 +145,7 @@ class AsyncDriver:
 
     # -- handlers -------------------------------------------------------------------------
     def _call_provider(self, effect: fx.CallProvider) -> Awaitable[Any]:
-        provider = self.provider
-        if effect.provider == "fallback" and self.fallback_provider is not None:
-            provider = self.fallback_provider
-        return provider.complete(effect.request)
+        return self.provider.complete(effect.request)
 
     async def _emit(self, effect: fx.Emit) -> None:
         event = effect.event
@@ -157,17 +154,15 @@ class AsyncDriver:
         await self.store.log_event(event)
         if self.on_event is not None:
             self.on_event(event)
-        if event.kind == "turn.exit":
-            self._exit_line(event)
+        if event.kind is EventKind.TURN_EXIT:
+            self._exit_line(ExitLine.of(event))
 
-    def _exit_line(self, event: Event) -> None:
+    def _exit_line(self, line: ExitLine) -> None:
         """FIN-7: one line per turn; WARNING when the engine says so."""
-        data = event.data
-        level = logging.WARNING if data.get("level") == "WARNING" else logging.INFO
+        level = logging.WARNING if line.level == "WARNING" else logging.INFO
         if self.log.isEnabledFor(level):
-            self.log.log(level, _EXIT_LINE, data.get("reason"), data.get("api_calls"),
-                         data.get("budget_used"), data.get("budget_max"),
-                         data.get("last_role"), data.get("response_len"))
+            self.log.log(level, _EXIT_LINE, line.reason.value, line.api_calls, line.budget_used,
+                         line.budget_max, line.last_role, line.response_len)
 
     # -- tools ----------------------------------------------------------------------------
     async def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
@@ -251,11 +246,6 @@ class AsyncDriver:
 
 async def _unknown_effect(effect: object) -> None:
     raise TypeError(f"AsyncDriver cannot perform {type(effect).__name__}: {effect!r}")
-
-
-def _random_hex(effect: fx.RandomHex) -> str:
-    n = effect.n_chars
-    return secrets.token_hex((n + 1) // 2)[:n]
 
 
 def _mint_id(effect: fx.MintId) -> str:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from pydantic import ValidationError
 
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.limits import Limits
-from hermes_ref.models import Event, Message, Role, ToolCall
+from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
+from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry
-from sim.world import CallRecord
+from hermes_ref.tool_specs import TOOLS_BY_NAME
+from sim.world import CallRecord, TurnRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +29,40 @@ class Violation:
 
 
 @dataclass(frozen=True)
+class TurnView:
+    """One turn as the record shows it, keyed by session and turn (never by call id alone).
+
+    ``exits`` and ``completions`` hold every such event of the turn, read back through the
+    engine's typed records; an event that does not parse is kept as its error text, so a
+    malformed exit line is a finding, not a skip.
+    """
+
+    session_id: str
+    turn_id: str
+    run: TurnRun | None
+    events: list[Event] = field(default_factory=list)
+    rows: list[Message] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+    exits: list[ExitLine | str] = field(default_factory=list)
+    completions: list[Completion | str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.session_id}/{self.turn_id}"
+
+    @property
+    def exit(self) -> ExitLine | None:
+        """The turn's one well-formed exit line, or None (absent, repeated or malformed)."""
+        line = self.exits[0] if len(self.exits) == 1 else None
+        return line if isinstance(line, ExitLine) else None
+
+    @property
+    def completion(self) -> Completion | None:
+        done = self.completions[0] if len(self.completions) == 1 else None
+        return done if isinstance(done, Completion) else None
+
+
+@dataclass(frozen=True)
 class Observation:
     record: DurableRecord
     ledger: tuple[LedgerEntry, ...]
@@ -32,6 +71,45 @@ class Observation:
     limits: Limits
     # call ids the tool world ran together, batch by batch (empty where nobody recorded it)
     batches: tuple[tuple[str, ...], ...] = ()
+    # the turns the harness ran, as the world saw them; None where nobody recorded them
+    # (the real-crash journals), and then only the record says which turns were opened
+    runs: tuple[TurnRun, ...] | None = None
+
+    @cached_property
+    def turns(self) -> dict[tuple[str, str], TurnView]:
+        """Every turn the world ran or the record mentions, in first-seen order."""
+        views: dict[tuple[str, str], TurnView] = {}
+        by_id: dict[str, tuple[str, str]] = {}
+
+        def view(session_id: str, turn_id: str, run: TurnRun | None = None) -> TurnView:
+            key = (session_id, turn_id)
+            if key not in views:
+                views[key] = TurnView(session_id, turn_id, run)
+                by_id.setdefault(turn_id, key)
+            return views[key]
+
+        for run in self.runs or ():
+            if run.turn_id is not None:
+                view(run.session_id, run.turn_id, run)
+        for stored in self.record.messages:
+            if stored.message.turn_id is not None:
+                view(stored.session_id, stored.message.turn_id).rows.append(stored.message)
+        for call in self.calls:
+            view(call.session_id, call.turn_id).calls.append(call)
+        for event in self.record.events:
+            _file_event(view(event.session_id, event.turn_id), event)
+        return views
+
+    def ended_turns(self) -> list[TurnView]:
+        """The turns that must show an ending: every one whose process did not die in it.
+
+        With the runs known, a turn is excused only when the world saw its process crash;
+        without them, only when the record shows a crash at all.
+        """
+        if self.runs is None:
+            return list(self.turns.values()) if not self.crash_seqs else [
+                v for v in self.turns.values() if v.exits or v.completions]
+        return [v for v in self.turns.values() if v.run is None or not v.run.crashed]
 
     def at_rest(self, session_id: str) -> bool:
         for lease in self.record.leases:
@@ -47,6 +125,18 @@ class Observation:
 
     def calls_of_turn(self, turn_id: str) -> list[CallRecord]:
         return [c for c in self.calls if c.turn_id == turn_id]
+
+
+def _file_event(view: TurnView, event: Event) -> None:
+    view.events.append(event)
+    try:
+        if event.kind == EventKind.TURN_EXIT:
+            view.exits.append(ExitLine.of(event))
+        elif event.kind == EventKind.TURN_COMPLETED:
+            view.completions.append(Completion.of(event))
+    except ValidationError as error:
+        problem = f"malformed {event.kind} event: {error.errors()[0]['msg']}"
+        (view.exits if event.kind == EventKind.TURN_EXIT else view.completions).append(problem)
 
 
 Check = Callable[[Observation], list[Violation]]
@@ -78,6 +168,12 @@ def run_all(obs: Observation) -> list[Violation]:
 
 
 # ---- shared readings of the call log and the record ----------------------------------------
+
+
+def exit_reasons(obs: Observation) -> dict[str, str | None]:
+    """Each turn's recorded exit reason (None where it has no one well-formed exit line)."""
+    return {view.turn_id: view.exit.reason.value if view.exit is not None else None
+            for view in obs.turns.values()}
 
 
 def calls_by_turn(obs: Observation) -> dict[str, list[CallRecord]]:
@@ -154,3 +250,10 @@ def _call_keys(message_calls: tuple[ToolCall, ...]) -> list[tuple[str, str, str]
     return [(c.id, c.name, c.arguments) for c in message_calls]
 
 
+
+
+def refunded_rounds(view: TurnView) -> int:
+    """The turn's stored tool rounds that called only refundable tools (LOOP-2)."""
+    refundable = {t.name for t in TOOLS_BY_NAME.values() if t.refundable}
+    return sum(1 for m in view.rows
+               if m.tool_calls and all(c.name in refundable for c in m.tool_calls))

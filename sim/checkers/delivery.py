@@ -2,52 +2,62 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from itertools import pairwise
 
 from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
-from hermes_ref.models import Event, Role
-from sim.checkers.base import Observation, Violation, checker
+from hermes_ref.models import EventKind, Role
+from sim.checkers.base import Observation, TurnView, Violation, checker
 
-_END = ["turn.exit", "turn.completed"]
+_END = [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED]
 # results the engine writes when it closes a sequence: nothing real to report progress on
 CLOSING_TEXTS = frozenset({NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT})
 
 
 @checker("event_stream_ordered", ("DEL-1",),
-         "each turn's events are numbered in order: started, progress for recorded results, "
-         "the exit line, and the completion last")
+         "each turn that ended has one ordered stream: started, progress only for recorded "
+         "results, the exit line, and one completion last, carrying the durable answer")
 def event_stream_ordered(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     seqs = [e.seq or 0 for e in obs.record.events]
     if any(b <= a for a, b in pairwise(seqs)):
         out.append(_v("event sequence numbers are not strictly increasing"))
-    by_turn: dict[str, list[Event]] = defaultdict(list)
-    for event in obs.record.events:
-        by_turn[event.turn_id].append(event)
-    for turn_id, events in by_turn.items():
-        problem = _turn_problem(obs, turn_id, [e.kind for e in events], events)
+    ended = {(v.session_id, v.turn_id) for v in obs.ended_turns()}
+    for key, view in obs.turns.items():
+        problem = _turn_problem(obs, view, key in ended)
         if problem:
-            out.append(_v(f"turn {turn_id}: {problem}"))
+            out.append(_v(f"turn {view.key}: {problem}"))
     return out
 
 
-def _turn_problem(obs: Observation, turn_id: str, kinds: list[str], events: list[Event]) -> str | None:
-    begun = kinds[:1] == ["turn.started"]
+def _turn_problem(obs: Observation, view: TurnView, ended: bool) -> str | None:
+    kinds = [e.kind for e in view.events]
+    if ended and (len(view.completions) != 1 or view.completion is None):
+        return f"it ended with {len(view.completions)} completion events {kinds}"
+    begun = kinds[:1] == [EventKind.TURN_STARTED]
     finished = kinds[-2:] == _END
     middle = kinds[(1 if begun else 0):(len(kinds) - 2 if finished else len(kinds))]
-    if not finished and not obs.crash_seqs and "turn.completed" in kinds:
+    if EventKind.TURN_COMPLETED in kinds and not finished:
         return f"the completion is not the last event (order: {', '.join(kinds)})"
-    if finished and kinds.count("turn.exit") != 1:
-        return "more than one exit line"
-    if any(k != "tool.progress" for k in middle):
+    if any(k != EventKind.TOOL_PROGRESS for k in middle):
         return f"unexpected order of events: {', '.join(kinds)}"
-    recorded = {m.tool_call_id for m in obs.rows_of_turn(turn_id)
+    recorded = {m.tool_call_id for m in view.rows
                 if m.role is Role.TOOL and m.content not in CLOSING_TEXTS}
-    for event in events:
-        calls = event.data.get("calls", []) if event.kind == "tool.progress" else []
+    for event in view.events:
+        calls = event.data.get("calls", []) if event.kind == EventKind.TOOL_PROGRESS else []
         if any(c not in recorded for c in calls):
             return f"progress reported for results that were never recorded: {calls}"
+    return _answer_problem(view)
+
+
+def _answer_problem(view: TurnView) -> str | None:
+    """A delivered answer is the turn's durable answer row, not some accumulated text."""
+    done = view.completion
+    if done is None or done.failed or not (done.final_response or "").strip():
+        return None
+    answers = [m.content for m in view.rows if m.role is Role.ASSISTANT and m.has_visible_text]
+    line = view.exit
+    if done.final_response not in answers and (line is None or line.cleanup_errors == 0):
+        return "its completion carries an answer that no durable row of the turn holds"
     return None
 
 

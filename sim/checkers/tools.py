@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hermes_ref.closure import RECOVERED_CALL_TEXT
-from hermes_ref.models import Message, Role, ToolCall, ToolKind
+from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.ports import LedgerEntry
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
@@ -158,17 +158,17 @@ def _invalid_streak_exits(obs: Observation) -> list[Violation]:
     limit = obs.limits.invalid_tool_rounds_max
     by_turn = calls_by_turn(obs)
     out = []
-    for event in obs.events("turn.exit"):
-        streak = invalid_streak_at_end(obs, by_turn.get(event.turn_id, []))
-        reason = event.data.get("reason")
+    for view in obs.ended_turns():
+        streak = invalid_streak_at_end(obs, by_turn.get(view.turn_id, []))
+        reason = view.exit.reason.value if view.exit is not None else None
         ended = reason == ExitReason.INVALID_TOOL_CALLS.value
         if streak >= limit and not ended:
             out.append(Violation("calls_keep_their_place", "TOOL-2",
-                                 f"turn {event.turn_id} made {streak} all-invalid tool rounds in a "
+                                 f"turn {view.key} made {streak} all-invalid tool rounds in a "
                                  f"row (limit {limit}) but exited {reason}"))
         elif ended and streak < limit:
             out.append(Violation("calls_keep_their_place", "TOOL-2",
-                                 f"turn {event.turn_id} exited invalid_tool_calls after {streak} "
+                                 f"turn {view.key} exited invalid_tool_calls after {streak} "
                                  f"all-invalid tool rounds in a row (limit {limit})"))
     return out
 
@@ -186,7 +186,7 @@ def recovered_calls_not_rerun(obs: Observation) -> list[Violation]:
     out = [Violation("recovered_calls_not_rerun", "TOOL-10",
                      f"{entries[0].name}({call_id}) of row #{row_id} ran {len(entries)} times")
            for (row_id, call_id), entries in runs.items() if len(entries) > 1]
-    started = {e.turn_id: e.at for e in obs.events("turn.started")}
+    started = {e.turn_id: e.at for e in obs.events(EventKind.TURN_STARTED)}
     for result, owner in _recovered_results(obs):
         cid = result.tool_call_id or ""
         tag = f"turn {result.turn_id} recovered {cid} of turn {owner.turn_id} (row #{result.row_id})"

@@ -22,16 +22,16 @@ from sim.checkers.base import (
          "a delivered answer is the visible text of the last durable row of its turn")
 def tail_closure(obs: Observation) -> list[Violation]:
     out = []
-    for event in obs.events("turn.completed"):
-        final = event.data.get("final_response")
-        if event.data.get("failed") or not isinstance(final, str) or not final.strip():
+    for view in obs.turns.values():
+        done = view.completion
+        final = done.final_response if done is not None else None
+        if done is None or done.failed or final is None or not final.strip():
             continue
-        rows = obs.rows_of_turn(event.turn_id)
-        tail = rows[-1] if rows else None
+        tail = view.rows[-1] if view.rows else None
         if tail is None or tail.role is not Role.ASSISTANT or tail.content != final:
             shape = "no rows" if tail is None else f"{tail.role.value} row #{tail.row_id}"
             out.append(Violation("tail_closure", "FIN-3",
-                                 f"turn {event.turn_id} delivered {final[:40]!r} but its "
+                                 f"turn {view.key} delivered {final[:40]!r} but its "
                                  f"durable tail is {shape}"))
     return out
 

@@ -9,44 +9,47 @@ from itertools import pairwise
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import ProviderAuthError, ProviderError
 from hermes_ref.limits import Limits
-from hermes_ref.models import ProviderReply, Role, ToolCall
+from hermes_ref.models import ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
 )
-from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers.base import (
     Observation,
     Violation,
     call_rows,
     calls_by_turn,
     checker,
+    distinct_requests,
+    exit_reasons,
     is_grace,
+    refunded_rounds,
 )
+from sim.checkers.reasons import bad_calls, cut_off, reason_problem
 from sim.world import CallRecord
-
-REFUSED_EXITS = frozenset({ExitReason.LEASE_TIMEOUT.value})
 
 
 @checker("refusal_is_not_loss", ("LEASE-5",),
-         "a turn whose message never became durable hands it back; a refused turn writes nothing")
+         "a turn whose message never became durable hands back the user's own text; "
+         "a refused turn writes nothing")
 def refusal_is_not_loss(obs: Observation) -> list[Violation]:
     out = []
-    completions = {e.turn_id: e for e in obs.events("turn.completed")}
-    for event in obs.events("turn.exit"):
-        rows = obs.rows_of_turn(event.turn_id)
-        if any(r.role is Role.USER for r in rows):
+    for view in obs.ended_turns():
+        line, done = view.exit, view.completion
+        if line is not None and line.reason is ExitReason.LEASE_TIMEOUT and view.rows:
+            out.append(_v5(f"turn {view.key} was refused but wrote rows"))
+        if any(r.role is Role.USER for r in view.rows):
             continue  # the message is in the record: nothing to hand back
-        done = completions.get(event.turn_id)
-        if done is None or not done.data.get("carried_input"):
-            out.append(Violation("refusal_is_not_loss", "LEASE-5",
-                                 f"turn {event.turn_id} ended ({event.data.get('reason')}) without "
-                                 "recording the user's message or handing it back"))
-        if event.data.get("reason") in REFUSED_EXITS and rows:
-            out.append(Violation("refusal_is_not_loss", "LEASE-5",
-                                 f"turn {event.turn_id} was refused but wrote rows"))
+        carried = done.carried_input if done is not None else None
+        wanted = view.run.text if view.run is not None else None
+        if carried is None or (wanted is not None and carried != wanted):
+            out.append(_v5(f"turn {view.key} did not record the user's message and handed back "
+                           f"{carried!r} instead of it"))
     return out
 
+
+def _v5(message: str) -> Violation:
+    return Violation("refusal_is_not_loss", "LEASE-5", message)
 
 
 # ---- prologue ----------------------------------------------------------------------------
@@ -102,52 +105,51 @@ def user_row_before_call(obs: Observation) -> list[Violation]:
          "calls, budget units and refunds of each turn add up against the provider's log")
 def budget_accounting(obs: Observation) -> list[Violation]:
     out = []
-    refundable = {t.name for t in TOOLS_BY_NAME.values() if t.refundable}
-    for event in obs.events("turn.exit"):
-        data = event.data
-        requests = {id(c.request): c.request for c in obs.calls_of_turn(event.turn_id)}
-        grace = sum(1 for r in requests.values() if r.purpose == "grace")
+    for view in obs.ended_turns():
+        line = view.exit
+        if line is None:
+            continue  # the exit line's absence is FIN-7's finding
+        requests = distinct_requests(view.calls)
+        grace = sum(1 for r in requests if r.purpose == "grace")
         regular = len(requests) - grace
-        refunds = sum(1 for m in obs.rows_of_turn(event.turn_id)
-                      if m.tool_calls and all(c.name in refundable for c in m.tool_calls))
-        tag = f"turn {event.turn_id}"
-        if data.get("api_calls") != len(requests):
+        refunds = refunded_rounds(view)
+        tag = f"turn {view.key}"
+        if line.api_calls != len(requests):
             out.append(Violation("budget_accounting", "LOOP-1",
-                                 f"{tag} reports {data.get('api_calls')} calls, the provider "
+                                 f"{tag} reports {line.api_calls} calls, the provider "
                                  f"saw {len(requests)}"))
         if regular > obs.limits.max_iterations or grace > 1:
             out.append(Violation("budget_accounting", "LOOP-1",
                                  f"{tag} made {regular} budgeted calls and {grace} grace calls "
                                  f"with max_iterations={obs.limits.max_iterations}"))
-        if data.get("budget_used") != regular - refunds:
-            used = data.get("budget_used")
+        if line.budget_used != regular - refunds:
             # more units than this turn's calls: they were carried in from another turn
-            carried = isinstance(used, int) and used > regular
+            carried = line.budget_used > regular
             out.append(Violation("budget_accounting", "CTX-1" if carried else "LOOP-2",
-                                 f"{tag} used {data.get('budget_used')} budget units for "
+                                 f"{tag} used {line.budget_used} budget units for "
                                  f"{regular} calls and {refunds} refundable rounds"))
-        if data.get("budget_max") != obs.limits.iteration_budget:
+        if line.budget_max != obs.limits.iteration_budget:
             out.append(Violation("budget_accounting", "CTX-1",
-                                 f"{tag} ran with a budget of {data.get('budget_max')}, "
+                                 f"{tag} ran with a budget of {line.budget_max}, "
                                  f"not a fresh {obs.limits.iteration_budget}"))
     return out
 
 
 @checker("exit_reason_recorded", ("LOOP-3",),
-         "every finished turn records one exit reason from the closed set, and completes")
+         "every turn that ended records one exit reason from the closed set, and the record "
+         "shows why: the calls, rows and faults that reason stands for")
 def exit_reason_recorded(obs: Observation) -> list[Violation]:
     out = []
-    closed = {r.value for r in ExitReason}
-    completed = {e.turn_id for e in obs.events("turn.completed")}
-    for event in obs.events("turn.exit"):
-        reason = event.data.get("reason")
-        if reason not in closed:
+    for view in obs.ended_turns():
+        if len(view.exits) != 1 or view.exit is None:
             out.append(Violation("exit_reason_recorded", "LOOP-3",
-                                 f"turn {event.turn_id} exited with {reason!r}, "
-                                 "outside the closed set"))
-        if event.turn_id not in completed:
+                                 f"turn {view.key} ended with {len(view.exits)} exit lines "
+                                 f"{[e for e in view.exits if isinstance(e, str)]}"))
+            continue
+        problem = reason_problem(obs, view, view.exit)
+        if problem is not None:
             out.append(Violation("exit_reason_recorded", "LOOP-3",
-                                 f"turn {event.turn_id} has an exit line but no completion"))
+                                 f"turn {view.key} exited {view.exit.reason.value}, but {problem}"))
     return out
 
 
@@ -173,7 +175,7 @@ def error_kind(name: str) -> str:
          "transient errors are retried (after any Retry-After), auth once, at most the limits; "
          "any other error ends the turn at once as terminal_provider_error")
 def provider_errors_classified(obs: Observation) -> list[Violation]:
-    exits = {e.turn_id: e.data.get("reason") for e in obs.events("turn.exit")}
+    exits = exit_reasons(obs)
     out: list[Violation] = []
     for turn_id, records in calls_by_turn(obs).items():
         out.extend(Violation("provider_errors_classified", "LOOP-5", f"turn {turn_id}: {problem}")
@@ -255,15 +257,6 @@ def dropped_call_reprompts(obs: Observation) -> list[Violation]:
     return out
 
 
-def _bad_calls(reply: ProviderReply | None) -> list[ToolCall]:
-    return [c for c in (reply.tool_calls if reply else ()) if c.parsed_arguments() is None]
-
-
-def _cut_off(reply: ProviderReply, bad: list[ToolCall]) -> bool:
-    return reply.finish_reason == "length" or any(
-        c.arguments.rstrip() and c.arguments.rstrip()[-1] not in "}]" for c in bad)
-
-
 @checker("arguments_checked_before_run", ("LOOP-9",),
          "calls with unusable JSON never run: cut-off ones end the turn truncated, malformed "
          "ones are asked for again and recorded, with errors, only on the last try")
@@ -271,13 +264,13 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     stored = {c.id for m in call_rows(obs) for c in m.tool_calls}
     ran = {e.call_id for e in obs.ledger}
-    exits = {e.turn_id: e.data.get("reason") for e in obs.events("turn.exit")}
+    exits = exit_reasons(obs)
     limit = obs.limits.invalid_json_retries_max
     for turn_id, records in calls_by_turn(obs).items():
         streak = 0
         for record in records:
-            bad = _bad_calls(record.reply)
-            if bad and record.reply and not _cut_off(record.reply, bad):
+            bad = bad_calls(record.reply)
+            if bad and record.reply and not cut_off(record.reply, bad):
                 streak += 1
             elif record.reply is not None and record.reply.tool_calls:
                 streak = 0  # a round whose arguments all parse resets the count
@@ -289,7 +282,7 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
                 out.append(_v9(f"{tag}: a call with unusable arguments ran"))
             if record.request.purpose == "grace":
                 continue  # the grace summary's tool calls are ignored whatever their JSON
-            if _cut_off(record.reply, bad):
+            if cut_off(record.reply, bad):
                 if ids & stored or exits.get(turn_id, "truncated_tool_call") != "truncated_tool_call":
                     out.append(_v9(f"{tag}: a cut-off call was recorded or the turn went on "
                                    f"(exit {exits.get(turn_id)})"))
@@ -300,7 +293,7 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
     return out
 
 
-def _write_prevented(obs: Observation, record: CallRecord, exits: dict[str, object]) -> bool:
+def _write_prevented(obs: Observation, record: CallRecord, exits: dict[str, str | None]) -> bool:
     """The row could not be written: the process died after the reply, or the store refused."""
     crashed = any(seq > record.seq for seq in obs.crash_seqs)
     return crashed or exits.get(record.turn_id) == ExitReason.PERSISTENCE_FAILED.value

@@ -9,25 +9,23 @@ from unittest import mock
 
 from hermes_ref import finalizer, loop
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import AppendMessages, Emit
-from hermes_ref.models import Event, Message
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.effects import AppendMessages, Emit, Site
+from hermes_ref.models import Message
+from hermes_ref.outcomes import Completion, ExitLine, ExitReason
+from hermes_ref.phases import Phase
 from sim.sabotage.base import sabotage
 
 # ---- FIN-3: the final row is never written --------------------------------------------------
 
 
-def _skip_final_row() -> list[AbstractContextManager[Any]]:
-    async def no_close(ctx: TurnContext) -> None:
-        return None
-    return [
-        mock.patch.object(finalizer, "_close_tail", no_close),
-        mock.patch("hermes_ref.transcript.Transcript.pending", lambda self: ()),
-    ]
+async def _skip_async(ctx: TurnContext) -> None:
+    return None
 
 
 sabotage("skip_tail_closure", ("FIN-3",),
-         "the finalizer neither writes the pending final row nor closes the tail")(_skip_final_row)
+         "the finalizer never closes the tail: no row is appended for an answer the durable "
+         "tail lacks, and an empty assistant tail is never filled")(
+    lambda: [mock.patch.object(finalizer, "_close_tail", _skip_async)])
 
 
 # ---- SCAF-1: scaffolding written to the store ----------------------------------------------
@@ -48,28 +46,29 @@ sabotage("persist_scaffolding", ("SCAF-1",),
 # ---- LOOP-3 / FIN-6 / FIN-7 -----------------------------------------------------------------
 
 
-def _reason_outside_set() -> list[AbstractContextManager[Any]]:
-    original = finalizer.exit_fields
+def _every_exit_a_text_response() -> list[AbstractContextManager[Any]]:
+    original = finalizer.exit_line
 
-    def fields(ctx: TurnContext) -> dict[str, object]:
-        out = original(ctx)
-        if out["reason"] == ExitReason.TEXT_RESPONSE.value:
-            out["reason"] = "done"
-        return out
-    return [mock.patch.object(finalizer, "exit_fields", fields)]
+    def line(ctx: TurnContext) -> ExitLine:
+        return original(ctx).model_copy(update={"reason": ExitReason.TEXT_RESPONSE})
+    return [mock.patch.object(finalizer, "exit_line", line)]
 
 
-sabotage("exit_reason_outside_set", ("LOOP-3",),
-         "a text answer is logged with the ad-hoc reason 'done' instead of text_response")(
-    _reason_outside_set)
+sabotage("every_exit_logged_as_text_response", ("LOOP-3",),
+         "every turn's exit line says text_response, whatever ended it")(
+    _every_exit_a_text_response)
 
 
 def _unguarded_persist() -> list[AbstractContextManager[Any]]:
-    async def append(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
-        stored = await AppendMessages(ctx.token, ctx.session_id, rows, label)
-        ctx.transcript.replace_pending(stored)
+    original = TurnContext.persist
+
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], site: Site) -> bool:
+        if ctx.tracker.phase is not Phase.FINALIZE:
+            return await original(ctx, rows, site)
+        stored = await AppendMessages(ctx.token, ctx.session_id, rows, site)  # may raise
+        ctx.transcript.absorb(stored)
         return True
-    return [mock.patch.object(finalizer, "_append", append)]
+    return [mock.patch.object(TurnContext, "persist", persist)]
 
 
 sabotage("unguarded_final_persist", ("FIN-6",),
@@ -78,13 +77,11 @@ sabotage("unguarded_final_persist", ("FIN-6",),
 
 
 def _always_info() -> list[AbstractContextManager[Any]]:
-    original = finalizer.exit_fields
+    original = finalizer.exit_line
 
-    def fields(ctx: TurnContext) -> dict[str, object]:
-        out = original(ctx)
-        out["level"] = "INFO"
-        return out
-    return [mock.patch.object(finalizer, "exit_fields", fields)]
+    def line(ctx: TurnContext) -> ExitLine:
+        return original(ctx).model_copy(update={"level": "INFO"})
+    return [mock.patch.object(finalizer, "exit_line", line)]
 
 
 sabotage("exit_line_always_info", ("FIN-7",),
@@ -116,10 +113,6 @@ sabotage("grace_call_skipped", ("FIN-1",),
 # ---- FIN-5 / FIN-8: the finalizer skips a closing step ---------------------------------------
 
 
-async def _skip_async(ctx: TurnContext) -> None:
-    return None
-
-
 sabotage("skip_failure_boundary", ("FIN-5",),
          "a failed turn that ends on a user or tool row gets no boundary row")(
     lambda: [mock.patch.object(finalizer, "_failure_boundary", _skip_async)])
@@ -148,8 +141,8 @@ def _completion_first() -> list[AbstractContextManager[Any]]:
 
     async def close_then_complete(ctx: TurnContext) -> None:
         await original_close(ctx)
-        await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="turn.completed",
-                         data={"final_response": ctx.final_response, "failed": ctx.failed}))
+        early = Completion(final_response=ctx.ending.answer, failed=ctx.ending.failed)
+        await Emit(early.event(ctx.session_id, ctx.turn_id))
     return [mock.patch.object(finalizer, "_close_tail", close_then_complete)]
 
 

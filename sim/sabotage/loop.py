@@ -60,8 +60,8 @@ sabotage("no_refund", ("LOOP-2",),
 def _ignore_retry_after() -> list[AbstractContextManager[Any]]:
     original = loop._backoff_s
 
-    def backoff(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
-        return original(ctx, attempt, ProviderServerError(str(error), status=error.status))
+    async def backoff(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
+        return await original(ctx, attempt, ProviderServerError(str(error), status=error.status))
     return [mock.patch.object(loop, "_backoff_s", backoff)]
 
 

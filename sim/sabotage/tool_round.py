@@ -9,9 +9,9 @@ from unittest import mock
 
 from hermes_ref import prologue, tool_round
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import AppendMessages, Emit, ExecuteTools
-from hermes_ref.models import Event, Message, ToolCall
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.effects import AppendMessages, Emit, ExecuteTools, Site
+from hermes_ref.models import Event, EventKind, Message, ToolCall
+from hermes_ref.outcomes import Ending, ExitReason
 from hermes_ref.phases import Phase
 from sim.sabotage.base import sabotage
 
@@ -21,10 +21,10 @@ from sim.sabotage.base import sabotage
 async def _execute_then_persist(ctx: TurnContext, assistant: Message) -> bool:
     ctx.enter(Phase.TOOL_ROUND)
     results = await ExecuteTools(ctx.token, ctx.session_id, assistant.tool_calls, False)
-    stored = await AppendMessages(ctx.token, ctx.session_id, (assistant,), "tool_calls")
+    stored = await AppendMessages(ctx.token, ctx.session_id, (assistant,), Site.TOOL_CALLS)
     ctx.transcript.extend(stored)
     rows = tuple(tool_round._result_row(ctx, r) for r in results)
-    ctx.transcript.extend(await AppendMessages(ctx.token, ctx.session_id, rows, "tool_results"))
+    ctx.transcript.extend(await AppendMessages(ctx.token, ctx.session_id, rows, Site.TOOL_RESULTS))
     ctx.state.last_round_had_tools = True
     return True
 
@@ -41,8 +41,8 @@ def _p_execute_before_persist() -> list[AbstractContextManager[Any]]:
 def _duplicate_results() -> list[AbstractContextManager[Any]]:
     original = tool_round._run_segment
 
-    async def twice(ctx: TurnContext, segment: Any, specs: Any, known: Any) -> Any:
-        results = await original(ctx, segment, specs, known)
+    async def twice(ctx: TurnContext, segment: Any, specs: Any) -> Any:
+        results = await original(ctx, segment, specs)
         return results + results[:1]
     return [mock.patch.object(tool_round, "_run_segment", twice)]
 
@@ -59,8 +59,8 @@ def _tool_error_aborts() -> list[AbstractContextManager[Any]]:
     original_segment = tool_round._run_segment
     failed: list[bool] = []
 
-    async def segment(ctx: TurnContext, seg: Any, specs: Any, known: Any) -> Any:
-        results = await original_segment(ctx, seg, specs, known)
+    async def segment(ctx: TurnContext, seg: Any, specs: Any) -> Any:
+        results = await original_segment(ctx, seg, specs)
         failed.extend(r.is_error for r in results)
         return results
 
@@ -68,8 +68,8 @@ def _tool_error_aborts() -> list[AbstractContextManager[Any]]:
         failed.clear()
         ok = await original_round(ctx, assistant)
         if ok and any(failed):
-            ctx.finish(ExitReason.LOCAL_PROCESSING_ERROR, "tool failed", failed=True)
-            ctx.final_response = "A tool failed."
+            ctx.finish(ExitReason.LOCAL_PROCESSING_ERROR, "tool failed", answer="A tool failed.",
+                       failed=True)
             return False
         return ok
     return [mock.patch.object(tool_round, "run_tool_round", aborting),
@@ -86,10 +86,12 @@ sabotage("tool_error_ends_turn", ("TOOL-6",),
 def _send_unrecorded_results() -> list[AbstractContextManager[Any]]:
     original = TurnContext.persist
 
-    async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
-        if await original(ctx, rows, label) or label != "tool_results":
-            return ctx.state.persistence_failed is False or label != "tool_results"
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], site: Site) -> bool:
+        ok = await original(ctx, rows, site)
+        if ok or site is not Site.TOOL_RESULTS:
+            return ok
         ctx.state.persistence_failed = False
+        ctx.ending = Ending()  # forget the exit the failed write recorded
         ctx.transcript.extend(rows)  # the model will see results the record does not have
         return True
     return [mock.patch.object(TurnContext, "persist", persist)]
@@ -106,12 +108,12 @@ sabotage("send_unrecorded_results", ("TOOL-8",),
 def _drop_invalid_calls() -> list[AbstractContextManager[Any]]:
     original = TurnContext.persist
 
-    async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
-        if label == "tool_calls":
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], site: Site) -> bool:
+        if site is Site.TOOL_CALLS:
             names = {t.name for t in ctx.tools}
             rows = tuple(r.model_copy(update={"tool_calls": tuple(
                 c for c in r.tool_calls if c.name in names)}) for r in rows)
-        return await original(ctx, rows, label)
+        return await original(ctx, rows, site)
     return [mock.patch.object(TurnContext, "persist", persist)]
 
 
@@ -132,7 +134,7 @@ def _rerun_open_calls() -> list[AbstractContextManager[Any]]:
             calls = tuple(c for c in owner.tool_calls if c.id in missing)
             results = await ExecuteTools(ctx.token, ctx.session_id, calls, False)
             rows = tuple(tool_round._result_row(ctx, r) for r in results)
-            ctx.transcript.extend(await AppendMessages(ctx.token, ctx.session_id, rows, "recovery"))
+            ctx.transcript.extend(await AppendMessages(ctx.token, ctx.session_id, rows, Site.RECOVERY))
         return await original(ctx)
     return [mock.patch.object(prologue, "_repair_tail", rerun)]
 
@@ -162,10 +164,10 @@ sabotage("everything_in_parallel", ("TOOL-4",),
 def _flush_scaffolding_with_rows() -> list[AbstractContextManager[Any]]:
     original = TurnContext.persist
 
-    async def persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
+    async def persist(ctx: TurnContext, rows: tuple[Message, ...], site: Site) -> bool:
         extra = tuple(m.model_copy(update={"scaffold": None}) for m in ctx.transcript
                       if m.scaffold is not None and m.row_id is None)
-        return await original(ctx, extra + rows, label)
+        return await original(ctx, extra + rows, site)
     return [mock.patch.object(TurnContext, "persist", persist)]
 
 
@@ -180,11 +182,12 @@ sabotage("scaffolding_flushed_with_rows", ("SCAF-2",),
 def _progress_first() -> list[AbstractContextManager[Any]]:
     original = TurnContext.persist
 
-    async def announce_then_persist(ctx: TurnContext, rows: tuple[Message, ...], label: str) -> bool:
-        if label == "tool_results":
-            await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind="tool.progress",
+    async def announce_then_persist(ctx: TurnContext, rows: tuple[Message, ...], site: Site) -> bool:
+        if site is Site.TOOL_RESULTS:
+            await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id,
+                             kind=EventKind.TOOL_PROGRESS,
                              data={"calls": [r.tool_call_id for r in rows]}))
-        return await original(ctx, rows, label)
+        return await original(ctx, rows, site)
     return [mock.patch.object(TurnContext, "persist", announce_then_persist)]
 
 

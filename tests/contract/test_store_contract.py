@@ -416,41 +416,41 @@ def test_rewrite_of_a_missing_or_foreign_row_is_not_found(store: Store) -> None:
 def test_events_are_pending_until_the_next_write(store: Store) -> None:
     store.create_session(session("s1"))
     store.log_event(event("turn.started"))
-    store.log_event(event("provider.called", n=1))
+    store.log_event(event("tool.progress", n=1))
     assert store.snapshot().events == ()
     assert store.acquire_lease("s1", "w1", 0.0, 30.0) is not None  # a write commits them
     events = store.snapshot().events
     assert [(e.seq, e.kind, e.data) for e in events] == [
         (1, "turn.started", {}),
-        (2, "provider.called", {"n": 1}),
+        (2, "tool.progress", {"n": 1}),
     ]
     assert events[0] == event("turn.started").model_copy(update={"seq": 1})
 
 
 def test_events_survive_a_failed_or_refused_write(store: Store) -> None:
     lease = leased(store)
-    store.log_event(event("a"))
+    store.log_event(event("turn.started"))
     with pytest.raises(LeaseLost):
         store.append_messages("s1", lease.token + 1, (user("x"),))
     assert store.acquire_lease("s1", "w2", 1.0, 30.0) is None  # refused: writes nothing
     assert store.snapshot().events == ()
-    store.log_event(event("b"))
+    store.log_event(event("turn.exit"))
     store.flush_events()
     store.flush_events()  # nothing pending: no duplicate
-    assert [e.kind for e in store.snapshot().events] == ["a", "b"]
+    assert [e.kind for e in store.snapshot().events] == ["turn.started", "turn.exit"]
 
 
 def test_crash_drops_pending_events_and_keeps_commits(harness: Harness) -> None:
     lease = leased(harness.store)
-    harness.store.log_event(event("committed"))
+    harness.store.log_event(event("turn.started"))
     [row] = harness.store.append_messages("s1", lease.token, (user("durable"),))
-    harness.store.log_event(event("lost"))
+    harness.store.log_event(event("turn.completed"))
     harness.crash_and_recover()
     record = harness.store.snapshot()
-    assert [e.kind for e in record.events] == ["committed"]
+    assert [e.kind for e in record.events] == ["turn.started"]
     assert record.transcript("s1") == [row]
     harness.store.flush_events()
-    assert [e.kind for e in harness.store.snapshot().events] == ["committed"]
+    assert [e.kind for e in harness.store.snapshot().events] == ["turn.started"]
 
 
 # -- watermark and snapshot ----------------------------------------------------------------
@@ -476,7 +476,7 @@ def test_snapshot_holds_everything_committed_in_order(store: Store) -> None:
     assert la is not None and lb is not None
     store.append_messages("a", la.token, (user("a1"),))
     store.append_messages("b", lb.token, (user("b1"),))
-    store.log_event(event("e", sid="a"))
+    store.log_event(event("turn.started", sid="a"))
     store.end_session("b", "done", 3.0)
     record = store.snapshot()
     assert record.session_ids() == ["b", "a"]
@@ -537,7 +537,7 @@ def _play(store: Store, ops: list[tuple[Any, ...]]) -> DurableRecord:
                 target = rows[op[1] % len(rows)].row_id or 0
                 store.rewrite_message("s1", lease.token, target, op[2])
         elif op[0] == "event":
-            store.log_event(event("prop", text=op[1]))
+            store.log_event(event("tool.progress", text=op[1]))
         else:
             store.flush_events()
     return store.snapshot()

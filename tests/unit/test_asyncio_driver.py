@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hermes_ref.effects import ExecuteTools, MintId, ProviderRequest, RandomHex
+from hermes_ref.effects import ExecuteTools, Jitter, MintId, ProviderRequest
 from hermes_ref.engine import Engine
 from hermes_ref.errors import PersistenceError, RateLimited
 from hermes_ref.limits import Limits
@@ -268,14 +268,14 @@ async def test_turn_exit_line_is_logged_once(rig: Rig, caplog: pytest.LogCapture
 
 
 async def test_small_effects_ids_and_randomness(rig: Rig) -> None:
-    """MintId and RandomHex (exact length) are answered by the driver itself."""
+    """MintId and Jitter (a fraction in [0, 1)) are answered by the driver itself."""
 
-    async def story() -> tuple[str, str, str]:
-        return await MintId("turn"), await RandomHex(7), await RandomHex(8)
+    async def story() -> tuple[str, float, float]:
+        return await MintId("turn"), await Jitter(), await Jitter()
 
-    minted, odd, even = await rig.driver().run(story())
+    minted, first, second = await rig.driver().run(story())
     assert minted.startswith("turn-") and len(minted) == len("turn-") + 12
-    assert len(odd) == 7 and len(even) == 8 and int(odd + even, 16) >= 0
+    assert 0.0 <= first < 1.0 and 0.0 <= second < 1.0 and first != second
 
 
 async def test_unknown_effect_is_a_type_error(rig: Rig) -> None:

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from hermes_ref.context import IterationBudget
 from hermes_ref.errors import BadInput, IllegalTransition
-from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ScaffoldFlag, ToolCall
 from hermes_ref.phases import TRANSITIONS, Phase, PhaseTracker, render_mermaid
 from hermes_ref.prologue import compose_api_content
@@ -156,12 +155,6 @@ def test_model_copy_recomputes_cached_wire() -> None:
     assert m.wire["content"] == "old+ctx"
     n = m.model_copy(update={"content": "new", "api_content": None})
     assert n.wire["content"] == "new"
-
-
-def test_small_windows_raise_the_compression_threshold() -> None:
-    """CMP-1: below 512K tokens the threshold is at least 0.75."""
-    assert Limits(context_window_tokens=200_000).compression_threshold_effective() == 0.75
-    assert Limits(context_window_tokens=1_000_000).compression_threshold_effective() == 0.50
 
 
 @pytest.mark.parametrize("text", ["during:tools", "before:nowhere", "after:tool_calls#x", ""])

@@ -1,0 +1,168 @@
+"""What each exit reason stands for, read from the record (LOOP-3).
+
+Theory of operation
+-------------------
+An exit reason is a claim about the turn. Membership in the closed set proves little: an
+engine that logs every turn as ``text_response`` would pass it. So each reason is judged
+against what the world itself recorded: the provider's call log, the durable rows of the
+turn, the store writes the world failed, and the turn's completion. ``reason_problem``
+returns why the record contradicts the claim, or None.
+
+Two reasons have weaker evidence, said where they are judged: a preflight refusal sends
+no request, so its ``terminal_provider_error`` can only be matched against its own detail
+text; and where the runs are unknown (the real-crash journals), a persistence failure
+cannot be matched against the faults the world injected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hermes_ref.models import ProviderReply, Role, ToolCall
+from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
+from sim.checkers.base import (
+    Observation,
+    TurnView,
+    distinct_requests,
+    invalid_streak_at_end,
+    is_grace,
+    refunded_rounds,
+    round_landed,
+)
+from sim.world import CallRecord
+
+
+def bad_calls(reply: ProviderReply | None) -> list[ToolCall]:
+    """The reply's calls whose arguments are not a JSON object."""
+    return [c for c in (reply.tool_calls if reply else ()) if c.parsed_arguments() is None]
+
+
+def cut_off(reply: ProviderReply, bad: list[ToolCall]) -> bool:
+    """Arguments cut off by the output limit, not merely malformed."""
+    return reply.finish_reason == "length" or any(
+        c.arguments.rstrip() and c.arguments.rstrip()[-1] not in "}]" for c in bad)
+
+
+def _budgeted(view: TurnView) -> list[CallRecord]:
+    return [c for c in view.calls if not is_grace(c)]
+
+
+def _last_reply(view: TurnView) -> CallRecord | None:
+    budgeted = _budgeted(view)
+    return budgeted[-1] if budgeted else None
+
+
+def _text(reply: ProviderReply | None) -> bool:
+    return reply is not None and not reply.tool_calls and bool((reply.content or "").strip())
+
+
+def _text_response(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    last = _last_reply(view)
+    if last is None or not _text(last.reply):
+        return "its last model reply was not a text answer"
+    done = view.completion
+    if done is None or done.failed or not (done.final_response or "").strip():
+        return "it did not complete with a delivered answer"
+    answers = [m for m in view.rows if m.role is Role.ASSISTANT and m.has_visible_text
+               and not m.tool_calls]
+    if not answers and line.cleanup_errors == 0:
+        return "no assistant row of the turn holds the answer"
+    return None
+
+
+def _max_iterations(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    regular = len(distinct_requests(_budgeted(view)))
+    if regular != obs.limits.max_iterations:
+        return f"it made {regular} budgeted calls, not max_iterations={obs.limits.max_iterations}"
+    return None
+
+
+def _budget_exhausted(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    regular = len(distinct_requests(_budgeted(view)))
+    used = regular - refunded_rounds(view)
+    if used < obs.limits.iteration_budget:
+        return f"it spent {used} of {obs.limits.iteration_budget} budget units"
+    return None
+
+
+def _pending_tool_result(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    last = _last_reply(view)
+    if last is None or last.reply is None or not last.reply.tool_calls \
+            or not round_landed(obs, last):
+        return "its last budgeted reply was not a landed tool round"
+    if any(_text(c.reply) for c in view.calls if is_grace(c)):
+        return "its grace call answered in text"
+    return None
+
+
+def _persistence_failed(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    if view.run is not None and view.run.write_failures == 0:
+        return "no store write failed during it"
+    return None
+
+
+def _empty_exhausted(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    last = _last_reply(view)
+    reply = last.reply if last is not None else None
+    if reply is None or reply.tool_calls or (reply.content or "").strip():
+        return "its last model reply was not empty"
+    return None
+
+
+def _terminal_provider_error(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    last = view.calls[-1] if view.calls else None
+    if last is not None and last.error is not None:
+        return None
+    if line.detail.startswith("context_overflow"):
+        return None  # preflight refused to send: no request exists to show it (weak evidence)
+    return "its last model call did not fail"
+
+
+def _invalid_tool_calls(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    streak = invalid_streak_at_end(obs, view.calls)
+    if streak < obs.limits.invalid_tool_rounds_max:
+        return f"only {streak} all-invalid rounds end it (limit {obs.limits.invalid_tool_rounds_max})"
+    return None
+
+
+def _truncated(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    last = _last_reply(view)
+    reply = last.reply if last is not None else None
+    bad = bad_calls(reply)
+    if reply is None or not bad or not cut_off(reply, bad):
+        return "its last reply had no cut-off tool call"
+    return None
+
+
+def _lease_timeout(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    if view.rows or view.calls:
+        return "it wrote rows or called the model, so it held the lease"
+    return None
+
+
+Judge = Callable[[Observation, TurnView, ExitLine], str | None]
+
+JUDGES: dict[ExitReason, Judge] = {
+    ExitReason.TEXT_RESPONSE: _text_response,
+    ExitReason.MAX_ITERATIONS: _max_iterations,
+    ExitReason.BUDGET_EXHAUSTED: _budget_exhausted,
+    ExitReason.PENDING_TOOL_RESULT: _pending_tool_result,
+    ExitReason.PERSISTENCE_FAILED: _persistence_failed,
+    ExitReason.EMPTY_RESPONSE_EXHAUSTED: _empty_exhausted,
+    ExitReason.TERMINAL_PROVIDER_ERROR: _terminal_provider_error,
+    ExitReason.INVALID_TOOL_CALLS: _invalid_tool_calls,
+    ExitReason.TRUNCATED_TOOL_CALL: _truncated,
+    ExitReason.LEASE_TIMEOUT: _lease_timeout,
+}
+
+
+def reason_problem(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    """Why the record contradicts the turn's exit reason, or None when it bears it out."""
+    judge = JUDGES.get(line.reason)
+    if judge is None:
+        return "this engine has no path to that exit"
+    problem = judge(obs, view, line)
+    done = view.completion
+    if problem is None and done is not None and line.reason in FAILED_EXITS and not done.failed:
+        problem = "its completion does not say it failed"
+    return problem
