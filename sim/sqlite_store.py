@@ -13,6 +13,11 @@ are committed exactly once, in order.
 committing anything (every write already committed before it returned). ``reopen()``, or
 a new ``SqliteStore`` on the same path, recovers the committed state from the file.
 
+Opening (``hermes_ref.shell.sqlite_connect.open_connection``, whose ``ready`` the async
+store calls too) judges the file read-only first: a missing path becomes a new database, a database of ours
+opens (older ones are migrated), and anything else (a foreign or newer database, an empty
+or non-SQLite file) is refused with ``BadInput`` before a byte of it changes.
+
 ``commits`` counts the write transactions committed through this object, across reopens
 (schema migrations are not counted).
 """

@@ -10,6 +10,14 @@ transaction, so two processes opening the same new file cannot both apply v1. A 
 whose recorded version is newer than this code knows is refused with ``BadInput``: a
 newer program wrote it, and guessing its layout could lose data.
 
+Every database this program makes carries ``APPLICATION_ID`` in its header (``PRAGMA
+application_id``, written by migration 2 in the same transaction that records it), so
+the opener (``sqlite_connect.classify``) can tell a file of ours from any other SQLite file
+without guessing from table names. Files made before the mark existed are recognised by
+their exact schema instead (``schema_objects``: the ``sqlite_master`` rows a database at a
+given version has, built in memory from ``MIGRATIONS`` so the expectation cannot drift
+from the DDL); opening one applies migration 2 and marks it.
+
 ``configure`` sets the per-connection PRAGMAs (they are not stored in the file, except
 WAL mode) and must run on every connection before anything else.
 
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from functools import cache
 from typing import NamedTuple
 
 from hermes_ref.errors import BadInput
@@ -107,8 +116,18 @@ _V1 = (
     )""",
 )
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", _V1),)
+APPLICATION_ID = 0x48726D52
+"""``PRAGMA application_id`` of a hermes-ref database: the bytes ``HrmR`` at header offset 68."""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _V1),
+    # PRAGMA application_id is transactional: the mark and its schema_migrations row
+    # commit together, so a marked file always records at least this version.
+    Migration(2, "mark the file as hermes-ref's", (f"PRAGMA application_id = {APPLICATION_ID}",)),
+)
 LATEST_VERSION = MIGRATIONS[-1].version
+MARKED_SINCE = 2
+"""The first schema version whose files carry ``APPLICATION_ID``; older ones do not."""
 
 _CREATE_MIGRATIONS_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -141,9 +160,40 @@ def configure(
 
 
 def current_version(conn: sqlite3.Connection) -> int:
+    """The recorded schema version, creating an empty ``schema_migrations`` if absent."""
     conn.execute(_CREATE_MIGRATIONS_TABLE)
+    return recorded_version(conn)
+
+
+def recorded_version(conn: sqlite3.Connection) -> int:
+    """The highest version in ``schema_migrations`` (0 when empty); reads only."""
     version: int = conn.execute(_CURRENT_VERSION).fetchone()[0]
     return version
+
+
+SchemaObject = tuple[str, str, str, str | None]
+"""One ``sqlite_master`` row: type, name, tbl_name, sql (``None`` for automatic indexes)."""
+
+SCHEMA_OBJECTS = "SELECT type, name, tbl_name, sql FROM sqlite_master"
+
+
+@cache
+def schema_objects(version: int) -> frozenset[SchemaObject]:
+    """The ``sqlite_master`` rows of a database of ours at ``version``, built in memory.
+
+    SQLite stores each CREATE statement's text as given (minus ``IF NOT EXISTS``), so a file
+    migrated to ``version`` by this module has exactly these rows.
+    """
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        conn.execute(_CREATE_MIGRATIONS_TABLE)
+        for migration in MIGRATIONS:
+            if migration.version <= version:
+                for statement in migration.statements:
+                    conn.execute(statement)
+        return frozenset(conn.execute(SCHEMA_OBJECTS).fetchall())
+    finally:
+        conn.close()
 
 
 def migrate(conn: sqlite3.Connection, where: str) -> int:

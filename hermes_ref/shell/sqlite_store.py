@@ -6,8 +6,11 @@ aiosqlite owns one sqlite3 connection on a private worker thread and runs queued
 callables there, one at a time. All SQL lives in ``sqlite_ops`` as synchronous functions
 that each do a whole transaction (``BEGIN IMMEDIATE`` … ``COMMIT``); ``_hop`` queues one of
 them on the worker, so every store method is one thread hop and at most one transaction.
-The connection is created by aiosqlite's connector and then checked, configured and
-migrated by ``sqlite_connect.prepare`` in one hop, all on the worker thread that will use it.
+Opening first runs ``sqlite_connect.ready`` in a thread: the same classification as the
+simulator's ``SqliteStore`` (a file that is not ours, or newer, is refused before a byte
+of it changes, and a missing one is created). Only then is the connection made by
+aiosqlite's connector and configured, checked and migrated by ``sqlite_connect.prepare``
+in one hop, both on the worker thread that will use it.
 
 Pending events follow ``MemoryStore``: ``log_event`` encodes and buffers in memory (no
 hop); the next write takes the whole buffer into its transaction. The buffer is handed
@@ -65,14 +68,15 @@ class AsyncSqliteStore:
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         holder_alive: Callable[[str], bool] | None = liveness.holder_alive,
     ) -> AsyncSqliteStore:
-        """Open, check, configure and migrate the database; all SQL runs on the worker.
+        """Classify (and create) the file, then connect, configure, check and migrate it.
 
-        The header check (one small read) runs here first, so the aiosqlite connector,
-        a bare ``sqlite3.connect``, practically never fails; a failing ``prepare`` closes
+        ``ready`` runs before aiosqlite starts, so a refused file never reaches it; the
+        aiosqlite connector, a bare ``sqlite3.connect``, then practically never fails (a
+        failing connector leaves aiosqlite's stop unawaited). A failing ``prepare`` closes
         the connection through aiosqlite, which also stops its worker thread cleanly.
         """
         mode = check_synchronous(synchronous)
-        sqlite_connect.check_header(path)
+        await asyncio.to_thread(sqlite_connect.ready, path)  # small reads, fsyncs on creation
         opened: list[StoreConnection] = []
 
         def connect() -> StoreConnection:

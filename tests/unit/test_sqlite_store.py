@@ -153,7 +153,7 @@ def test_a_hand_corrupted_row_names_table_row_and_column(
 
 def test_a_corrupt_event_row_is_named(store: SqliteStore, db: Path) -> None:
     with_rows(store)
-    store.log_event(Event(session_id="s1", turn_id="t", kind="k"))
+    store.log_event(Event(session_id="s1", turn_id="t", kind="turn.started"))
     store.flush_events()
     sql(db, "UPDATE events SET data = '[1, 2]'")
     with pytest.raises(BadInput, match="table events, row 1, column data"):
@@ -195,7 +195,7 @@ def test_reopen_after_crash_keeps_commits_and_loses_pending_events(
     store: SqliteStore, db: Path
 ) -> None:
     _, rows = with_rows(store)
-    store.log_event(Event(session_id="s1", turn_id="t", kind="pending"))
+    store.log_event(Event(session_id="s1", turn_id="t", kind="turn.started"))
     store.crash()
     with pytest.raises(PersistenceError) as info:
         store.watermark()
@@ -213,7 +213,7 @@ async def test_async_reopen_after_crash_keeps_commits_and_loses_pending_events(d
     lease = await store.acquire_lease("s1", "w", 0.0, 9.0)
     assert lease is not None
     rows = await store.append_messages("s1", lease.token, (Message(role=Role.USER, content="x"),))
-    await store.log_event(Event(session_id="s1", turn_id="t", kind="pending"))
+    await store.log_event(Event(session_id="s1", turn_id="t", kind="turn.started"))
     await store.crash()
     with pytest.raises(PersistenceError, match="closed"):
         await store.watermark()
