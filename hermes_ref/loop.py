@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The loop runs while ``api_calls < max_iterations and budget.remaining > 0`` (LOOP-1).
+The loop runs while ``api_calls < max_iterations`` and a budget unit can be spent (LOOP-1).
 The one grace call that LOOP-1 allows past that bound is made by the finalizer once the
 loop has ended (FIN-1), so here it needs no flag. Each iteration spends one budget unit
 (LOOP-2), builds the request from the working transcript, and calls the provider through
@@ -91,8 +91,9 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
 
 
 def _loop_may_continue(ctx: TurnContext) -> bool:
-    state = ctx.state
-    return state.api_calls < ctx.limits.max_iterations and state.budget.remaining > 0
+    """LOOP-1's cap on calls; its budget half is spending a unit (``IterationBudget.consume``),
+    so each bound is checked in exactly one place."""
+    return ctx.state.api_calls < ctx.limits.max_iterations
 
 
 async def run_loop(ctx: TurnContext) -> None:

@@ -24,6 +24,34 @@ def budget_exhaustion_gets_a_grace_summary(s: Story) -> None:
     s.expect(grace.tools == () and grace.purpose == "grace", "the grace call offers no tools")
 
 
+@scenario("The iteration cap stops the loop even when budget is left",
+          invariants=("LOOP-1", "LOOP-3", "FIN-1"), stage="finalizer")
+def iteration_cap_binds_before_the_budget(s: Story) -> None:
+    s.limits(max_iterations=2, iteration_budget=5)
+    s.files({"a.txt": "1", "b.txt": "2"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})),
+             tool_calls(("read_file", {"path": "b.txt"})),
+             text("Both files are read; nothing is compared yet."))
+    result = s.turn("Compare every file.")
+    s.expect(result is not None and result.exit_reason is ExitReason.MAX_ITERATIONS,
+             "exit reason max_iterations_reached")
+    s.expect(result is not None and result.budget_used == 2, "two of five budget units spent")
+
+
+@scenario("The iteration budget stops the loop even when the cap is far",
+          invariants=("LOOP-1", "LOOP-3", "FIN-1"), stage="finalizer")
+def budget_binds_before_the_iteration_cap(s: Story) -> None:
+    s.limits(max_iterations=5, iteration_budget=2)
+    s.files({"a.txt": "1", "b.txt": "2"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})),
+             tool_calls(("read_file", {"path": "b.txt"})),
+             text("Both files are read; nothing is compared yet."))
+    result = s.turn("Compare every file.")
+    s.expect(result is not None and result.exit_reason is ExitReason.BUDGET_EXHAUSTED,
+             "exit reason budget_exhausted")
+    s.expect(result is not None and result.api_calls == 3, "two budgeted calls and the grace call")
+
+
 @scenario("A failed write of the final row still delivers the answer, and the tail is closed",
           invariants=("FIN-6", "FIN-3", "LOOP-3", "CTX-2"), stage="finalizer")
 def final_row_write_failure_keeps_the_answer(s: Story) -> None:

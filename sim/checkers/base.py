@@ -171,9 +171,9 @@ def run_all(obs: Observation) -> list[Violation]:
 
 
 def exit_reasons(obs: Observation) -> dict[str, str | None]:
-    """Each turn's recorded exit reason (None where it has no one well-formed exit line)."""
-    return {view.turn_id: view.exit.reason.value if view.exit is not None else None
-            for view in obs.turns.values()}
+    """The recorded exit reason of each turn that has one well-formed exit line."""
+    return {view.turn_id: view.exit.reason.value for view in obs.turns.values()
+            if view.exit is not None}
 
 
 def calls_by_turn(obs: Observation) -> dict[str, list[CallRecord]]:

@@ -27,7 +27,6 @@ from sim.checkers.base import (
     invalid_streak_at_end,
     is_grace,
     refunded_rounds,
-    round_landed,
 )
 from sim.world import CallRecord
 
@@ -86,12 +85,17 @@ def _budget_exhausted(obs: Observation, view: TurnView, line: ExitLine) -> str |
 
 
 def _pending_tool_result(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
-    last = _last_reply(view)
-    if last is None or last.reply is None or not last.reply.tool_calls \
-            or not round_landed(obs, last):
-        return "its last budgeted reply was not a landed tool round"
-    if any(_text(c.reply) for c in view.calls if is_grace(c)):
-        return "its grace call answered in text"
+    """The turn's durable rows end on tool results (then at most the boundary row), and no
+    reply of the turn, grace summary included, gave text that could have answered."""
+    rows = view.rows
+    tools = [i for i, m in enumerate(rows) if m.role is Role.TOOL]
+    if not tools:
+        return "the turn recorded no tool result"
+    after = rows[tools[-1] + 1:]
+    if len(after) > 1 or any(m.tool_calls or m.role is not Role.ASSISTANT for m in after):
+        return "rows other than a boundary row follow its last tool result"
+    if any(_text(c.reply) for c in view.calls):
+        return "a model reply of the turn answered in text"
     return None
 
 

@@ -118,6 +118,10 @@ def budget_accounting(obs: Observation) -> list[Violation]:
             out.append(Violation("budget_accounting", "LOOP-1",
                                  f"{tag} reports {line.api_calls} calls, the provider "
                                  f"saw {len(requests)}"))
+        if regular - refunds > obs.limits.iteration_budget:
+            out.append(Violation("budget_accounting", "LOOP-1",
+                                 f"{tag} spent {regular - refunds} budget units, past its budget "
+                                 f"of {obs.limits.iteration_budget}"))
         if regular > obs.limits.max_iterations or grace > 1:
             out.append(Violation("budget_accounting", "LOOP-1",
                                  f"{tag} made {regular} budgeted calls and {grace} grace calls "

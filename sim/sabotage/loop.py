@@ -37,14 +37,23 @@ def _off_by_one() -> list[AbstractContextManager[Any]]:
     def may_continue(ctx: TurnContext) -> bool:
         state = ctx.state
         return state.api_calls <= ctx.limits.max_iterations
-    return [
-        mock.patch.object(loop, "_loop_may_continue", may_continue),
-        mock.patch.object(context.IterationBudget, "consume", lambda self: True),
-    ]
+    return [mock.patch.object(loop, "_loop_may_continue", may_continue)]
 
 
 sabotage("loop_bound_off_by_one", ("LOOP-1",),
-         "the loop condition uses <= and ignores the budget, allowing one call too many")(_off_by_one)
+         "the loop condition compares api_calls with <=, allowing one call too many")(_off_by_one)
+
+
+def _budget_never_refuses() -> list[AbstractContextManager[Any]]:
+    def consume(self: context.IterationBudget) -> bool:
+        self.used += 1  # counts the unit, but never says the budget is spent
+        return True
+    return [mock.patch.object(context.IterationBudget, "consume", consume)]
+
+
+sabotage("budget_never_refuses", ("LOOP-1",),
+         "spending a budget unit always succeeds, so the loop runs past the iteration budget")(
+    _budget_never_refuses)
 
 
 def _no_refund() -> list[AbstractContextManager[Any]]:

@@ -55,25 +55,15 @@ sabotage("duplicate_tool_result", ("TOOL-3",),
 
 
 def _tool_error_aborts() -> list[AbstractContextManager[Any]]:
-    original_round = tool_round.run_tool_round
-    original_segment = tool_round._run_segment
-    failed: list[bool] = []
+    original = tool_round._run_segment
 
-    async def segment(ctx: TurnContext, seg: Any, specs: Any) -> Any:
-        results = await original_segment(ctx, seg, specs)
-        failed.extend(r.is_error for r in results)
-        return results
-
-    async def aborting(ctx: TurnContext, assistant: Message) -> bool:
-        failed.clear()
-        ok = await original_round(ctx, assistant)
-        if ok and any(failed):
+    async def aborting(ctx: TurnContext, seg: Any, specs: Any) -> Any:
+        results = await original(ctx, seg, specs)
+        if any(r.is_error for r in results):
             ctx.finish(ExitReason.LOCAL_PROCESSING_ERROR, "tool failed", answer="A tool failed.",
                        failed=True)
-            return False
-        return ok
-    return [mock.patch.object(tool_round, "run_tool_round", aborting),
-            mock.patch.object(tool_round, "_run_segment", segment)]
+        return results
+    return [mock.patch.object(tool_round, "_run_segment", aborting)]
 
 
 sabotage("tool_error_ends_turn", ("TOOL-6",),
