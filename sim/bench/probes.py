@@ -1,4 +1,4 @@
-"""What bounds the benchmark's figures: SQLite's commit ceiling, fsyncs, and where time goes.
+"""What bounds the durable figures: SQLite's commit ceiling, fsyncs, and the store hops.
 
 Theory of operation
 -------------------
@@ -13,20 +13,16 @@ These are not timed rows of the engine but probes of the machine and of the turn
   it runs once with 0 turns and once with N, and the difference divided by N is fsyncs per
   turn (opening, migrating and closing the database cancel out). Without ``strace`` the
   figure is null and ``notes`` says why.
-* **Where the time goes**: hops per turn and a split of the durable turn (store ops on
-  aiosqlite's worker, thread-hop overhead, the rest on the loop) from an instrumented run;
-  the GC-tracked objects a turn leaves alive; one cProfile run of the memory row
-  (collector paused), top functions by cumulative and by own time.
+* **Where the durable turn's time goes**: hops per turn and a split of the turn (store ops
+  on aiosqlite's worker, thread-hop overhead, the rest on the loop) from an instrumented
+  run. Where the memory turn's time goes is ``sim.bench.profiling``.
 """
 
 from __future__ import annotations
 
 import collections
-import cProfile
-import gc
 import json
 import os
-import pstats
 import shutil
 import sqlite3
 import subprocess
@@ -40,14 +36,10 @@ from typing import Any
 
 import aiosqlite
 
-from sim.bench import rig as bench_rig
-from sim.bench.rig import AsyncRig, Sizes, SyncRig, check_turn
-from sim.store import MemoryStore
+from sim.bench.rig import AsyncRig, Sizes, check_turn
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-# The benchmark's own frames (the rig's turn and fake model, this module) are left out of
-# the profile: they are the harness, not the engine.
-_OWN_FILES = frozenset(str(Path(f).resolve()) for f in (__file__, bench_rig.__file__))
+# The repository root: the fsync child runs ``python -m sim.bench`` from there.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- the SQLite commit ceiling ------------------------------------------------------------
@@ -171,7 +163,7 @@ def count_fsyncs(sizes: Sizes) -> tuple[float | None, float | None, str]:
     return extra_fsyncs / turns, per_commit, note
 
 
-# -- where the time goes: store hops and retained objects ---------------------------------
+# -- where the durable turn's time goes: store hops ---------------------------------------
 
 
 @dataclass
@@ -245,77 +237,3 @@ async def durable_breakdown(tmp: Path, turns: int) -> dict[str, Any]:
     finally:
         await rig.close()
     return out.figures()
-
-
-def retained_objects(turns: int) -> float:
-    """GC-tracked objects the memory row keeps alive per turn (what each full collection scans).
-
-    ``len(gc.get_objects())`` after a full collection, before and after ``turns`` turns of
-    fresh sessions on one simulated world: the world's record (store rows, events, call
-    records, ledger) and the engine's session caches.
-    """
-    rig = SyncRig(MemoryStore())
-    check_turn(rig.turn("warm"))
-    gc.collect()
-    before = len(gc.get_objects())
-    for i in range(turns):
-        rig.turn(f"k{i}")
-    gc.collect()
-    return (len(gc.get_objects()) - before) / turns
-
-
-# -- profile ------------------------------------------------------------------------------
-
-
-def _where(key: tuple[str, int, str]) -> str:
-    filename, line, func = key
-    if filename == "~":
-        return func  # a builtin, e.g. "<method 'append' of 'list' objects>"
-    path = Path(filename)
-    try:
-        shown = str(path.resolve().relative_to(PROJECT_ROOT))
-    except ValueError:
-        shown = "/".join(path.parts[-2:])
-    return f"{shown}:{line} {func}"
-
-
-def profile(sizes: Sizes, top: int = 8) -> dict[str, Any]:
-    """cProfile of the memory row: top functions by cumulative and by own time.
-
-    The cyclic collector is paused while profiling: its pauses would otherwise be charged
-    to whichever function happened to allocate (the gc share is its own row).
-    """
-    rig = SyncRig(MemoryStore())
-    for i in range(sizes.warmup_turns):
-        check_turn(rig.turn(f"w{i}"))
-    turn = rig.turn
-    effects0 = rig.driver.effects_performed
-    profiler = cProfile.Profile()
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        profiler.enable()
-        for i in range(sizes.profile_turns):
-            turn(f"p{i}")
-        profiler.disable()
-    finally:
-        if was_enabled:
-            gc.enable()
-    effects = (rig.driver.effects_performed - effects0) / max(1, sizes.profile_turns)
-    stats: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = (
-        pstats.Stats(profiler).stats)  # type: ignore[attr-defined]
-    rows = [(key, tt, ct) for key, (_cc, _nc, tt, ct, _callers) in stats.items()
-            if str(Path(key[0]).resolve()) not in _OWN_FILES and "_lsprof" not in key[2]]
-    total = sum(tt for _, tt, _ in rows) or 1.0
-    cumulative = sorted(rows, key=lambda r: r[2], reverse=True)[:top]
-    own = sorted(rows, key=lambda r: r[1], reverse=True)[:top]
-    return {
-        "turns": sizes.profile_turns,
-        "total_s": total,
-        "us_per_turn_profiled": total / max(1, sizes.profile_turns) * 1e6,
-        "effects_per_turn": effects,
-        "gc": "paused while profiling",
-        "cumulative": [{"function": _where(k), "share": ct / total} for k, _, ct in cumulative],
-        "self": [{"function": _where(k), "share": tt / total} for k, tt, _ in own],
-    }

@@ -1,12 +1,15 @@
-"""The benchmark report as a table: one line per figure, then targets, peers and profile.
+"""The benchmark report as a table: one line per figure, then the ratios, then what bounds them.
 
 Theory of operation
 -------------------
 ``render(report)`` is a pure function of the JSON document ``sim.bench.measure`` returns,
 so ``hermes-ref bench`` and ``hermes-ref bench --json`` always show the same figures. Each
-figure is its median and [min - max]; a figure with a target shows PASS or MISS; a figure
-that was not measured shows null with the reason from ``notes``. Numbers of 100 or more
-are rounded to whole units, smaller ones keep one or two decimals.
+figure is its median and [min - max]; a ratio with a target shows the target and PASS or
+MISS (targets are only ever on ratios, see ``sim.bench.ratios``); a figure that was not
+measured shows null with the reason from ``notes``. Below the figures come the ratios with
+their targets, what bounds the memory row (its time against the calibration's, and the
+profile's own time by layer and by file), the durable turn's store hops and the profile.
+Numbers of 100 or more are rounded to whole units, smaller ones keep one or two decimals.
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ def _fmt(value: float | None) -> str:
 
 
 _ROWS: tuple[tuple[str, str], ...] = (
+    ("calibration_turns_per_s", "recorded effects replayed, bare coroutine + minimal loop"),
+    ("calibration_effects_per_turn", "effects in the recorded memory turn"),
     ("memory_turns_per_s", "SimDriver + MemoryStore, fresh world per 20-turn schedule"),
+    ("memory_share_of_calibration", "memory turns/s / calibration turns/s"),
     ("memory_gc_share", "share of wall time in the cyclic GC"),
     ("memory_turns_per_s_one_world", "diagnostic: one world kept for the whole rep"),
     ("memory_one_world_gc_share", "diagnostic: its share of wall time in the GC"),
@@ -33,7 +39,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("memory_gc_tracked_objects_per_turn", "kept alive per turn by the world + engine"),
     ("sim_sqlite_turns_per_s", "SimDriver + SqliteStore (FULL, file)"),
     ("sim_sqlite_commits_per_turn", "store.commits delta"),
-    ("sim_sqlite_commit_share_of_ceiling", "x commits / stdlib ceiling"),
+    ("sim_sqlite_commit_share_of_ceiling", "turns/s x commits / stdlib ceiling"),
     ("sim_sqlite_turns_per_s_commit_bound", "stdlib ceiling / commits per turn"),
     ("sim_sqlite_gc_share", "share of wall time in the cyclic GC"),
     ("durable_turns_per_s", "AsyncDriver + AsyncSqliteStore (FULL, file)"),
@@ -44,7 +50,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("durable_us_outside_store", "us/turn on the loop: engine + driver + fake"),
     ("durable_fsyncs_per_turn", "strace -f -c, counted"),
     ("durable_fsyncs_per_commit", "strace -f -c, counted"),
-    ("durable_commit_share_of_ceiling", "x commits / aiosqlite ceiling"),
+    ("durable_commit_share_of_ceiling", "turns/s x commits / aiosqlite ceiling"),
     ("durable_turns_per_s_commit_bound", "aiosqlite ceiling / commits per turn"),
     ("durable_gc_share", "share of wall time in the cyclic GC"),
     ("memory_growth_late_over_early", "one session, late/early turn time"),
@@ -66,59 +72,96 @@ _ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
-def render(report: dict[str, Any]) -> str:
+def _header(report: dict[str, Any]) -> list[str]:
     sizes, machine = report["sizes"], report["machine"]
-    lines = [
+    return [
         f"hermes-ref bench ({sizes['name']}: {sizes['reps']} reps x {sizes['rep_s']:g} s, "
         f"scaling {sizes['scaling_reps']} x {sizes['scaling_turns']} turns) on "
         f"{machine['cpu_count']} CPUs, Python {machine['python']}, SQLite {machine['sqlite']}, "
         f"aiosqlite {machine['aiosqlite']}",
-        "",
+        f"CPU {machine['cpu']}, platform {machine['platform']}",
+    ]
+
+
+def _target(ratio: dict[str, Any]) -> str:
+    return f"{ratio['target']['op']} {ratio['target']['bound']:g}"
+
+
+def _figures(report: dict[str, Any]) -> list[str]:
+    lines = [
         f"{'figure':<38} {'median':>10} {'[min - max]':>23}  {'target':<12} how",
         "-" * 110,
     ]
-    targets = report["targets"]
+    ratios = report["ratios"]
     for name, how in _ROWS:
         stat = report.get(name)
         target = ""
-        if name in targets:
-            t = targets[name]
-            target = f"{t['target']} {'PASS' if t['pass'] else 'MISS'}"
+        if name in ratios:
+            target = f"{_target(ratios[name])} {'PASS' if ratios[name]['pass'] else 'MISS'}"
         if stat is None:
             reason = report["notes"].get(name, "not measured")
             lines.append(f"{name:<38} {'null':>10} {'':>23}  {target:<12} {reason}")
             continue
         span = f"[{_fmt(stat['min'])} - {_fmt(stat['max'])}]"
         lines.append(f"{name:<38} {_fmt(stat['median']):>10} {span:>23}  {target:<12} {how}")
-    lines.append("")
-    lines.append("targets:")
-    for name, t in targets.items():
-        verdict = "PASS" if t["pass"] else "MISS"
-        lines.append(f"  {verdict}  {name} = {_fmt(t['median'])} (target {t['target']}: {t['what']})")
-    peers = report["peers"]
-    lines.append(
-        f"peers (same scripted turn, same machine class): best in-memory {peers['memory_turns_per_s']} "
-        f"turns/s, best durable {peers['durable_turns_per_s']} turns/s, growth late/early "
-        f"{peers['growth_late_over_early'][0]}-{peers['growth_late_over_early'][1]}x")
+    return lines
+
+
+def _ratios(report: dict[str, Any]) -> list[str]:
+    lines = ["ratios (every target is on a ratio of two figures of this run):"]
+    for name, r in report["ratios"].items():
+        verdict = "PASS" if r["pass"] else "MISS"
+        lines.append(f"  {verdict}  {name} = {_fmt(r['value'])} [{_fmt(r['min'])} - "
+                     f"{_fmt(r['max'])}] (target {_target(r)}: {r['what']})")
     fsync_note = report["notes"].get("durable_fsyncs_per_turn")
     if fsync_note:
         lines.append(f"fsyncs: {fsync_note}")
+    return lines
+
+
+def _memory_bound(report: dict[str, Any]) -> list[str]:
+    bound = report["memory_bound"]
+    effects = report["calibration_effects_per_turn"]["median"]
+    layers = ", ".join(f"{layer['name']} {layer['share'] * 100:.0f}%"
+                       for layer in bound["by_layer"])
+    return [
+        f"what bounds memory_share_of_calibration: a memory turn takes "
+        f"{bound['memory_us_per_turn']:.0f} us, its {effects:g} effects alone "
+        f"{bound['calibration_us_per_turn']:.1f} us (calibration); the other "
+        f"{bound['us_beyond_calibration']:.0f} us are the engine and the simulated world.",
+        f"  own time by layer (profile below): {layers}",
+        "  own time by file: " + ", ".join(
+            f"{f['name']} {f['share'] * 100:.1f}%" for f in report["profile"]["by_file"]),
+    ]
+
+
+def _breakdown(report: dict[str, Any]) -> list[str]:
     breakdown = report["durable_breakdown"]
-    lines.append("")
-    lines.append(f"durable turn, instrumented ({breakdown['us_per_turn']:.0f} us/turn): "
-                 "store hops per turn, wall per hop, of which the op on the worker")
+    lines = [f"durable turn, instrumented ({breakdown['us_per_turn']:.0f} us/turn): "
+             "store hops per turn, wall per hop, of which the op on the worker"]
     for name, op in breakdown["ops"].items():
         lines.append(f"  {name:<18} {op['per_turn']:4.1f}/turn  hop {op['hop_us']:5.0f} us  "
                      f"op {op['op_us']:5.0f} us")
+    return lines
+
+
+def _profile(report: dict[str, Any]) -> list[str]:
     profile = report["profile"]
-    lines.append("")
-    lines.append(
+    lines = [
         f"where the time goes: cProfile of the memory row, {profile['turns']} turns, "
-        f"{profile['effects_per_turn']:g} effects/turn, {profile['us_per_turn_profiled']:.0f} us/turn "
-        f"under the profiler, GC paused (shares of total)")
-    lines.append(f"  {'cumulative':<53} | own time")
+        f"{profile['effects_per_turn']:g} effects/turn, {profile['us_per_turn_profiled']:.0f} "
+        f"us/turn under the profiler, GC paused (shares of total)",
+        f"  {'cumulative':<53} | own time, calls per turn",
+    ]
     for cum, own in zip(profile["cumulative"], profile["self"], strict=False):
         left = f"{cum['share'] * 100:5.1f}%  {cum['function']}"[:53]
-        right = f"{own['share'] * 100:5.1f}%  {own['function']}"[:54]
+        right = f"{own['share'] * 100:5.1f}% {own['calls_per_turn']:4.0f}x {own['function']}"[:60]
         lines.append(f"  {left:<53} | {right}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def render(report: dict[str, Any]) -> str:
+    """The whole table: header, figures, ratios, what bounds them, durable split, profile."""
+    sections = (_header(report), _figures(report), _ratios(report), _memory_bound(report),
+                _breakdown(report), _profile(report))
+    return "\n\n".join("\n".join(section) for section in sections) + "\n"

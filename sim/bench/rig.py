@@ -2,14 +2,15 @@
 
 Theory of operation
 -------------------
-Every row runs the scripted turn the peer frameworks were measured with: the user says
+Every row runs one scripted turn: the user says
 "hi", the model calls one fast tool (``read_file`` of a 2-byte file in ``SimTools``), the
 tool result goes back, the model answers "done". That is two model calls, one tool call
 and four stored messages per turn. The fake model is in process and looks only at the
 last message, so its cost does not grow with the history.
 
 * ``SyncRig``: a simulated ``World`` (``MemoryStore`` or ``SqliteStore``), the engine and
-  ``SimDriver``; ``turn(session_id)`` runs one turn.
+  ``SimDriver``; ``turn(session_id)`` runs one turn, ``turn_coro(session_id)`` only builds
+  the engine's coroutine for it (the calibration drives that one through its recorder).
 * ``AsyncRig``: an ``AsyncSqliteStore`` (``synchronous=FULL``) on a file, the engine and
   ``AsyncDriver``, with the same fake behind ``async def complete``.
 * ``check_turn`` refuses a turn that did not end as scripted, so no row ever times a
@@ -20,8 +21,10 @@ last message, so its cost does not grow with the history.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hermes_ref.effects import ProviderRequest
 from hermes_ref.engine import Engine
@@ -104,8 +107,11 @@ class SyncRig:
         self.engine = Engine(tools=REFERENCE_TOOLS, holder=self.world.holder)
         self.driver = SimDriver(self.world)
 
+    def turn_coro(self, session_id: str) -> Coroutine[Any, Any, TurnResult]:
+        return self.engine.run_turn(TurnInput(session_id=session_id, text="hi"))
+
     def turn(self, session_id: str) -> TurnResult:
-        return self.driver.run(self.engine.run_turn(TurnInput(session_id=session_id, text="hi")))
+        return self.driver.run(self.turn_coro(session_id))
 
     def commits(self) -> int:
         return int(getattr(self.store, "commits", 0))

@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 Every row runs the scripted turn of ``sim.bench.rig`` and returns raw per-repetition
-values; ``sim.bench.measure`` turns them into medians [min-max].
+values; ``sim.bench.runner.measure`` turns them into medians [min-max]. The calibration
+row, timed the same way, is in ``sim.bench.calibration``.
 
-* **Throughput rows** start a fresh session for every turn (as the peers were measured).
+* **Throughput rows** start a fresh session for every turn.
   Each repetition builds a fresh rig (world or store, engine, driver), runs
   ``warmup_turns`` untimed turns, then as many turns as fit in ``rep_s`` seconds. The
   figure is the median [min-max] of the repetitions' turns/s. Commits per turn are the
@@ -22,7 +23,7 @@ values; ``sim.bench.measure`` turns them into medians [min-max].
   ``sqlite3.Connection.set_trace_callback`` on its connection (``store._conn``, a private
   attribute: the store has no public hook and the benchmark must not change it). The
   callback receives each statement with its parameters expanded; the lengths of the
-  INSERT/UPDATE/REPLACE texts are summed per turn, exactly as the peers were measured.
+  INSERT/UPDATE/REPLACE texts are summed per turn.
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ from sim.world import CrashableStore
 # -- throughput ---------------------------------------------------------------------------
 
 
-class _GcClock:
+class GcClock:
     """Wall time spent in the cyclic garbage collector, from ``gc.callbacks``."""
 
     def __init__(self) -> None:
         self.total_s = 0.0
         self._started = 0.0
 
-    def __enter__(self) -> _GcClock:
+    def __enter__(self) -> GcClock:
         gc.callbacks.append(self._callback)
         return self
 
@@ -67,6 +68,8 @@ class _GcClock:
 
 @dataclass
 class Throughput:
+    """Per-repetition turns/s, commits per turn and share of wall time in the GC."""
+
     rates: list[float] = field(default_factory=list)
     commits_per_turn: list[float] = field(default_factory=list)
     gc_share: list[float] = field(default_factory=list)
@@ -100,7 +103,7 @@ def sync_throughput(
             if gc_off:
                 gc.disable()
             try:
-                with _GcClock() as gc_clock:
+                with GcClock() as gc_clock:
                     n = 0
                     start = time.perf_counter()
                     deadline = start + sizes.rep_s
@@ -132,7 +135,7 @@ def schedule_throughput(sizes: Sizes) -> Throughput:
         for i in range(sizes.warmup_turns):
             check_turn(SyncRig(MemoryStore()).turn(f"w{i}"))
         gc.collect()
-        with _GcClock() as gc_clock:
+        with GcClock() as gc_clock:
             n = 0
             start = time.perf_counter()
             deadline = start + sizes.rep_s
@@ -148,6 +151,7 @@ def schedule_throughput(sizes: Sizes) -> Throughput:
 
 
 async def durable_throughput(tmp: Path, sizes: Sizes) -> Throughput:
+    """``sync_throughput`` on the asyncio rig: a fresh database file per repetition."""
     out = Throughput()
     for rep in range(sizes.reps):
         rig = await AsyncRig.open(tmp / f"durable-{rep}.db")
@@ -157,7 +161,7 @@ async def durable_throughput(tmp: Path, sizes: Sizes) -> Throughput:
             turn = rig.turn
             commits0 = rig.store.commits
             gc.collect()
-            with _GcClock() as gc_clock:
+            with GcClock() as gc_clock:
                 n = 0
                 start = time.perf_counter()
                 deadline = start + sizes.rep_s
@@ -178,6 +182,8 @@ async def durable_throughput(tmp: Path, sizes: Sizes) -> Throughput:
 
 @dataclass
 class Scaling:
+    """Per-repetition growth (late over early turn time) and the two medians, in ms."""
+
     growth: list[float] = field(default_factory=list)
     early_ms: list[float] = field(default_factory=list)
     late_ms: list[float] = field(default_factory=list)
@@ -230,6 +236,7 @@ def memory_scaling(sizes: Sizes) -> tuple[Scaling, Scaling]:
 
 
 async def durable_scaling(tmp: Path, sizes: Sizes) -> Scaling:
+    """Turn times of one long session on the asyncio rig, one database file per rep."""
     out = Scaling()
     for rep in range(sizes.scaling_reps):
         rig = await AsyncRig.open(tmp / f"scaling-{rep}.db")

@@ -9,15 +9,23 @@ says in its own docstring exactly how it measures:
 * ``sim.bench.rig``: the scripted turn (two model calls, one tool call, four stored
   messages) and the rigs that run it, in memory, on ``SqliteStore`` and on
   ``AsyncSqliteStore`` with the asyncio driver;
+* ``sim.bench.calibration``: the floor of the effect machinery: one memory turn's effects
+  recorded, then replayed by a bare coroutine through a minimal driver loop;
 * ``sim.bench.rows``: the timed rows: throughput (fresh session per turn, with the share
   of time in the cyclic GC), scaling (one long session, late over early turn time) and
   SQL bytes per turn;
-* ``sim.bench.probes``: what bounds them: SQLite's commit ceiling, fsyncs counted under
-  strace (a child ``python -m sim.bench --fsync-probe N``), and where the time goes
-  (instrumented store hops, retained objects, cProfile).
+* ``sim.bench.probes``: what bounds the durable rows: SQLite's commit ceilings, fsyncs
+  counted under strace (a child ``python -m sim.bench --fsync-probe N``) and the store
+  hops of an instrumented turn;
+* ``sim.bench.profiling``: what bounds the memory row: cProfile (by function, file and
+  layer) and the objects a turn keeps alive;
+* ``sim.bench.ratios``: the shape of a figure, and the targets, all on ratios.
 
-This module owns the sizes, the targets and peers, and the report: every figure is the
-median [min-max] of its repetitions (``summary``), or one counted value (``one``).
+This module owns the sizes and the report. ``measure`` calls one function per family of
+rows (ceilings, memory, SQLite, scaling, probes); each returns its figures, and the
+ratios are judged last, on the assembled report. The ceilings run first because the
+commit shares divide by them; the calibration runs just before the memory row so the two
+see the machine in the same state.
 
 Sizes: ``FULL`` (default), ``QUICK`` (``--quick``) and ``TINY`` (for the smoke test), chosen
 by ``main(sizes=...)`` or the environment variable ``HERMES_REF_BENCH_SIZES``
@@ -44,13 +52,14 @@ from typing import Any, TextIO
 
 import aiosqlite
 
-from sim.bench import probes, rows
+from sim.bench import calibration, probes, profiling, rows
+from sim.bench.ratios import TARGETS, Stat, judge, one, share_of, summary
 from sim.bench.render import render
 from sim.bench.rig import Sizes
 from sim.sqlite_store import SqliteStore
 from sim.store import MemoryStore
 
-__all__ = ["FULL", "QUICK", "SIZES_ENV", "TINY", "Sizes", "main"]
+__all__ = ["FULL", "QUICK", "SIZES_ENV", "TARGETS", "TINY", "Sizes", "cli", "main", "measure"]
 
 SIZES_ENV = "HERMES_REF_BENCH_SIZES"
 
@@ -61,40 +70,24 @@ TINY = Sizes(name="tiny", reps=2, rep_s=0.01, warmup_turns=1, scaling_turns=8, s
              scaling_reps=1, fsync_turns=2, profile_turns=5, schedule_turns=2)
 _BY_NAME = {s.name: s for s in (FULL, QUICK, TINY)}
 
-# Peers measured on this machine class with the same scripted turn, shown for context.
-PEERS = {
-    "memory_turns_per_s": 300,     # openai-agents, no session
-    "durable_turns_per_s": 106,    # langgraph SqliteSaver (stdlib), file
-    "growth_late_over_early": [5, 13],
-}
-
-# name -> (comparison, bound, what it means)
-TARGETS: dict[str, tuple[str, float, str]] = {
-    "memory_turns_per_s": (">=", 5000.0, "simulated turns/s in memory"),
-    "durable_turns_per_s": (">=", 500.0, "durable turns/s, asyncio driver, SQLite FULL"),
-    "memory_growth_late_over_early": ("<=", 1.3, "turn time growth, memory"),
-    "durable_growth_late_over_early": ("<=", 1.3, "turn time growth, durable"),
-    "bytes_late_over_early": ("<=", 1.1, "SQL bytes per turn flat (append-only)"),
-}
-
-Stat = dict[str, float]
+# -- the row groups: each runs one family of measurements and returns its figures --------
 
 
-def one(value: float) -> Stat:
-    """A single counted value in the same shape as ``summary``."""
-    return {"median": value, "min": value, "max": value}
-
-
-def summary(values: Sequence[float]) -> Stat:
-    """Median, min and max of a non-empty sequence."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-# -- the report ---------------------------------------------------------------------------
+def _cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
 
 
 def _machine() -> dict[str, Any]:
     return {
+        "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
@@ -103,137 +96,176 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def _share(rate: Stat, commits_per_turn: float, ceiling: Stat) -> Stat:
-    """Commits/s used by a row as a fraction of the ceiling's median."""
-    limit = ceiling["median"]
-    return {k: rate[k] * commits_per_turn / limit for k in ("median", "min", "max")}
-
-
 def _progress(stream: TextIO | None, message: str) -> None:
     if stream is not None:
         stream.write(f"bench: {message}\n")
         stream.flush()
 
 
+def _ceiling_rows(tmp: Path, sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
+    """SQLite's commit ceilings on this machine: the denominators of the commit shares."""
+    _progress(progress, "sqlite commit ceilings")
+    return {
+        "sqlite_commit_ceiling_per_s": summary(
+            probes.stdlib_ceiling(tmp / "ceiling-stdlib.db", sizes)),
+        "aiosqlite_commit_ceiling_per_s": summary(
+            asyncio.run(probes.aiosqlite_ceiling(tmp / "ceiling-aio.db", sizes))),
+    }
+
+
+def _memory_rows(sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
+    """The calibration, the memory row as a share of it, and the memory diagnostics."""
+    _progress(progress, "calibration (recorded effects, bare replay)")
+    tape = calibration.record()
+    calibrated = calibration.calibration_throughput(tape, sizes)
+    _progress(progress, "memory_turns_per_s")
+    memory = rows.schedule_throughput(sizes)
+    _progress(progress, "memory_turns_per_s_one_world (diagnostic)")
+    one_world = rows.sync_throughput(lambda rep: MemoryStore(), sizes)
+    _progress(progress, "memory_turns_per_s_gc_paused (diagnostic)")
+    gc_off = rows.sync_throughput(lambda rep: MemoryStore(), sizes, gc_off=True)
+    out: dict[str, Any] = {
+        "calibration_turns_per_s": summary(calibrated.rates),
+        "calibration_effects_per_turn": one(len(tape.steps)),
+        "calibration": {"effects": list(tape.kinds())},
+        "memory_turns_per_s": summary(memory.rates),
+        "memory_gc_share": summary(memory.gc_share),
+        "memory_turns_per_s_one_world": summary(one_world.rates),
+        "memory_one_world_gc_share": summary(one_world.gc_share),
+        "memory_turns_per_s_gc_paused": summary(gc_off.rates),
+    }
+    out["memory_share_of_calibration"] = share_of(out["memory_turns_per_s"],
+                                                  out["calibration_turns_per_s"])
+    return out
+
+
+def _commit_rows(prefix: str, row: rows.Throughput, ceiling: Stat) -> dict[str, Any]:
+    """A durable row's turns/s and commits, as a share of its ceiling and the bound it sets."""
+    turns_per_s = summary(row.rates)
+    commits_per_turn = statistics.median(row.commits_per_turn)
+    return {
+        f"{prefix}_turns_per_s": turns_per_s,
+        f"{prefix}_commits_per_turn": summary(row.commits_per_turn),
+        f"{prefix}_gc_share": summary(row.gc_share),
+        f"{prefix}_commit_share_of_ceiling": share_of(turns_per_s, ceiling, commits_per_turn),
+        f"{prefix}_turns_per_s_commit_bound": {
+            k: ceiling[k] / commits_per_turn for k in ("median", "min", "max")},
+    }
+
+
+def _sqlite_rows(tmp: Path, sizes: Sizes, ceilings: dict[str, Any],
+                 progress: TextIO | None) -> dict[str, Any]:
+    """The rows on SQLite files: SimDriver + SqliteStore, and the durable asyncio row."""
+    _progress(progress, "sim_sqlite_turns_per_s")
+    sim_sqlite = rows.sync_throughput(
+        lambda rep: SqliteStore(tmp / f"sim-{rep}.db", synchronous="FULL"), sizes)
+    _progress(progress, "durable_turns_per_s")
+    durable = asyncio.run(rows.durable_throughput(tmp, sizes))
+    breakdown = asyncio.run(probes.durable_breakdown(tmp, max(1, sizes.fsync_turns)))
+    out = _commit_rows("sim_sqlite", sim_sqlite, ceilings["sqlite_commit_ceiling_per_s"])
+    out.update(_commit_rows("durable", durable, ceilings["aiosqlite_commit_ceiling_per_s"]))
+    out["durable_store_hops_per_turn"] = one(breakdown["hops_per_turn"])
+    for part in ("us_in_store_ops", "us_hop_overhead", "us_outside_store"):
+        out[f"durable_{part}"] = one(breakdown[part])
+    out["durable_breakdown"] = breakdown
+    return out
+
+
+def _scaling_rows(tmp: Path, sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
+    """One long session: late over early turn time, HTTP encoding, SQL bytes per turn."""
+    _progress(progress, "scaling (one session)")
+    memory, encode = rows.memory_scaling(sizes)
+    durable = asyncio.run(rows.durable_scaling(tmp, sizes))
+    _progress(progress, "bytes per turn")
+    bytes_turns, bytes_commits = rows.bytes_per_turn(tmp, sizes)
+    out: dict[str, Any] = {}
+    for prefix, scaling, unit in (("memory", memory, "turn_ms"),
+                                  ("http_encode", encode, "ms_per_turn"),
+                                  ("durable", durable, "turn_ms")):
+        out[f"{prefix}_growth_late_over_early"] = summary(scaling.growth)
+        out[f"{prefix}_{unit}_early"] = summary(scaling.early_ms)
+        out[f"{prefix}_{unit}_late"] = summary(scaling.late_ms)
+    w = sizes.scaling_window
+    early, late = bytes_turns[:w], bytes_turns[-w:]
+    out["bytes_per_turn_early"] = summary(early)
+    out["bytes_per_turn_late"] = summary(late)
+    out["bytes_late_over_early"] = one(
+        statistics.median(late) / max(1.0, statistics.median(early)))
+    out["commits_per_turn_early"] = summary(bytes_commits[:w])
+    out["commits_per_turn_late"] = summary(bytes_commits[-w:])
+    return out
+
+
+def _probe_rows(sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
+    """Counted fsyncs (strace), the memory profile and the objects a turn keeps alive."""
+    _progress(progress, "fsyncs (strace)")
+    per_turn, per_commit, fsync_note = probes.count_fsyncs(sizes)
+    _progress(progress, "profile")
+    return {
+        "durable_fsyncs_per_turn": None if per_turn is None else one(per_turn),
+        "durable_fsyncs_per_commit": None if per_commit is None else one(per_commit),
+        "fsync_note": fsync_note,
+        "profile": profiling.profile(sizes),
+        "memory_gc_tracked_objects_per_turn": one(
+            profiling.retained_objects(max(1, min(1000, sizes.profile_turns)))),
+    }
+
+
+def _memory_bound(report: dict[str, Any]) -> dict[str, Any]:
+    """A memory turn's time against the calibration's, and the profile's layers."""
+    turn_us = 1e6 / report["memory_turns_per_s"]["median"]
+    floor_us = 1e6 / report["calibration_turns_per_s"]["median"]
+    return {
+        "memory_us_per_turn": turn_us,
+        "calibration_us_per_turn": floor_us,
+        "us_beyond_calibration": turn_us - floor_us,
+        "by_layer": report["profile"]["by_layer"],
+        "top_own_time": report["profile"]["self"][:5],
+    }
+
+
+def _notes(sizes: Sizes, fsync_note: str) -> dict[str, str]:
+    w, n = sizes.scaling_window, sizes.scaling_turns
+    return {
+        "durable_fsyncs_per_turn": fsync_note,
+        "bytes_per_turn": (
+            f"expanded INSERT/UPDATE SQL text per turn (trace callback on SqliteStore._conn), "
+            f"turns 1-{w} vs {n - w + 1}-{n} of one session"),
+        "growth": (f"median turn time of turns {n - w + 1}-{n} over turns 1-{w} of one "
+                   f"session, {sizes.scaling_reps} reps"),
+        "gc_share": "time inside the cyclic garbage collector (gc.callbacks) / wall time",
+        "memory_turns_per_s_gc_paused": (
+            "diagnostic, not a target: the memory row with gc.disable() during the timed turns"),
+        "calibration": (
+            "one memory turn recorded through a wrapper of SimDriver, replayed by a bare "
+            "coroutine awaiting the same effect objects, answered from the recording"),
+        "durable_breakdown": (
+            "separate instrumented run: a timing wrapper on AsyncSqliteStore._hop (private)"),
+        "http_encode": (
+            "diagnostic: hermes_ref.shell.http_provider.encode_body on the requests "
+            "the memory scaling run recorded, 2 per turn, best of 5; not part of any timed row"),
+        "commit_share": (
+            "turns/s x commits/turn / the ceiling's median (aiosqlite for durable)"),
+        "commit_bound": "ceiling / commits per turn: turns/s if commits were the only cost",
+        "share_of_calibration": "memory turns/s (median, min, max) / calibration median",
+    }
+
+
 def measure(sizes: Sizes, progress: TextIO | None = None) -> dict[str, Any]:
     """Run every measurement and return the report (the JSON document)."""
-    report: dict[str, Any] = {}
-    notes: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as tmp_name:
         tmp = Path(tmp_name)
-
-        _progress(progress, "sqlite commit ceilings")
-        stdlib_ceiling = summary(probes.stdlib_ceiling(tmp / "ceiling-stdlib.db", sizes))
-        aio_ceiling = summary(asyncio.run(probes.aiosqlite_ceiling(tmp / "ceiling-aio.db", sizes)))
-
-        _progress(progress, "memory_turns_per_s")
-        memory = rows.schedule_throughput(sizes)
-        _progress(progress, "memory_turns_per_s_one_world (diagnostic)")
-        memory_one_world = rows.sync_throughput(lambda rep: MemoryStore(), sizes)
-        _progress(progress, "memory_turns_per_s_gc_paused (diagnostic)")
-        memory_gc_off = rows.sync_throughput(lambda rep: MemoryStore(), sizes, gc_off=True)
-        _progress(progress, "sim_sqlite_turns_per_s")
-        sim_sqlite = rows.sync_throughput(
-            lambda rep: SqliteStore(tmp / f"sim-{rep}.db", synchronous="FULL"), sizes)
-        _progress(progress, "durable_turns_per_s")
-        durable = asyncio.run(rows.durable_throughput(tmp, sizes))
-        breakdown = asyncio.run(probes.durable_breakdown(tmp, max(1, sizes.fsync_turns)))
-
-        _progress(progress, "scaling (one session)")
-        memory_scaling, encode_scaling = rows.memory_scaling(sizes)
-        durable_scaling = asyncio.run(rows.durable_scaling(tmp, sizes))
-        _progress(progress, "bytes per turn")
-        bytes_turns, bytes_commits = rows.bytes_per_turn(tmp, sizes)
-
-    _progress(progress, "fsyncs (strace)")
-    fsyncs_per_turn, fsyncs_per_commit, fsync_note = probes.count_fsyncs(sizes)
-    _progress(progress, "profile")
-    profile = probes.profile(sizes)
-    retained = probes.retained_objects(max(1, min(1000, sizes.profile_turns)))
-
-    w = sizes.scaling_window
-    early_bytes, late_bytes = bytes_turns[:w], bytes_turns[-w:]
-    durable_cpt = statistics.median(durable.commits_per_turn)
-    sim_cpt = statistics.median(sim_sqlite.commits_per_turn)
-    report["memory_turns_per_s"] = summary(memory.rates)
-    report["memory_gc_share"] = summary(memory.gc_share)
-    report["memory_turns_per_s_one_world"] = summary(memory_one_world.rates)
-    report["memory_one_world_gc_share"] = summary(memory_one_world.gc_share)
-    report["memory_turns_per_s_gc_paused"] = summary(memory_gc_off.rates)
-    report["memory_gc_tracked_objects_per_turn"] = one(retained)
-    report["sim_sqlite_turns_per_s"] = summary(sim_sqlite.rates)
-    report["sim_sqlite_commits_per_turn"] = summary(sim_sqlite.commits_per_turn)
-    report["sim_sqlite_gc_share"] = summary(sim_sqlite.gc_share)
-    report["durable_turns_per_s"] = summary(durable.rates)
-    report["durable_commits_per_turn"] = summary(durable.commits_per_turn)
-    report["durable_store_hops_per_turn"] = one(breakdown["hops_per_turn"])
-    report["durable_us_in_store_ops"] = one(breakdown["us_in_store_ops"])
-    report["durable_us_hop_overhead"] = one(breakdown["us_hop_overhead"])
-    report["durable_us_outside_store"] = one(breakdown["us_outside_store"])
-    report["durable_gc_share"] = summary(durable.gc_share)
-    report["durable_fsyncs_per_turn"] = None if fsyncs_per_turn is None else one(fsyncs_per_turn)
-    report["durable_fsyncs_per_commit"] = (
-        None if fsyncs_per_commit is None else one(fsyncs_per_commit))
-    report["memory_growth_late_over_early"] = summary(memory_scaling.growth)
-    report["memory_turn_ms_early"] = summary(memory_scaling.early_ms)
-    report["memory_turn_ms_late"] = summary(memory_scaling.late_ms)
-    report["http_encode_growth_late_over_early"] = summary(encode_scaling.growth)
-    report["http_encode_ms_per_turn_early"] = summary(encode_scaling.early_ms)
-    report["http_encode_ms_per_turn_late"] = summary(encode_scaling.late_ms)
-    report["durable_growth_late_over_early"] = summary(durable_scaling.growth)
-    report["durable_turn_ms_early"] = summary(durable_scaling.early_ms)
-    report["durable_turn_ms_late"] = summary(durable_scaling.late_ms)
-    report["bytes_per_turn_early"] = summary(early_bytes)
-    report["bytes_per_turn_late"] = summary(late_bytes)
-    report["bytes_late_over_early"] = one(
-        statistics.median(late_bytes) / max(1.0, statistics.median(early_bytes)))
-    report["commits_per_turn_early"] = summary(bytes_commits[:w])
-    report["commits_per_turn_late"] = summary(bytes_commits[-w:])
-    report["sqlite_commit_ceiling_per_s"] = stdlib_ceiling
-    report["aiosqlite_commit_ceiling_per_s"] = aio_ceiling
-    report["durable_commit_share_of_ceiling"] = _share(report["durable_turns_per_s"], durable_cpt,
-                                                        aio_ceiling)
-    report["sim_sqlite_commit_share_of_ceiling"] = _share(report["sim_sqlite_turns_per_s"], sim_cpt,
-                                                           stdlib_ceiling)
-    report["durable_turns_per_s_commit_bound"] = {
-        k: aio_ceiling[k] / durable_cpt for k in ("median", "min", "max")}
-    report["sim_sqlite_turns_per_s_commit_bound"] = {
-        k: stdlib_ceiling[k] / sim_cpt for k in ("median", "min", "max")}
-
-    notes["durable_fsyncs_per_turn"] = fsync_note
-    notes["bytes_per_turn"] = (
-        f"expanded INSERT/UPDATE SQL text per turn (trace callback on SqliteStore._conn), "
-        f"turns 1-{w} vs {sizes.scaling_turns - w + 1}-{sizes.scaling_turns} of one session")
-    notes["growth"] = (
-        f"median turn time of turns {sizes.scaling_turns - w + 1}-{sizes.scaling_turns} over "
-        f"turns 1-{w} of one session, {sizes.scaling_reps} reps")
-    notes["gc_share"] = "time inside the cyclic garbage collector (gc.callbacks) / wall time"
-    notes["memory_turns_per_s_gc_paused"] = (
-        "diagnostic, not a target: the memory row with gc.disable() during the timed turns")
-    notes["durable_breakdown"] = (
-        "separate instrumented run: a timing wrapper on AsyncSqliteStore._hop (private)")
-    notes["http_encode"] = (
-        "diagnostic: hermes_ref.shell.http_provider.encode_body on the requests "
-        "the memory scaling run recorded, 2 per turn, best of 5; not part of any timed row")
-    notes["commit_share"] = "turns/s x commits/turn / the ceiling's median (aiosqlite for durable)"
-    notes["commit_bound"] = "ceiling / commits per turn: turns/s if commits were the only cost"
-    report["targets"] = _targets(report)
-    report["peers"] = PEERS
-    report["profile"] = profile
-    report["durable_breakdown"] = breakdown
+        report = _ceiling_rows(tmp, sizes, progress)
+        report.update(_memory_rows(sizes, progress))
+        report.update(_sqlite_rows(tmp, sizes, report, progress))
+        report.update(_scaling_rows(tmp, sizes, progress))
+    report.update(_probe_rows(sizes, progress))
+    report["memory_bound"] = _memory_bound(report)
+    report["ratios"] = judge(report)
     report["machine"] = _machine()
     report["sizes"] = asdict(sizes)
-    report["notes"] = notes
+    report["notes"] = _notes(sizes, report.pop("fsync_note"))
     return report
-
-
-def _targets(report: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, (op, bound, what) in TARGETS.items():
-        value = report[name]["median"]
-        ok = value >= bound if op == ">=" else value <= bound
-        out[name] = {"target": f"{op} {bound:g}", "median": value, "pass": ok, "what": what}
-    return out
 
 
 # -- entry points -------------------------------------------------------------------------
