@@ -1,9 +1,9 @@
 """The ``hermes-ref`` command line.
 
     hermes-ref scenarios list
-    hermes-ref scenarios run [NAME ...] [--store sqlite|memory|both] [--quiet]
+    hermes-ref scenarios run [NAME ...] [--store sqlite|memory|both] [--quiet | --verbose]
     hermes-ref invariants [--json] [--store ...]
-    hermes-ref invariants verify [--json]
+    hermes-ref invariants verify [--json] [--store ...]
     hermes-ref bench [--json] [--quick]
     hermes-ref fake-provider serve --script FILE [--host 127.0.0.1] [--port 0]
 
@@ -50,35 +50,66 @@ def cmd_scenarios_list(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+LEGEND = """\
+Each timeline line is: virtual seconds since the story began, what happened, its detail.
+  turn     a turn starts: session and the user's text     result   what run_turn returned
+  phase    the turn moves to its next phase                exit     the turn's exit line (FIN-7)
+  write    a commit to the durable store: site, row, role  call     a model call and its reply
+  tool     a tool ran: segment mode, call id, outcome      sleep    a wait on the virtual clock
+  FAULT    a planned store failure                         CRASH    the process dies here
+  restart  a new process starts on the same world          VIOLATE  a checker found a violation
+  EXPECT   an expectation of the story failed              verdict  the scenario's verdict
+--verbose narrates whole texts and prints each final transcript; --quiet prints timelines
+only for failures.
+"""
+
+
 def cmd_scenarios_run(args: argparse.Namespace, out: TextIO) -> int:
     from sim.harness import run_scenario
 
-    failures = 0
+    failed: list[tuple[str, str, list[str]]] = []
     total = 0
+    if not args.quiet:
+        out.write("(timeline legend: hermes-ref scenarios run --help)\n")
     for spec in _select(args.names):
         for kind in _kinds(args.store):
-            outcome = run_scenario(spec, kind)
+            outcome = run_scenario(spec, kind, verbose=args.verbose)
             total += 1
-            verdict = "PASS" if outcome.passed else "FAIL"
-            out.write(f"== {verdict} {spec.name} [{kind}] {','.join(spec.invariants)}\n")
-            out.write(f"   {spec.title}\n")
-            if not args.quiet or not outcome.passed:
-                out.write(outcome.timeline)
-            for violation in outcome.violations:
-                out.write(f"   violation: {violation}\n")
-            if outcome.error:
-                out.write(f"   error: {outcome.error}\n")
-            failures += not outcome.passed
-    out.write(f"{total - failures} passed, {failures} failed\n")
-    return 1 if failures else 0
+            _report_outcome(out, spec, kind, outcome, quiet=args.quiet, verbose=args.verbose)
+            if not outcome.passed:
+                ids = sorted({v.invariant for v in outcome.findings}) or ["(expectation or error)"]
+                failed.append((spec.name, kind, ids))
+    if failed:
+        out.write("failing scenarios:\n")
+        for name, kind, ids in failed:
+            out.write(f"  {name} [{kind}]: {', '.join(ids)}\n")
+    out.write(f"{total - len(failed)} passed, {len(failed)} failed\n")
+    return 1 if failed else 0
+
+
+def _report_outcome(out: TextIO, spec: Any, kind: str, outcome: Any, *, quiet: bool,
+                    verbose: bool) -> None:
+    verdict = "PASS" if outcome.passed else "FAIL"
+    out.write(f"== {verdict} {spec.name} [{kind}] {','.join(spec.invariants)}\n")
+    out.write(f"   {spec.title}\n")
+    if not quiet or not outcome.passed:
+        out.write(outcome.timeline)
+    if verbose:
+        out.write("   final transcript:\n")
+        out.write("".join(f"   {line}\n" for line in outcome.transcript.splitlines()))
+    for violation in outcome.violations:
+        out.write(f"   violation: {violation}\n")
+    if outcome.error:
+        out.write(f"   error: {outcome.error}\n")
 
 
 def cmd_invariants(args: argparse.Namespace, out: TextIO) -> int:
-    from sim.coverage import build_matrix, run_everything, verify_all
+    from sim.coverage import build_matrix, run_baseline, verify_all
 
     registry = _registry()
     kinds = _kinds(args.store)
-    rows = build_matrix(registry, run_everything(registry, kinds), verify_all(registry))
+    baseline = run_baseline(registry, kinds)
+    rows = build_matrix(registry, baseline, verify_all(registry, kinds, baseline))
     if args.json:
         json.dump([r.as_json() for r in rows], out, indent=2)
         out.write("\n")
@@ -88,7 +119,8 @@ def cmd_invariants(args: argparse.Namespace, out: TextIO) -> int:
         counts[row.status] = counts.get(row.status, 0) + 1
         out.write(f"{row.id:<9} {row.status:<8} scenarios={len(row.scenarios):<2} "
                   f"checker={','.join(row.checker) or '-'} "
-                  f"sabotage={','.join(row.sabotage) or '-'}\n")
+                  f"caught_by={','.join(row.sabotage_caught) or '-'}\n")
+        out.write(f"    {row.text}\n")
     out.write(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + "\n")
     return 0
 
@@ -99,22 +131,32 @@ def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
     verdicts = verify_all(_registry(), _kinds(args.store))
     if args.json:
         json.dump([{"sabotage": v.name, "invariants": list(v.invariants), "caught": v.caught,
-                    "scenarios": v.scenarios, "failed": v.failed, "by_checker": v.by_checker,
-                    "evidence": v.evidence} for v in verdicts], out, indent=2)
+                    "scenarios": v.scenarios, "failed": v.failed, "skipped": v.skipped,
+                    "catches": [c.as_json() for c in v.catches], "evidence": v.evidence}
+                   for v in verdicts], out, indent=2)
         out.write("\n")
     else:
         for v in verdicts:
-            mark = "caught" if v.caught else "NOT CAUGHT"
-            out.write(f"{mark:<11} {v.name:<28} {','.join(v.invariants):<16} "
-                      f"{len({r.split('[')[0] for r in v.by_checker})}/{len(v.scenarios)} "
-                      "scenarios red\n")
-            out.write(f"    {v.description}\n")
-            if v.evidence:
-                out.write(f"    e.g. {v.evidence}\n")
+            _report_verdict(out, v)
     missed = [v.name for v in verdicts if not v.caught]
     caught = len(verdicts) - len(missed)
     out.write(f"{caught} passed, {len(missed)} failed\n")
     return 1 if missed else 0
+
+
+def _report_verdict(out: TextIO, v: Any) -> None:
+    mark = "caught" if v.caught else "NOT CAUGHT"
+    red = len({c.scenario for c in v.catches})
+    out.write(f"{mark:<11} {v.name:<34} {','.join(v.invariants):<10} "
+              f"{red}/{len(v.scenarios)} scenarios red under its id\n")
+    out.write(f"    {v.description}\n")
+    first = v.first_catch
+    if first is not None:
+        out.write(f"    by {first.checker} in {first.scenario}[{first.store}]: {first.violation}\n")
+    elif v.evidence:
+        out.write(f"    {v.evidence}\n")
+    if v.skipped:
+        out.write(f"    not counted (red without the sabotage): {', '.join(v.skipped)}\n")
 
 
 def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
@@ -155,16 +197,20 @@ def build_parser() -> argparse.ArgumentParser:
     scen = sub.add_parser("scenarios", help="list or run the executable scenarios")
     scen_sub = scen.add_subparsers(dest="action", required=True)
     scen_sub.add_parser("list", help="every scenario with its stage and invariant ids")
-    run = scen_sub.add_parser("run", help="run scenarios with a narrated timeline")
+    run = scen_sub.add_parser("run", help="run scenarios with a narrated timeline",
+                              epilog=LEGEND, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("names", nargs="*", help="scenario names (default: all)")
     run.add_argument("--store", choices=STORE_CHOICES, default="sqlite")
-    run.add_argument("--quiet", action="store_true", help="timelines only for failures")
+    shown = run.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="timelines only for failures")
+    shown.add_argument("--verbose", action="store_true",
+                       help="whole texts in the timeline, and each final transcript")
 
     inv = sub.add_parser("invariants", help="the coverage matrix of the invariant catalog")
     inv.add_argument("action", nargs="?", choices=("verify",),
                      help="verify: run every sabotage and demand that it is caught")
     inv.add_argument("--json", action="store_true")
-    inv.add_argument("--store", choices=STORE_CHOICES, default="memory")
+    inv.add_argument("--store", choices=STORE_CHOICES, default="both")
 
     bench = sub.add_parser("bench", help="throughput and scaling benchmarks")
     bench.add_argument("--json", action="store_true")

@@ -4,14 +4,20 @@ Theory of operation
 -------------------
 An invariant is *covered* only when three independent things line up:
 
-1. a scenario that declares its id passes (on the store kinds asked for);
+1. a scenario that declares its id passes (on every store kind asked for);
 2. a checker that decides it exists (``sim.checkers.CHECKERS``);
-3. a sabotage aimed at it makes at least one of those scenarios fail *through a checker
-   that decides the id* — not merely through a crash or an expectation, which would
-   prove the scenario noticed, not that the checker can.
+3. a sabotage aimed at it is *caught causally*: in a scenario that passes without the
+   sabotage (on that store), the sabotaged run records a violation that carries *that*
+   id, found by a checker registered for *that* id.
 
-Anything less is ``partial``; no scenario, no checker and no sabotage is ``missing``. The verdicts
-come from running things, never from a table someone keeps by hand.
+The third point is what keeps the proof honest. A scenario that merely fails under a
+sabotage proves that something noticed; a violation of another id proves another rule; a
+scenario that already fails without the sabotage proves nothing. Each sabotage is one
+fault, so each credit says: this one break of this rule was seen by this rule's checker.
+A sabotage that lists several ids is credited only for the ids it was caught under.
+
+Anything less is ``partial``; no scenario, no checker and no sabotage is ``missing``. The
+verdicts come from running things, never from a table someone keeps by hand.
 """
 
 from __future__ import annotations
@@ -20,9 +26,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hermes_ref.catalog import CATALOG
-from sim.checkers import CHECKERS
-from sim.harness import ScenarioOutcome, ScenarioSpec, StoreKind, run_scenario
+from sim.checkers import CHECKERS, Violation
+from sim.harness import STORE_KINDS, ScenarioOutcome, ScenarioSpec, StoreKind, run_scenario
 from sim.sabotage import SABOTAGES, Sabotage
+
+Baseline = dict[tuple[str, StoreKind], ScenarioOutcome]
+
+
+@dataclass(frozen=True)
+class Catch:
+    """One causal catch: this sabotage, seen under this id, here, by this checker."""
+
+    sabotage: str
+    invariant: str
+    scenario: str
+    store: StoreKind
+    checker: str
+    violation: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"sabotage": self.sabotage, "invariant": self.invariant, "scenario": self.scenario,
+                "store": self.store, "checker": self.checker, "violation": self.violation}
 
 
 @dataclass
@@ -31,44 +55,83 @@ class SabotageVerdict:
     invariants: tuple[str, ...]
     description: str
     scenarios: list[str]
-    failed: list[str] = field(default_factory=list)       # scenarios that went red
-    by_checker: list[str] = field(default_factory=list)   # ... through a checker of the id
-    evidence: str = ""
+    failed: list[str] = field(default_factory=list)      # runs that went red, for any reason
+    catches: list[Catch] = field(default_factory=list)   # the causal ones
+    skipped: list[str] = field(default_factory=list)     # runs already red without the sabotage
+    evidence: str = ""                                   # why a red run did not count, if none did
+
+    @property
+    def caught_ids(self) -> set[str]:
+        return {c.invariant for c in self.catches}
 
     @property
     def caught(self) -> bool:
-        return bool(self.by_checker)
+        """Caught under every id it claims to break."""
+        return bool(self.invariants) and set(self.invariants) <= self.caught_ids
+
+    @property
+    def first_catch(self) -> Catch | None:
+        return self.catches[0] if self.catches else None
 
 
-def _checker_names_for(invariants: Iterable[str]) -> set[str]:
-    wanted = set(invariants)
-    return {c.name for c in CHECKERS.values() if wanted & set(c.invariants)}
+def deciders(invariant: str) -> set[str]:
+    """The checkers registered for ``invariant``."""
+    return {c.name for c in CHECKERS.values() if invariant in c.invariants}
+
+
+def causal_hits(findings: Iterable[Violation], invariant: str) -> list[Violation]:
+    """The findings that carry ``invariant`` and come from a checker that decides it."""
+    allowed = deciders(invariant)
+    return [v for v in findings if v.invariant == invariant and v.checker in allowed]
+
+
+def run_baseline(registry: dict[str, ScenarioSpec],
+                 store_kinds: tuple[StoreKind, ...] = STORE_KINDS) -> Baseline:
+    """Every scenario on every store kind, without any sabotage."""
+    return {(name, kind): run_scenario(spec, kind, trace=False)
+            for name, spec in registry.items() for kind in store_kinds}
 
 
 def verify_sabotage(sab: Sabotage, registry: dict[str, ScenarioSpec],
-                    store_kinds: tuple[StoreKind, ...] = ("memory",)) -> SabotageVerdict:
+                    store_kinds: tuple[StoreKind, ...] = STORE_KINDS,
+                    baseline: Baseline | None = None) -> SabotageVerdict:
+    """Run the scenarios that declare one of the sabotage's ids, under it, on each store."""
     specs = [s for s in registry.values() if set(s.invariants) & set(sab.invariants)]
     verdict = SabotageVerdict(sab.name, sab.invariants, sab.description, [s.name for s in specs])
-    deciders = _checker_names_for(sab.invariants)
+    clean = baseline if baseline is not None else run_baseline(
+        {s.name: s for s in specs}, store_kinds)
     with sab.applied():
         for spec in specs:
             for kind in store_kinds:
-                outcome = run_scenario(spec, kind, trace=False)
-                if outcome.passed:
-                    continue
-                verdict.failed.append(f"{spec.name}[{kind}]")
-                hits = [v for v in outcome.violations if v.split("[", 1)[-1].split("]")[0] in deciders]
-                if hits:
-                    verdict.by_checker.append(f"{spec.name}[{kind}]")
-                    verdict.evidence = verdict.evidence or hits[0]
-                elif not verdict.evidence and outcome.error:
-                    verdict.evidence = outcome.error.splitlines()[0]
+                _judge_run(verdict, spec, kind, clean[(spec.name, kind)])
     return verdict
 
 
+def _judge_run(verdict: SabotageVerdict, spec: ScenarioSpec, kind: StoreKind,
+               clean: ScenarioOutcome) -> None:
+    where = f"{spec.name}[{kind}]"
+    if not clean.passed:
+        verdict.skipped.append(where)  # red already: it cannot witness this sabotage
+        return
+    outcome = run_scenario(spec, kind, trace=False)
+    if outcome.passed:
+        return
+    verdict.failed.append(where)
+    hits = [(inv, v) for inv in spec.invariants if inv in verdict.invariants
+            for v in causal_hits(outcome.findings, inv)]
+    for invariant, violation in hits:
+        verdict.catches.append(Catch(verdict.name, invariant, spec.name, kind, violation.checker,
+                                     violation.message))
+    if not hits and not verdict.evidence:
+        first = outcome.violations[0] if outcome.violations else (outcome.error or "").split("\n")[0]
+        verdict.evidence = f"{where} went red, but not under {'/'.join(verdict.invariants)}: {first}"
+
+
 def verify_all(registry: dict[str, ScenarioSpec],
-               store_kinds: tuple[StoreKind, ...] = ("memory",)) -> list[SabotageVerdict]:
-    return [verify_sabotage(s, registry, store_kinds) for s in SABOTAGES.values()]
+               store_kinds: tuple[StoreKind, ...] = STORE_KINDS,
+               baseline: Baseline | None = None) -> list[SabotageVerdict]:
+    clean = baseline if baseline is not None else run_baseline(registry, store_kinds)
+    return [verify_sabotage(s, registry, store_kinds, clean) for s in SABOTAGES.values()]
 
 
 @dataclass
@@ -80,39 +143,41 @@ class MatrixRow:
     checker: list[str]
     sabotage: list[str]
     scenarios_passing: list[str]
-    sabotage_caught: list[str]
+    catches: list[Catch]
     status: str
 
+    @property
+    def sabotage_caught(self) -> list[str]:
+        return sorted({c.sabotage for c in self.catches})
+
     def as_json(self) -> dict[str, object]:
+        firsts: dict[str, Catch] = {}
+        for catch in self.catches:
+            firsts.setdefault(catch.sabotage, catch)
         return {
             "id": self.id, "group": self.group, "text": self.text,
             "scenarios": self.scenarios, "checker": self.checker, "sabotage": self.sabotage,
-            "scenarios_passing": self.scenarios_passing,
-            "sabotage_caught": self.sabotage_caught, "status": self.status,
+            "scenarios_passing": self.scenarios_passing, "sabotage_caught": self.sabotage_caught,
+            "caught_by": [c.as_json() for c in firsts.values()], "status": self.status,
         }
 
 
-def run_everything(registry: dict[str, ScenarioSpec],
-                   store_kinds: tuple[StoreKind, ...]) -> dict[str, list[ScenarioOutcome]]:
-    return {name: [run_scenario(spec, kind, trace=False) for kind in store_kinds]
-            for name, spec in registry.items()}
-
-
-def build_matrix(registry: dict[str, ScenarioSpec], outcomes: dict[str, list[ScenarioOutcome]],
+def build_matrix(registry: dict[str, ScenarioSpec], baseline: Baseline,
                  verdicts: list[SabotageVerdict]) -> list[MatrixRow]:
     rows = []
     for inv in CATALOG:
         scen = [s.name for s in registry.values() if inv.id in s.invariants]
-        passing = [n for n in scen if all(o.passed for o in outcomes.get(n, []))]
-        checkers = sorted(c.name for c in CHECKERS.values() if inv.id in c.invariants)
+        passing = [n for n in scen
+                   if all(o.passed for (name, _), o in baseline.items() if name == n)]
+        checkers = sorted(deciders(inv.id))
         sabs = [v for v in verdicts if inv.id in v.invariants]
-        caught = [v.name for v in sabs if v.caught]
-        if passing and checkers and caught:
+        catches = [c for v in sabs for c in v.catches if c.invariant == inv.id]
+        if passing and checkers and catches:
             status = "covered"
         elif scen or checkers or sabs:
             status = "partial"
         else:
             status = "missing"
         rows.append(MatrixRow(inv.id, inv.group, inv.text, scen, checkers,
-                              [v.name for v in sabs], passing, caught, status))
+                              [v.name for v in sabs], passing, catches, status))
     return rows

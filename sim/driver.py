@@ -17,6 +17,7 @@ point can reach the world. The caller then starts a new ``Engine`` on the same w
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from hermes_ref import effects as fx
@@ -31,9 +32,15 @@ T = TypeVar("T")
 Handler = Callable[[Any], Any]
 
 
+# Set by ``run_scenario(verbose=True)``: narrate whole texts instead of a short prefix.
+FULL_TEXT: ContextVar[bool] = ContextVar("hermes_ref_sim_full_text", default=False)
+
+
 def _short(text: str | None, limit: int = 48) -> str:
     if text is None:
         return "None"
+    if FULL_TEXT.get():
+        return repr(text)
     flat = text.replace("\n", " ")
     return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 

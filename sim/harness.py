@@ -41,7 +41,7 @@ from hermes_ref.ports import Provider
 from hermes_ref.prologue import TurnInput
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.checkers import Observation, Violation, run_all
-from sim.driver import SimDriver
+from sim.driver import FULL_TEXT, SimDriver
 from sim.faults import Crashed, CrashPoint, FaultPlan
 from sim.provider import ScriptedProvider
 from sim.store import MemoryStore
@@ -235,6 +235,8 @@ class Story:
 def _brief(text: str | None) -> str:
     if text is None:
         return "None"
+    if FULL_TEXT.get():
+        return repr(text)
     flat = text.replace("\n", " ")
     return repr(flat if len(flat) <= 40 else flat[:39] + "…")
 
@@ -249,6 +251,7 @@ class ScenarioOutcome:
     error: str | None
     timeline: str
     transcript: str
+    findings: tuple[Violation, ...] = ()  # the violations as values: invariant, checker, text
 
     @property
     def passed(self) -> bool:
@@ -288,8 +291,18 @@ def _workdir(base: Path | None) -> Iterator[Path]:
 
 
 def run_scenario(spec: ScenarioSpec, store_kind: StoreKind = "memory", *,
-                 workdir: Path | None = None, seed: int = 0, trace: bool = True) -> ScenarioOutcome:
-    """Run one story on one store kind and collect its verdict."""
+                 workdir: Path | None = None, seed: int = 0, trace: bool = True,
+                 verbose: bool = False) -> ScenarioOutcome:
+    """Run one story on one store kind and collect its verdict (``verbose``: whole texts)."""
+    token = FULL_TEXT.set(verbose)
+    try:
+        return _run_scenario(spec, store_kind, workdir, seed, trace)
+    finally:
+        FULL_TEXT.reset(token)
+
+
+def _run_scenario(spec: ScenarioSpec, store_kind: StoreKind, workdir: Path | None, seed: int,
+                  trace: bool) -> ScenarioOutcome:
     with _workdir(workdir) as tmp:
         story = Story(store_kind=store_kind, workdir=tmp, seed=seed, trace=trace)
         error: str | None = None
@@ -309,7 +322,8 @@ def run_scenario(spec: ScenarioSpec, store_kind: StoreKind = "memory", *,
         story.world.timeline.add("verdict", f"{verdict} ({len(story.violations)} violations)")
         outcome = ScenarioOutcome(
             name=spec.name, title=spec.title, store_kind=store_kind, invariants=spec.invariants,
-            violations=[str(v) for v in story.violations], error=error,
+            violations=[str(v) for v in story.violations], findings=tuple(story.violations),
+            error=error,
             timeline=story.world.timeline.render(), transcript=render_transcript(story),
         )
         story.world.store.close()

@@ -27,3 +27,44 @@ def test_sabotage_leaves_engine_intact() -> None:
         pass
     for spec in REGISTRY.values():
         assert run_scenario(spec, trace=False).passed, spec.name
+
+
+def test_a_relabelled_sabotage_is_not_credited() -> None:
+    """A sabotage caught under CTX-3 earns nothing when it claims to break CTX-4 instead."""
+    from sim.sabotage import Sabotage
+
+    real = SABOTAGES["volatile_system_prompt"]
+    assert verify_sabotage(real, REGISTRY).caught
+    relabelled = Sabotage("relabelled", ("CTX-4",), real.description, real.patches)
+    verdict = verify_sabotage(relabelled, REGISTRY)
+    assert not verdict.caught and not verdict.catches
+    assert verdict.failed, "the break still turns scenarios red, only not under CTX-4"
+
+
+def test_a_scenario_red_without_the_sabotage_witnesses_nothing() -> None:
+    """A run that already fails on the intact engine is skipped, never counted as a catch."""
+    from sim.harness import ScenarioSpec, Story
+    from sim.provider import tool_calls
+    from sim.sabotage import Sabotage
+
+    def broken(s: Story) -> None:
+        s.script(tool_calls(("read_file", {"path": "a.txt"})))  # the script ends too early
+        s.turn("hi")
+
+    spec = ScenarioSpec("always_red", "A story that fails by itself", ("TOOL-1",), "test", broken,
+                        __name__)
+    sab = SABOTAGES["execute_before_persist"]
+    verdict = verify_sabotage(Sabotage(sab.name, sab.invariants, sab.description, sab.patches),
+                              {spec.name: spec})
+    assert verdict.skipped == ["always_red[memory]", "always_red[sqlite]"]
+    assert not verdict.caught and not verdict.catches
+
+
+def test_a_sabotage_is_credited_only_for_the_ids_it_was_caught_under() -> None:
+    """Listing a second id the break does not violate leaves the verdict uncaught."""
+    from sim.sabotage import Sabotage
+
+    real = SABOTAGES["execute_before_persist"]
+    both = Sabotage("two_ids", ("TOOL-1", "CTX-4"), real.description, real.patches)
+    verdict = verify_sabotage(both, REGISTRY)
+    assert verdict.caught_ids == {"TOOL-1"} and not verdict.caught

@@ -7,22 +7,25 @@ from syrupy.assertion import SnapshotAssertion
 
 import scenarios
 from sim.harness import STORE_KINDS, run_scenario
+from tests.scenarios.conftest import fail_keeping_snapshot
 
 REGISTRY = scenarios.load_all()
 
 
 @pytest.mark.parametrize("name", list(REGISTRY))
-def test_scenario_holds_on_every_store(name: str, snapshot: SnapshotAssertion) -> None:
+def test_scenario_holds_on_every_store(name: str, snapshot: SnapshotAssertion,
+                                       request: pytest.FixtureRequest) -> None:
     """The scenario passes on memory and SQLite, with identical timeline and transcript."""
     spec = REGISTRY[name]
     outcomes = [run_scenario(spec, kind) for kind in STORE_KINDS]
     for outcome in outcomes:
-        assert outcome.passed, (outcome.store_kind, outcome.error, outcome.violations,
-                                outcome.timeline)
+        if not outcome.passed:
+            fail_keeping_snapshot(request.config, f"{name}[{outcome.store_kind}]: "
+                                  f"{outcome.error or outcome.violations}\n{outcome.timeline}")
     first, *others = outcomes
     for other in others:
-        assert other.timeline == first.timeline
-        assert other.transcript == first.transcript
+        if (other.timeline, other.transcript) != (first.timeline, first.transcript):
+            fail_keeping_snapshot(request.config, f"{name}: the stores tell different stories")
     assert f"{spec.title}\n\n{first.timeline}\n{first.transcript}" == snapshot
 
 

@@ -35,6 +35,30 @@ def test_run_exits_1_when_an_invariant_breaks() -> None:
         code, text = run("scenarios", "run", "tool_call_is_durable_before_it_runs", "--store", "memory")
     assert code == 1
     assert "violation: TOOL-1 [persist_before_execute]" in text
+    summary = text.split("failing scenarios:\n", 1)[1]
+    assert summary.startswith("  tool_call_is_durable_before_it_runs [memory]: TOOL-1")
+
+
+def test_run_points_to_its_legend_and_help_holds_it() -> None:
+    """A narrated run starts with where the legend is; '--help' prints that legend."""
+    import contextlib
+
+    import pytest
+
+    code, text = run("scenarios", "run", "plain_question_gets_plain_answer", "--store", "memory")
+    assert code == 0 and text.startswith("(timeline legend: hermes-ref scenarios run --help)")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(["scenarios", "run", "--help"])
+    assert "CRASH    the process dies here" in out.getvalue()
+
+
+def test_verbose_shows_whole_texts_and_the_final_transcript() -> None:
+    """'--verbose' narrates texts uncut and prints every session's final rows."""
+    code, text = run("scenarios", "run", "crash_after_tool_ran", "--store", "memory", "--verbose")
+    assert code == 0
+    assert "final transcript:" in text and "   session s-1" in text
+    assert "…" not in text.split("final transcript:")[0]
 
 
 def test_invariants_json_has_the_promised_fields() -> None:
@@ -48,6 +72,18 @@ def test_invariants_json_has_the_promised_fields() -> None:
         assert row["status"] in {"covered", "partial", "missing"}
     assert by_id["TOOL-1"]["status"] == "covered"
     assert "tool_call_is_durable_before_it_runs" in by_id["TOOL-1"]["scenarios"]
+    catch = by_id["TOOL-1"]["caught_by"][0]
+    assert catch["invariant"] == "TOOL-1" and catch["store"] in {"memory", "sqlite"}
+    assert catch["checker"] == "persist_before_execute" and catch["violation"]
+    assert {c["store"] for c in by_id["TOOL-1"]["caught_by"]} <= {"memory", "sqlite"}
+
+
+def test_invariants_prints_each_rule_text() -> None:
+    """The plain matrix prints every rule's own words under its status line."""
+    from hermes_ref.catalog import BY_ID
+
+    code, text = run("invariants")
+    assert code == 0 and BY_ID["TOOL-1"].text in text
 
 
 def test_verify_passes_and_counts_every_sabotage() -> None:
