@@ -79,6 +79,19 @@ def stop_on_tool_result_is_explained(s: Story) -> None:
     s.expect(s.transcript()[-1].role is Role.ASSISTANT, "an engine boundary row closes the tail")
 
 
+@scenario("With the grace call on, a summary that comes back empty still ends the turn loudly",
+          invariants=("FIN-8", "FIN-1", "FIN-5", "LOOP-3"), stage="finalizer")
+def empty_grace_summary_after_tools_is_explained(s: Story) -> None:
+    s.limits(max_iterations=1, iteration_budget=1)  # the grace call stays enabled, as by default
+    s.files({"a.txt": "1"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})), text(""))
+    result = s.turn("Read a.txt.")
+    s.expect(result is not None and result.exit_reason is ExitReason.PENDING_TOOL_RESULT,
+             "exit reason pending_tool_result")
+    s.expect(s.world.calls[-1].request.purpose == "grace", "the grace call was made")
+    s.expect(s.transcript()[-1].role is Role.ASSISTANT, "an engine boundary row closes the tail")
+
+
 @scenario("A turn left ending on a tool result is logged as a WARNING",
           invariants=("FIN-7",), stage="finalizer")
 def open_tool_tail_logs_a_warning(s: Story) -> None:
