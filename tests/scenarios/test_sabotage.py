@@ -68,3 +68,30 @@ def test_a_sabotage_is_credited_only_for_the_ids_it_was_caught_under() -> None:
     both = Sabotage("two_ids", ("TOOL-1", "CTX-4"), real.description, real.patches)
     verdict = verify_sabotage(both, REGISTRY)
     assert verdict.caught_ids == {"TOOL-1"} and not verdict.caught
+
+
+def test_an_engine_that_never_reports_its_ending_fails_every_scenario() -> None:
+    """With no exit line and no completion emitted, no scenario passes: silence is a finding."""
+    from collections.abc import Generator
+    from typing import Any
+    from unittest import mock
+
+    from hermes_ref import finalizer, prologue
+    from hermes_ref.effects import Emit
+    from hermes_ref.models import Event, EventKind
+    from sim.harness import run_scenario
+
+    class Quiet:
+        """Stands in for Emit and drops the two events that report a turn's ending."""
+
+        def __init__(self, event: Event) -> None:
+            self.event = event
+
+        def __await__(self) -> Generator[Any, Any, None]:
+            if self.event.kind not in (EventKind.TURN_EXIT, EventKind.TURN_COMPLETED):
+                yield from Emit(self.event).__await__()
+
+    with mock.patch.object(finalizer, "Emit", Quiet), mock.patch.object(prologue, "Emit", Quiet):
+        passing = [name for name, spec in REGISTRY.items()
+                   if run_scenario(spec, "memory", trace=False).passed]
+    assert passing == []
