@@ -132,7 +132,8 @@ def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         json.dump([{"sabotage": v.name, "invariants": list(v.invariants), "caught": v.caught,
                     "scenarios": v.scenarios, "failed": v.failed, "skipped": v.skipped,
-                    "catches": [c.as_json() for c in v.catches], "evidence": v.evidence}
+                    "catches": [c.as_json() for c in v.catches],
+                    "also_violated": sorted(v.collateral), "evidence": v.evidence}
                    for v in verdicts], out, indent=2)
         out.write("\n")
     else:
@@ -155,6 +156,8 @@ def _report_verdict(out: TextIO, v: Any) -> None:
         out.write(f"    by {first.checker} in {first.scenario}[{first.store}]: {first.violation}\n")
     elif v.evidence:
         out.write(f"    {v.evidence}\n")
+    if v.collateral:
+        out.write(f"    also violated: {', '.join(sorted(v.collateral))}\n")
     if v.skipped:
         out.write(f"    not counted (red without the sabotage): {', '.join(v.skipped)}\n")
 

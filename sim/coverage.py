@@ -58,6 +58,7 @@ class SabotageVerdict:
     failed: list[str] = field(default_factory=list)      # runs that went red, for any reason
     catches: list[Catch] = field(default_factory=list)   # the causal ones
     skipped: list[str] = field(default_factory=list)     # runs already red without the sabotage
+    collateral: set[str] = field(default_factory=set)    # other ids its red runs violated
     evidence: str = ""                                   # why a red run did not count, if none did
 
     @property
@@ -117,6 +118,8 @@ def _judge_run(verdict: SabotageVerdict, spec: ScenarioSpec, kind: StoreKind,
     if outcome.passed:
         return
     verdict.failed.append(where)
+    verdict.collateral.update(v.invariant for v in outcome.findings
+                              if v.invariant not in verdict.invariants)
     hits = [(inv, v) for inv in spec.invariants if inv in verdict.invariants
             for v in causal_hits(outcome.findings, inv)]
     for invariant, violation in hits:

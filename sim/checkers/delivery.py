@@ -30,9 +30,10 @@ def event_stream_ordered(obs: Observation) -> list[Violation]:
 
 
 def _turn_problem(obs: Observation, view: TurnView, ended: bool) -> str | None:
-    kinds = [e.kind for e in view.events]
+    kinds = [e.kind.value for e in view.events]
     if ended and (len(view.completions) != 1 or view.completion is None):
-        return f"it ended with {len(view.completions)} completion events {kinds}"
+        return (f"it ended with {len(view.completions)} completion events "
+                f"(order: {', '.join(kinds) or 'no events'})")
     begun = kinds[:1] == [EventKind.TURN_STARTED]
     finished = kinds[-2:] == _END
     middle = kinds[(1 if begun else 0):(len(kinds) - 2 if finished else len(kinds))]
