@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import ClassVar, Literal, Self
 
 from hermes_ref.models import Event, EventKind, Frozen, Message, Role
 
@@ -102,8 +102,25 @@ class Ending:
         return self.reason.value if self.reason is not None else "unknown"
 
 
-class ExitLine(Frozen):
+class EventRecord(Frozen):
+    """A typed record that travels as the data of one event kind, and is read back from it."""
+
+    kind: ClassVar[EventKind]
+
+    def event(self, session_id: str, turn_id: str) -> Event:
+        return Event(session_id=session_id, turn_id=turn_id, kind=self.kind,
+                     data=self.model_dump(mode="json"))
+
+    @classmethod
+    def of(cls, event: Event) -> Self:
+        """Read the record back from the stream (a malformed one raises ValidationError)."""
+        return cls.model_validate(event.data)
+
+
+class ExitLine(EventRecord):
     """FIN-7: the one turn-exit line; WARNING when the durable tail is a tool result."""
+
+    kind: ClassVar[EventKind] = EventKind.TURN_EXIT
 
     level: Literal["INFO", "WARNING"]
     reason: ExitReason
@@ -126,30 +143,15 @@ class ExitLine(Frozen):
                    budget_max=budget_max, last_role=last_role,
                    response_len=len(ending.answer or ""), cleanup_errors=cleanup_errors)
 
-    def event(self, session_id: str, turn_id: str) -> Event:
-        return Event(session_id=session_id, turn_id=turn_id, kind=EventKind.TURN_EXIT,
-                     data=self.model_dump(mode="json"))
 
-    @classmethod
-    def of(cls, event: Event) -> ExitLine:
-        """Read an exit line back from the stream (a malformed one raises ValidationError)."""
-        return cls.model_validate(event.data)
-
-
-class Completion(Frozen):
+class Completion(EventRecord):
     """DEL-1: the completion event carries the authoritative final answer."""
+
+    kind: ClassVar[EventKind] = EventKind.TURN_COMPLETED
 
     final_response: str | None
     failed: bool
     carried_input: str | None = None  # LEASE-5: the user's text, handed back
-
-    def event(self, session_id: str, turn_id: str) -> Event:
-        return Event(session_id=session_id, turn_id=turn_id, kind=EventKind.TURN_COMPLETED,
-                     data=self.model_dump(mode="json"))
-
-    @classmethod
-    def of(cls, event: Event) -> Completion:
-        return cls.model_validate(event.data)
 
 
 class TurnResult(Frozen):

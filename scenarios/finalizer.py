@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hermes_ref.models import Role
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.outcomes import ExitReason, TurnResult
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
 
@@ -24,15 +24,20 @@ def budget_exhaustion_gets_a_grace_summary(s: Story) -> None:
     s.expect(grace.tools == () and grace.purpose == "grace", "the grace call offers no tools")
 
 
-@scenario("The iteration cap stops the loop even when budget is left",
-          invariants=("LOOP-1", "LOOP-3", "FIN-1"), stage="finalizer")
-def iteration_cap_binds_before_the_budget(s: Story) -> None:
-    s.limits(max_iterations=2, iteration_budget=5)
+def _two_reads_then_a_summary(s: Story) -> TurnResult | None:
+    """Two tool rounds, then a text reply: the grace summary once a bound stops the loop."""
     s.files({"a.txt": "1", "b.txt": "2"})
     s.script(tool_calls(("read_file", {"path": "a.txt"})),
              tool_calls(("read_file", {"path": "b.txt"})),
              text("Both files are read; nothing is compared yet."))
-    result = s.turn("Compare every file.")
+    return s.turn("Compare every file.")
+
+
+@scenario("The iteration cap stops the loop even when budget is left",
+          invariants=("LOOP-1", "LOOP-3", "FIN-1"), stage="finalizer")
+def iteration_cap_binds_before_the_budget(s: Story) -> None:
+    s.limits(max_iterations=2, iteration_budget=5)
+    result = _two_reads_then_a_summary(s)
     s.expect(result is not None and result.exit_reason is ExitReason.MAX_ITERATIONS,
              "exit reason max_iterations_reached")
     s.expect(result is not None and result.budget_used == 2, "two of five budget units spent")
@@ -42,11 +47,7 @@ def iteration_cap_binds_before_the_budget(s: Story) -> None:
           invariants=("LOOP-1", "LOOP-3", "FIN-1"), stage="finalizer")
 def budget_binds_before_the_iteration_cap(s: Story) -> None:
     s.limits(max_iterations=5, iteration_budget=2)
-    s.files({"a.txt": "1", "b.txt": "2"})
-    s.script(tool_calls(("read_file", {"path": "a.txt"})),
-             tool_calls(("read_file", {"path": "b.txt"})),
-             text("Both files are read; nothing is compared yet."))
-    result = s.turn("Compare every file.")
+    result = _two_reads_then_a_summary(s)
     s.expect(result is not None and result.exit_reason is ExitReason.BUDGET_EXHAUSTED,
              "exit reason budget_exhausted")
     s.expect(result is not None and result.api_calls == 3, "two budgeted calls and the grace call")
