@@ -26,7 +26,7 @@ Every exit records one reason from the closed set in ``outcomes.ExitReason`` (LO
 
 from __future__ import annotations
 
-from hermes_ref import preflight, tool_round
+from hermes_ref import preflight, reply_intake, tool_round
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import CallProvider, Jitter, ProviderRequest, Sleep
 from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderError, RateLimited
@@ -115,6 +115,7 @@ async def run_loop(ctx: TurnContext) -> None:
 
 async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
     """Route one reply: tool round, dropped-call re-prompt, empty ladder or final answer."""
+    reply = reply_intake.admit_reply(reply)  # text the store can keep, an id per call
     state = ctx.state
     if reply.tool_calls and not _arguments_usable(ctx, reply):
         return

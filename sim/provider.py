@@ -18,6 +18,11 @@ Every fake records the requests it received and finishes each reply the same way
 per provider instance; usage is taken from ``request.prompt_tokens`` (the engine's own
 count, never a re-tokenisation) and ``tokens.count_text`` of what the reply says.
 
+Provider faults have builders of their own: ``lone_surrogate_text`` and
+``split_pair_text`` (text that is not Unicode as it stands) and ``calls_sharing_id`` (calls
+of one reply under one id). The engine must take such replies in by its intake rule
+(``hermes_ref.reply_intake``); ``docs/simulator.md`` tabulates them.
+
 A fake that is called when it has nothing left to say raises ``ScriptExhausted``, a
 *harness* error (an ``AssertionError``, not a ``ProviderError``) so the engine's retry
 logic can never swallow a broken test.
@@ -40,6 +45,12 @@ Script files (``load_script``) are a JSON list of steps::
 
 ``arguments`` is an object (serialised with ``json.dumps``) or a string sent verbatim;
 an error step may carry a ``"message"``; a reply step may carry ``"reasoning"``.
+
+A reply step may also carry a provider fault under ``"fault"``: a text step
+``"lone_surrogate"`` (a lone high surrogate appended to the text) or ``"split_pair"``
+(U+1F600 appended as its two UTF-16 halves, which the HTTP face sends in two stream
+deltas); a tool-call step ``"shared_id"`` (every call takes the first call's id, or
+``call_0``). A lone surrogate can also be written straight into the JSON as ``"\\ud83d"``.
 """
 
 from __future__ import annotations
@@ -100,6 +111,50 @@ def tool_calls(
     """
     built = tuple(_as_tool_call(c) for c in calls)
     return ProviderReply(content=content, tool_calls=built, finish_reason=finish_reason)
+
+
+def calls_sharing_id(call_id: str, *calls: CallSpec, content: str | None = None) -> ProviderReply:
+    """A provider fault: tool calls that all carry the same ``call_id``.
+
+    Some OpenAI-compatible servers number calls per request, or reuse one id for a whole
+    batch, so two different calls of one reply arrive as ``call_0`` and ``call_0``.
+    ``calls_sharing_id("call_0", ("read_file", {"path": "a.txt"}), ("read_file", {"path":
+    "b.txt"}))`` is such a reply; the fake keeps explicit ids, so both reach the engine.
+    """
+    built = tuple(_as_tool_call(c).model_copy(update={"id": call_id}) for c in calls)
+    return ProviderReply(content=content, tool_calls=built, finish_reason="tool_calls")
+
+
+# A high surrogate with no low half: what a reply cut mid-emoji carries, or what a server
+# sends as the JSON escape ``"\ud83d"`` on its own. It is not Unicode text.
+LONE_SURROGATE = "\ud83d"
+
+
+def utf16_halves(char: str) -> str:
+    """An astral character as its two UTF-16 halves, each a code point of its own.
+
+    This is what a stream fold that joins deltas naively gets when a server splits the
+    character's surrogate pair across two deltas: ``"\\ud83d" + "\\ude00"`` instead of
+    ``"\\U0001f600"``. ``sim.provider_http`` always sends such halves in separate deltas.
+    """
+    if len(char) != 1 or ord(char) < 0x10000:
+        raise ScriptError(f"{char!r} is not one character outside the Basic Multilingual Plane")
+    offset = ord(char) - 0x10000
+    return chr(0xD800 + (offset >> 10)) + chr(0xDC00 + (offset & 0x3FF))
+
+
+def lone_surrogate_text(before: str, after: str = "") -> ProviderReply:
+    """A provider fault: a text answer with a lone surrogate between ``before`` and ``after``."""
+    return text(before + LONE_SURROGATE + after)
+
+
+def split_pair_text(before: str, after: str = "", char: str = "\U0001f600") -> ProviderReply:
+    """A provider fault: a text answer whose ``char`` arrives as a split surrogate pair.
+
+    In process the halves are two code points (see ``utf16_halves``); over HTTP a stream
+    sends them in two deltas and a whole body as the two escapes ``\\ud83d\\ude00``.
+    """
+    return text(before + utf16_halves(char) + after)
 
 
 def _as_tool_call(spec: CallSpec) -> ToolCall:
@@ -310,8 +365,8 @@ _ERROR_KINDS: dict[str, Callable[[str, Mapping[str, Any]], ProviderError]] = {
     "malformed": lambda m, s: MalformedReply(m),
 }
 _STEP_KEYS = {
-    "text": {"text", "finish_reason", "reasoning"},
-    "tool_calls": {"tool_calls", "content", "finish_reason", "reasoning"},
+    "text": {"text", "finish_reason", "reasoning", "fault"},
+    "tool_calls": {"tool_calls", "content", "finish_reason", "reasoning", "fault"},
     "error": {"error", "message", "retry_after_s", "status"},
 }
 
@@ -364,20 +419,40 @@ def _error_step(raw: Mapping[str, Any], where: str) -> ProviderError:
     return _ERROR_KINDS[kind](str(message), raw)
 
 
+# What a ``"fault"`` key appends to a text step: the provider faults of text.
+_TEXT_FAULTS = {"lone_surrogate": LONE_SURROGATE, "split_pair": utf16_halves("\U0001f600")}
+# The provider faults of a tool-call step.
+_CALL_FAULTS = frozenset({"shared_id"})
+SHARED_ID_DEFAULT = "call_0"  # the shared id when the first call names none
+
+
 def _reply_step(raw: Mapping[str, Any], where: str) -> ProviderReply:
     extras = {k: raw[k] for k in ("finish_reason", "reasoning") if k in raw}
+    fault = raw.get("fault")
     if "text" in raw:
         if not isinstance(raw["text"], str):
             raise BadInput(f"{where}: 'text' must be a string")
-        return ProviderReply(content=raw["text"], **extras)
+        _check_fault(fault, set(_TEXT_FAULTS), "text", where)
+        suffix = _TEXT_FAULTS[fault] if fault is not None else ""
+        return ProviderReply(content=raw["text"] + suffix, **extras)
     calls = raw["tool_calls"]
     if not isinstance(calls, list) or not calls:
         raise BadInput(f"{where}: 'tool_calls' must be a non-empty list")
+    _check_fault(fault, set(_CALL_FAULTS), "tool_calls", where)
     built = [_call_from_json(c, f"{where}: tool_calls[{j}]") for j, c in enumerate(calls)]
+    if fault == "shared_id":  # every call takes the first call's id
+        shared = built[0].id or SHARED_ID_DEFAULT
+        built = [c.model_copy(update={"id": shared}) for c in built]
     return ProviderReply(
         content=raw.get("content"), tool_calls=tuple(built),
         **{"finish_reason": "tool_calls", **extras},
     )
+
+
+def _check_fault(fault: object, known: set[str], kind: str, where: str) -> None:
+    if fault is not None and fault not in known:
+        raise BadInput(f"{where}: unknown fault {fault!r} in a {kind!r} step; "
+                       f"expected one of {sorted(known)}")
 
 
 def _call_from_json(raw: object, where: str) -> ToolCall:

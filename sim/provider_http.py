@@ -11,7 +11,9 @@ with it: the fake stays the only model and HTTP is only its wire. Two conversion
   (``BadInput``), including message keys outside the wire set (WIRE-3);
 * **reply → wire**: ``completion_json`` is the non-streaming ``chat.completion`` object,
   ``completion_chunks`` the ``chat.completion.chunk`` objects of a stream, with text and
-  tool-call arguments cut into several deltas as a real server would.
+  tool-call arguments cut into several deltas as a real server would. Provider faults go
+  out as such a server sends them: a lone surrogate as its raw ``\\ud83d`` escape, the
+  halves of a split pair in two deltas, calls sharing an id each under its own index.
 
 ``answer_http`` is the one transport-neutral answer: it parses the request body and
 answers with a ``chat.completion`` JSON document, or SSE chunks when the body says
@@ -29,6 +31,7 @@ propagate, and the real server answers 500 and keeps it in ``harness_errors``.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -179,11 +182,22 @@ def _chunk(reply: ProviderReply, choices: list[dict[str, Any]]) -> dict[str, Any
 
 
 def _pieces(value: str | None, count: int = 3) -> list[str]:
-    """``value`` cut into at most ``count`` pieces; "" stays one empty piece, None none."""
+    """``value`` cut into a few pieces; "" stays one empty piece, None none.
+
+    It is cut into at most ``count`` even pieces, and also between the two halves of every
+    surrogate pair written as two code points (``sim.provider.split_pair_text``), so the
+    halves travel in two deltas, each one a lone ``\\udXXX`` escape on the wire, as a
+    server that streams UTF-16 code units sends them. Real text has no such halves.
+    """
     if value is None:
         return []
     size = max(1, -(-len(value) // count))
-    return [value[i:i + size] for i in range(0, len(value), size)] or [""]
+    even = [value[i:i + size] for i in range(0, len(value), size)] or [""]
+    return [part for piece in even for part in _BETWEEN_HALVES.split(piece)]
+
+
+# The empty match between a high and a low surrogate code point: where a pair is cut.
+_BETWEEN_HALVES = re.compile(r"(?<=[\ud800-\udbff])(?=[\udc00-\udfff])")
 
 
 def _usage_json(usage: Usage) -> dict[str, int]:

@@ -21,10 +21,15 @@ The error map of ``error_for_status`` (and of an error event inside a stream)::
 purpose: a reference engine would rather fail loudly on a reply it does not understand
 than guess. The one thing it fills in is a missing ``finish_reason`` ("tool_calls" when
 the reply calls tools, else "stop"), because some OpenAI-compatible servers leave it out.
+The one thing it repairs is text that is not Unicode: every parsed reply goes through
+``reply_intake.clean_reply`` (the core's rule, applied here where text enters the
+process), so a lone surrogate such as the JSON escape ``"\\ud83d"`` becomes U+FFFD.
 
 Streams are folded by ``StreamAssembler``: content and reasoning deltas are concatenated,
 tool-call deltas are grouped by their ``index`` (id and name arrive once, arguments arrive
-in fragments), and the last ``finish_reason`` and ``usage`` seen win. A stream must end
+in fragments), and the last ``finish_reason`` and ``usage`` seen win. Text is cleaned once
+it is whole, so a surrogate pair that a server split across two deltas is joined into its
+one character, not kept as two lone halves. A stream must end
 with ``data: [DONE]``; a stream that just stops is malformed, not a short answer.
 """
 
@@ -47,6 +52,7 @@ from hermes_ref.errors import (
     RateLimited,
 )
 from hermes_ref.models import ProviderReply, ToolCall, Usage
+from hermes_ref.reply_intake import clean_reply
 
 _SNIPPET_CHARS = 200  # how much of a foreign body an error message quotes
 
@@ -190,14 +196,14 @@ def parse_completion(payload: object) -> ProviderReply:
     message = _object(choice.get("message"), "choices[0].message")
     calls = _tool_calls(message.get("tool_calls"), "choices[0].message.tool_calls")
     finish = _optional_str(choice.get("finish_reason"), "choices[0].finish_reason")
-    return ProviderReply(
+    return clean_reply(ProviderReply(
         content=_optional_str(message.get("content"), "choices[0].message.content"),
         tool_calls=calls,
         finish_reason=finish or _default_finish(calls),
         reasoning=_reasoning(message, "choices[0].message"),
         usage=_usage(body.get("usage")),
         model=_optional_str(body.get("model"), "model") or "",
-    )
+    ))
 
 
 def _tool_calls(value: object, path: str) -> tuple[ToolCall, ...]:
@@ -296,14 +302,16 @@ class StreamAssembler:
         if not self.done:
             raise MalformedReply("stream ended without 'data: [DONE]'")
         calls = tuple(self._assembled_call(i, p) for i, p in sorted(self._calls.items()))
-        return ProviderReply(
+        # Cleaned after joining, never per delta: the two halves of a pair that a server
+        # split across deltas meet only here, and only here can they become one character.
+        return clean_reply(ProviderReply(
             content="".join(self._content) if self._content else None,
             tool_calls=calls,
             finish_reason=self._finish or _default_finish(calls),
             reasoning="".join(self._reasoning) if self._reasoning else None,
             usage=self._usage,
             model=self._model,
-        )
+        ))
 
     def _dispatch(self) -> None:
         if not self._data or self.done:

@@ -20,6 +20,7 @@ from sim.checkers.base import (
     round_landed,
     tool_replies,
 )
+from sim.checkers.intake import taken_in_text
 from sim.world import CallRecord
 
 # ---- finalizer ---------------------------------------------------------------------------
@@ -132,7 +133,7 @@ def answer_delivered(obs: Observation) -> list[Violation]:
         if done is None:
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} got a final answer but never completed"))
-        elif not _same_answer(done.final_response, reply.content):
+        elif not _same_answer(done.final_response, taken_in_text(reply.content)):
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} completed with a different answer than the "
                                  "model gave"))

@@ -22,6 +22,7 @@ from sim.checkers.base import (
     offered,
     tool_replies,
 )
+from sim.checkers.intake import taken_in_calls
 from sim.world import CallRecord
 
 # ---- tool rounds -------------------------------------------------------------------------
@@ -126,7 +127,7 @@ def calls_keep_their_place(obs: Observation) -> list[Violation]:
 
 
 def _stored_calls_problem(obs: Observation, record: CallRecord) -> str | None:
-    want = _call_keys(record.reply.tool_calls if record.reply else ())
+    want = _call_keys(taken_in_calls(record.reply.tool_calls) if record.reply else ())
     ids = {key[0] for key in want}
     touched = [m for m in obs.rows_of_turn(record.turn_id)
                if m.tool_call_id in ids or any(c.id in ids for c in m.tool_calls)]

@@ -31,9 +31,17 @@ from hermes_ref.errors import (
     RateLimited,
 )
 from hermes_ref.models import Message, ProviderReply, Role, ToolCall, ToolSpec
+from hermes_ref.reply_intake import admit_reply
 from hermes_ref.shell.http_provider import HttpProvider
 from hermes_ref.tokens import count_text, count_wire_messages
-from sim.provider import ScriptedProvider, text, tool_calls
+from sim.provider import (
+    ScriptedProvider,
+    calls_sharing_id,
+    lone_surrogate_text,
+    split_pair_text,
+    text,
+    tool_calls,
+)
 from sim.provider_http import fake_transport, install_respx
 
 BASE_URL = "http://provider.test/v1"
@@ -247,3 +255,17 @@ async def test_calls_after_an_error_still_work(
     with pytest.raises(ProviderServerError):
         await complete(make_request(stream))
     assert (await complete(make_request(stream))).content == "back up"
+
+
+async def test_provider_faults_are_taken_in_alike(
+    complete: Complete, script: ScriptedProvider, stream: bool
+) -> None:
+    """A lone surrogate, a split pair and calls sharing an id become the same reply on every
+    path once the engine takes them in (the HTTP paths clean text already on arrival)."""
+    script.add(lone_surrogate_text("Nice ", "!"), split_pair_text("Great ", "!"),
+               calls_sharing_id("call_0", ("read_file", {"path": "a.txt"}),
+                                ("read_file", {"path": "b.txt"})))
+    lone, pair, calls = [admit_reply(await complete(make_request(stream))) for _ in range(3)]
+    assert (lone.content, pair.content) == ("Nice \ufffd!", "Great \U0001f600!")
+    assert [(c.id, c.arguments) for c in calls.tool_calls] == [
+        ("call_0", '{"path": "a.txt"}'), ("call_0_d2", '{"path": "b.txt"}')]
