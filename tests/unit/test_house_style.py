@@ -1,4 +1,4 @@
-"""House style that can be checked: no function in the engine, the harness or the scenarios is over 70 lines."""
+"""House style that can be checked: no function of the engine, harness or scenarios exceeds 70 lines."""
 
 from __future__ import annotations
 
