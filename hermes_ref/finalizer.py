@@ -17,8 +17,7 @@ order, each guarded on its own so one failure never costs the user the answer (F
    and were not redone, inside the pending final row.
 6. Persist what is still pending (the final assistant row).
 7. Tail closure (FIN-3): a delivered answer has a matching assistant row; a tail that is
-   not an assistant row gets one appended, an assistant tail without visible text is
-   filled and written again.
+   not an assistant row (the final write failed) gets one appended.
 8. Failure boundary (FIN-5): a failed turn that leaves a user or tool tail gets an engine
    assistant row (not after context-pressure failures); open calls get a result first.
 9. The turn-exit line and the completion event (FIN-7, DEL-1), then release the lease.
@@ -119,7 +118,19 @@ async def _persist_pending(ctx: TurnContext) -> None:
 
 
 async def _close_tail(ctx: TurnContext) -> None:
-    """FIN-3: the delivered answer must be the durable tail's visible text."""
+    """FIN-3: the delivered answer must be the durable tail's visible text.
+
+    After the flush the durable tail is the answer's own row, or, when that write failed,
+    the last row stored before it: the turn's user row or a tool result. It is never an
+    assistant row other than the answer's, because every assistant row the loop stores
+    is a tool-call row whose results are stored next, or the turn fails (and a failed
+    turn delivers nothing); answers always carry visible text, scaffolding is never
+    stored, and nothing here stores a hidden row. So the one repair is to append the
+    answer. FIN-3's other case, an assistant tail without visible text that the answer
+    fills in place, needs a path that stores such a row and still delivers an answer (an
+    interrupted partial stored hidden, LOOP-4, or an answer recovered from the stream,
+    FIN-2); this engine has neither, so it has no such branch.
+    """
     answer = ctx.ending.answer
     if not ctx.ending.delivered or answer is None:
         return
@@ -128,8 +139,6 @@ async def _close_tail(ctx: TurnContext) -> None:
         row = Message(role=Role.ASSISTANT, content=answer, turn_id=ctx.turn_id)
         ctx.transcript.append(row)
         await ctx.persist((row,), Site.TAIL_CLOSURE)
-    elif not tail.has_visible_text and tail.row_id is not None:
-        await ctx.rewrite(tail.row_id, answer, Site.TAIL_CLOSURE)
 
 
 def _open_call_text(ctx: TurnContext) -> Callable[[str], str]:

@@ -5,8 +5,10 @@ Theory of operation
 The loop runs while ``api_calls < max_iterations`` and a budget unit can be spent (LOOP-1).
 The one grace call that LOOP-1 allows past that bound is made by the finalizer once the
 loop has ended (FIN-1), so here it needs no flag. Each iteration spends one budget unit
-(LOOP-2), builds the request from the working transcript, and calls the provider through
-``call_with_retries``, which classifies failures (LOOP-5):
+and counts one API call (LOOP-2), but only for a request that is sent: when preflight
+refuses one (CMP-7) the unit is given back and no call is counted. It builds the request
+from the working transcript and calls the provider through ``call_with_retries``, which
+classifies failures (LOOP-5):
 
 * transient (429 honouring Retry-After, 5xx, timeout): back off and retry the same call;
 * auth: one more try (a credential refresh in a real deployment), then terminal;
@@ -15,8 +17,9 @@ loop has ended (FIN-1), so here it needs no flag. Each iteration spends one budg
 * any other provider error: terminal.
 
 A reply with tool calls goes to the tool round. A reply that promised tool calls but
-carried none gets a marked re-prompt, at most ``dropped_toolcall_retries_max`` times in a
-row (LOOP-7). An empty reply walks a short ladder: one nudge after a tool round, bounded
+carried none (``finish_reason=tool_calls``), even one that narrates the call it meant to
+make, gets a marked re-prompt, at most ``dropped_toolcall_retries_max`` times in a row
+(LOOP-7). An empty reply walks a short ladder: one nudge after a tool round, bounded
 retries, then the ``(empty)`` sentinel and ``empty_response_exhausted`` (LOOP-8). All of
 those synthetic messages are scaffolding (SCAF-1). Anything else is the final answer;
 it joins the working list unpersisted and the finalizer writes it.
@@ -102,15 +105,30 @@ async def run_loop(ctx: TurnContext) -> None:
     while not ctx.ended and _loop_may_continue(ctx):
         if not state.budget.consume():
             break
-        state.api_calls += 1
         ctx.enter(Phase.PREFLIGHT)
-        if not await preflight.check(ctx):
+        if not await cleared_to_send(ctx):
             return
         ctx.enter(Phase.MODEL_CALL)
         reply = await call_with_retries(ctx, build_request(ctx))
         if reply is None:
             return
         await handle_reply(ctx, reply)
+
+
+async def cleared_to_send(ctx: TurnContext) -> bool:
+    """Preflight (CMP-7), then LOOP-2's charge: only a request that will be sent costs.
+
+    The loop has already spent the iteration's budget unit, because spending it is how
+    the budget half of LOOP-1 is checked (in exactly one place). When preflight refuses,
+    the request is never sent, so the unit is given back and no API call is counted:
+    the turn's figures stay equal to what the provider saw. (Hermes refunds the call and
+    the unit the same way when a preflight compression pass replaces a call.)
+    """
+    if not await preflight.check(ctx):
+        ctx.state.budget.refund()
+        return False
+    ctx.state.api_calls += 1
+    return True
 
 
 async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
@@ -126,15 +144,10 @@ async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
         )
         await tool_round.run_tool_round(ctx, assistant)
         return
-    text = (reply.content or "").strip()
-    dropped = reply.finish_reason == "tool_calls" and not text
-    if dropped and state.dropped_toolcall_retries < ctx.limits.dropped_toolcall_retries_max:
-        state.dropped_toolcall_retries += 1
-        flag = ScaffoldFlag.DROPPED_TOOLCALL_NUDGE
-        ctx.transcript.append(scaffold(Role.ASSISTANT, "", flag, ctx.turn_id))
-        ctx.transcript.append(scaffold(Role.USER, DROPPED_TOOLCALL_NUDGE, flag, ctx.turn_id))
+    if dropped_call(reply) and _may_reprompt_dropped(ctx):
+        _reprompt_dropped(ctx, reply)
         return
-    if not text:
+    if not (reply.content or "").strip():
         _handle_empty(ctx)
         return
     state.empty_retries = 0
@@ -144,6 +157,36 @@ async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
     ))
     ctx.finish(ExitReason.TEXT_RESPONSE, f"finish_reason={reply.finish_reason}",
                answer=reply.content)
+
+
+def dropped_call(reply: ProviderReply) -> bool:
+    """LOOP-7: the reply promised tool calls and carried none, whatever text it narrated.
+
+    Only the finish reason decides: a reply that says "Let me read a.txt now." and stops
+    with ``tool_calls`` dropped its call exactly as an empty one did.
+    """
+    return reply.finish_reason == "tool_calls" and not reply.tool_calls
+
+
+def _may_reprompt_dropped(ctx: TurnContext) -> bool:
+    """LOOP-7's bound: at most ``dropped_toolcall_retries_max`` re-prompts in a row."""
+    return ctx.state.dropped_toolcall_retries < ctx.limits.dropped_toolcall_retries_max
+
+
+def _reprompt_dropped(ctx: TurnContext, reply: ProviderReply) -> None:
+    """LOOP-7: the reply promised tool calls (``finish_reason=tool_calls``) and made none.
+
+    Narration such as "Let me read a.txt now." is not an answer: the model meant to act
+    and did not. As Hermes does, the reply is kept as it came, narration included, in a
+    scaffolding assistant message, followed by a scaffolding nudge; the model sees what
+    it said and is asked for the call itself. Both are dropped before anything is stored
+    (SCAF-1). Past the bound the reply is taken as it is: text becomes the answer, an
+    empty reply walks the empty ladder.
+    """
+    ctx.state.dropped_toolcall_retries += 1
+    flag = ScaffoldFlag.DROPPED_TOOLCALL_NUDGE
+    ctx.transcript.append(scaffold(Role.ASSISTANT, reply.content or "", flag, ctx.turn_id))
+    ctx.transcript.append(scaffold(Role.USER, DROPPED_TOOLCALL_NUDGE, flag, ctx.turn_id))
 
 
 def _looks_truncated(arguments: str) -> bool:

@@ -16,6 +16,7 @@ from hermes_ref.scaffolding import (
 )
 from sim.checkers.base import (
     Observation,
+    TurnView,
     Violation,
     call_rows,
     calls_by_turn,
@@ -102,7 +103,8 @@ def user_row_before_call(obs: Observation) -> list[Violation]:
 
 
 @checker("budget_accounting", ("LOOP-1", "LOOP-2", "CTX-1"),
-         "calls, budget units and refunds of each turn add up against the provider's log")
+         "calls, budget units and refunds of each turn add up against the provider's log; "
+         "a request that was never sent costs nothing")
 def budget_accounting(obs: Observation) -> list[Violation]:
     out = []
     for view in obs.ended_turns():
@@ -127,16 +129,45 @@ def budget_accounting(obs: Observation) -> list[Violation]:
                                  f"{tag} made {regular} budgeted calls and {grace} grace calls "
                                  f"with max_iterations={obs.limits.max_iterations}"))
         if line.budget_used != regular - refunds:
-            # more units than this turn's calls: they were carried in from another turn
-            carried = line.budget_used > regular
-            out.append(Violation("budget_accounting", "CTX-1" if carried else "LOOP-2",
-                                 f"{tag} used {line.budget_used} budget units for "
-                                 f"{regular} calls and {refunds} refundable rounds"))
+            out.append(_units_violation(tag, line.budget_used, regular, refunds,
+                                        unsent=line.api_calls - len(requests),
+                                        earlier=_others_called_before(obs, view)))
         if line.budget_max != obs.limits.iteration_budget:
             out.append(Violation("budget_accounting", "CTX-1",
                                  f"{tag} ran with a budget of {line.budget_max}, "
                                  f"not a fresh {obs.limits.iteration_budget}"))
     return out
+
+
+def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent: int,
+                     earlier: bool) -> Violation:
+    """Name the rule a wrong unit count breaks, by what explains the difference.
+
+    Extra units matched by as many calls the turn counted but the provider never saw were
+    charged for requests that were never sent (a preflight refusal, say): LOOP-2. Units
+    beyond every call the turn sent can only have been carried in from earlier turns
+    (CTX-1), and only if another turn called the model before. Any other difference (a
+    refund withheld, or given where none was due) is LOOP-2.
+    """
+    extra = used - (regular - refunds)
+    detail = f"{tag} used {used} budget units for {regular} calls and {refunds} refundable rounds"
+    if extra > 0 and extra == unsent:
+        return Violation("budget_accounting", "LOOP-2",
+                         f"{detail}; the provider never saw {unsent} of the requests it counted")
+    carried = used > regular and earlier
+    return Violation("budget_accounting", "CTX-1" if carried else "LOOP-2", detail)
+
+
+def _others_called_before(obs: Observation, view: TurnView) -> bool:
+    """Another turn called the model before this turn's first call (or, with none, at all).
+
+    The call log is in call order; effect counters restart with each process, so only
+    the position in the log orders calls of different turns.
+    """
+    if not obs.calls:
+        return False
+    first = obs.calls[0]
+    return (first.session_id, first.turn_id) != (view.session_id, view.turn_id)
 
 
 @checker("exit_reason_recorded", ("LOOP-3",),
@@ -235,30 +266,49 @@ def _nudges_since_tool(request: ProviderRequest) -> int:
 
 
 def _dropped(reply: ProviderReply | None) -> bool:
-    return (reply is not None and reply.finish_reason == "tool_calls" and not reply.tool_calls
-            and not (reply.content or "").strip())
+    """A reply that promised tool calls and carried none, whatever text it narrated."""
+    return reply is not None and reply.finish_reason == "tool_calls" and not reply.tool_calls
+
+
+# Exits that may follow a dropped call with re-prompts left: the loop was stopped from
+# outside the reply (the budget ran out, or preflight refused to send the re-prompt).
+_STOPPED_FROM_OUTSIDE = frozenset({ExitReason.MAX_ITERATIONS.value,
+                                   ExitReason.BUDGET_EXHAUSTED.value,
+                                   ExitReason.TERMINAL_PROVIDER_ERROR.value})
 
 
 @checker("dropped_call_reprompts", ("LOOP-7",),
-         "a reply that promised tool calls and had none is re-prompted, at most [3] times in a row; "
-         "a landed tool round starts the count over")
+         "a reply that promised tool calls and had none, narration included, is re-prompted, "
+         "at most [3] times in a row; a landed tool round starts the count over")
 def dropped_call_reprompts(obs: Observation) -> list[Violation]:
     limit = obs.limits.dropped_toolcall_retries_max
-    out = []
+    exits = exit_reasons(obs)
+    out: list[Violation] = []
     for turn_id, records in calls_by_turn(obs).items():
-        for before, after in pairwise(records):
-            if after.request is before.request:
-                continue
-            sent, prior = _nudges_since_tool(after.request), _nudges_since_tool(before.request)
-            if sent > limit:
-                problem = f"sends {sent} dropped-call re-prompts in a row (limit {limit})"
-            elif _dropped(before.reply) and prior < limit and sent != prior + 1:
-                problem = f"does not re-prompt the dropped tool call of effect {before.seq}"
-            else:
-                continue
-            out.append(Violation("dropped_call_reprompts", "LOOP-7",
-                                 f"turn {turn_id}: the request of effect {after.seq} {problem}"))
+        problems = [f"the request of effect {after.seq} {problem}" for before, after
+                    in pairwise(records)
+                    if (problem := _reprompt_problem(before, after, limit)) is not None]
+        last, reason = records[-1], exits.get(turn_id)
+        if (_dropped(last.reply) and not is_grace(last) and reason is not None
+                and _nudges_since_tool(last.request) < limit and reason not in _STOPPED_FROM_OUTSIDE):
+            # silence is a finding: no request followed, and nothing outside the reply stopped it
+            problems.append(f"the dropped tool call of effect {last.seq} ended the turn as "
+                            f"{reason} instead of being re-prompted")
+        out.extend(Violation("dropped_call_reprompts", "LOOP-7", f"turn {turn_id}: {problem}")
+                   for problem in problems)
     return out
+
+
+def _reprompt_problem(before: CallRecord, after: CallRecord, limit: int) -> str | None:
+    """What is wrong with the request that followed ``before``, or None."""
+    if after.request is before.request:
+        return None  # a retry of the same request, after a provider error
+    sent, prior = _nudges_since_tool(after.request), _nudges_since_tool(before.request)
+    if sent > limit:
+        return f"sends {sent} dropped-call re-prompts in a row (limit {limit})"
+    if _dropped(before.reply) and prior < limit and sent != prior + 1:
+        return f"does not re-prompt the dropped tool call of effect {before.seq}"
+    return None
 
 
 @checker("arguments_checked_before_run", ("LOOP-9",),

@@ -7,10 +7,10 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import context, effects, loop
+from hermes_ref import context, effects, loop, preflight
 from hermes_ref.context import TurnContext
 from hermes_ref.errors import ProviderError, ProviderServerError
-from hermes_ref.models import Message
+from hermes_ref.models import Message, ProviderReply
 from sim.sabotage.base import sabotage
 
 # ---- WIRE-3: bookkeeping leaks onto the wire ------------------------------------------------
@@ -125,3 +125,33 @@ def _accept_any_arguments() -> list[AbstractContextManager[Any]]:
 sabotage("unusable_arguments_accepted", ("LOOP-9",),
          "malformed or cut-off tool-call arguments are recorded at once, never asked for again")(
     _accept_any_arguments)
+
+
+# ---- LOOP-7: a dropped call that narrates is taken as the answer ---------------------------
+
+
+def _narration_answers() -> list[AbstractContextManager[Any]]:
+    def only_if_silent(reply: ProviderReply) -> bool:
+        return (reply.finish_reason == "tool_calls" and not reply.tool_calls
+                and not (reply.content or "").strip())
+    return [mock.patch.object(loop, "dropped_call", only_if_silent)]
+
+
+sabotage("narrated_dropped_call_answers", ("LOOP-7",),
+         "only an empty finish_reason=tool_calls reply counts as a dropped call, so one that "
+         "narrates the call it meant to make is returned as the final answer")(_narration_answers)
+
+
+# ---- LOOP-2: a request preflight refuses is charged as if it were sent ---------------------
+
+
+def _charge_refused_requests() -> list[AbstractContextManager[Any]]:
+    async def charged(ctx: TurnContext) -> bool:
+        ctx.state.api_calls += 1  # counted, and its unit kept, before preflight has decided
+        return await preflight.check(ctx)
+    return [mock.patch.object(loop, "cleared_to_send", charged)]
+
+
+sabotage("refused_request_charged", ("LOOP-2",),
+         "the loop counts the API call and keeps the budget unit before preflight decides, so "
+         "a request that is never sent costs a unit and an API call")(_charge_refused_requests)

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hermes_ref.context import IterationBudget
+from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
 from hermes_ref.errors import BadInput, IllegalTransition
-from hermes_ref.models import Message, Role, ScaffoldFlag, ToolCall
+from hermes_ref.limits import Limits
+from hermes_ref.loop import cleared_to_send, dropped_call, handle_reply
+from hermes_ref.models import Lease, Message, ProviderReply, Role, ScaffoldFlag, ToolCall
+from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import TRANSITIONS, Phase, PhaseTracker, render_mermaid
 from hermes_ref.prologue import compose_api_content
+from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE
 from hermes_ref.tool_round import plan_segments
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.transcript import Transcript
 from sim.faults import CrashPoint
+
+T = TypeVar("T")
 
 
 def call(name: str, **args: object) -> ToolCall:
@@ -207,3 +215,76 @@ def test_a_store_that_changes_rows_is_an_engine_bug() -> None:
     for bad in ((), (sent[0],), (sent[0].model_copy(update={"row_id": 7, "content": "HI"}),)):
         with pytest.raises(InvariantBroken):
             check_stored(sent, bad)
+
+
+# ---- loop decisions: dropped calls (LOOP-7) and requests preflight refuses (LOOP-2) ----------
+
+
+def _turn_context(**limits: object) -> TurnContext:
+    """A bare turn context: one user row, no store behind it (the steps below await nothing)."""
+    system = Message(role=Role.SYSTEM, content="You are terse.")
+    tracker = PhaseTracker()
+    tracker.enter(Phase.PROLOGUE)
+    return TurnContext(
+        session_id="s-1", turn_id="turn-1", limits=Limits.model_validate(limits), tools=(),
+        cache=SessionCache("s-1", system.content or "", system),
+        lease=Lease(session_id="s-1", holder="pid=1", token=1, acquired_at=0.0, expires_at=300.0),
+        tracker=tracker, state=TurnState(budget=IterationBudget(5)),
+        transcript=Transcript([Message(role=Role.USER, content="What does a.txt say?", row_id=1)]),
+    )
+
+
+def _settle(step: Coroutine[Any, Any, T]) -> T:
+    """Run a core step that performs no effect; awaiting one would be a surprise here."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]  # StopIteration.value is Any
+    raise AssertionError("the step awaited an effect")
+
+
+def test_a_reply_that_only_narrates_its_tool_call_is_a_dropped_call() -> None:
+    """finish_reason=tool_calls without calls is a dropped call whatever text it carries."""
+    assert dropped_call(ProviderReply(content="Let me read a.txt now.", finish_reason="tool_calls"))
+    assert dropped_call(ProviderReply(content=None, finish_reason="tool_calls"))
+    assert not dropped_call(ProviderReply(content="It says alpha.", finish_reason="stop"))
+    with_call = ProviderReply(content="Reading.", finish_reason="tool_calls",
+                              tool_calls=(call("read_file", path="a.txt"),))
+    assert not dropped_call(with_call)
+
+
+def test_narration_is_replayed_as_scaffolding_and_never_becomes_the_answer() -> None:
+    """A narrated dropped call adds the narration and the nudge as scaffolding; no exit is recorded."""
+    ctx = _turn_context()
+    _settle(handle_reply(ctx, ProviderReply(content="Let me read a.txt now.",
+                                            finish_reason="tool_calls")))
+    added = ctx.transcript.messages()[1:]
+    assert [(m.role, m.content, m.scaffold) for m in added] == [
+        (Role.ASSISTANT, "Let me read a.txt now.", ScaffoldFlag.DROPPED_TOOLCALL_NUDGE),
+        (Role.USER, DROPPED_TOOLCALL_NUDGE, ScaffoldFlag.DROPPED_TOOLCALL_NUDGE)]
+    assert not ctx.ended and ctx.transcript.pending() == ()
+
+
+def test_past_the_bound_a_narrated_dropped_call_is_the_answer() -> None:
+    """Once the re-prompts are used up, the narration is taken as the final answer (LOOP-7)."""
+    ctx = _turn_context(dropped_toolcall_retries_max=1)
+    ctx.state.dropped_toolcall_retries = 1
+    _settle(handle_reply(ctx, ProviderReply(content="I will read it.", finish_reason="tool_calls")))
+    assert ctx.ending.answer == "I will read it." and ctx.ending.reason is ExitReason.TEXT_RESPONSE
+
+
+def test_a_request_preflight_refuses_costs_nothing() -> None:
+    """A refused request gives back its budget unit and counts no API call (LOOP-2, CMP-7)."""
+    ctx = _turn_context(context_window_tokens=5)
+    assert ctx.state.budget.consume()
+    assert _settle(cleared_to_send(ctx)) is False
+    assert (ctx.state.budget.used, ctx.state.api_calls) == (0, 0)
+    assert ctx.ending.reason is ExitReason.TERMINAL_PROVIDER_ERROR
+
+
+def test_a_request_that_fits_costs_one_unit_and_one_call() -> None:
+    """A request within the window keeps its unit and counts one API call."""
+    ctx = _turn_context()
+    assert ctx.state.budget.consume()
+    assert _settle(cleared_to_send(ctx)) is True
+    assert (ctx.state.budget.used, ctx.state.api_calls) == (1, 1)
