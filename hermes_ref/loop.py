@@ -75,9 +75,11 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
     while True:
         failure: ProviderError | None = None
         try:
-            return await CallProvider(request, ctx.session_id, ctx.turn_id)
+            reply = await CallProvider(request, ctx.session_id, ctx.turn_id)
         except ProviderError as error:
             failure = error
+        else:  # every reply, grace summary included: text the store can keep, an id per call
+            return reply_intake.admit_reply(reply)
         if isinstance(failure, ContextOverflow):
             ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"context_overflow: {failure}", failed=True)
             return None
@@ -133,7 +135,6 @@ async def cleared_to_send(ctx: TurnContext) -> bool:
 
 async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
     """Route one reply: tool round, dropped-call re-prompt, empty ladder or final answer."""
-    reply = reply_intake.admit_reply(reply)  # text the store can keep, an id per call
     state = ctx.state
     if reply.tool_calls and not _arguments_usable(ctx, reply):
         return

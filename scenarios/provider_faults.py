@@ -33,6 +33,21 @@ def lone_surrogate_answer_is_recorded_as_delivered(s: Story) -> None:
              "the durable answer row holds the delivered answer")
 
 
+@scenario("A grace summary with a lone surrogate is taken in by the same rule as any reply",
+          invariants=("FIN-3", "FIN-6", "FIN-1"), stage="provider_fault")
+def lone_surrogate_in_the_grace_summary_is_recorded_as_delivered(s: Story) -> None:
+    s.limits(max_iterations=1, iteration_budget=1)
+    s.files({"a.txt": "1"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})), lone_surrogate_text("Read it ", "."))
+    result = s.turn("Read a.txt.")
+    want = "Read it \ufffd."
+    s.expect(result is not None and result.final_response == want,
+             "the summary arrives with U+FFFD where the lone surrogate was")
+    tail = s.transcript()[-1]
+    s.expect(tail.role is Role.ASSISTANT and tail.content == want,
+             "the durable answer row holds the delivered summary")
+
+
 @scenario("A surrogate pair split in two halves arrives as its one character",
           invariants=("FIN-3", "FIN-6"), stage="provider_fault")
 def split_surrogate_pair_is_one_character(s: Story) -> None:
