@@ -6,10 +6,10 @@ Two lifetimes, two owners:
 
 * ``SessionCache`` lives as long as the engine instance and belongs to one session: the
   cached system prompt (built once, replayed byte for byte: CTX-3), the cached durable
-  transcript and the last lease token this engine held; a new turn does not reset it
-  (CTX-1). (The memory and skill nudge counters that CTX-1 also keeps belong here once
-  the engine has nudges.) A new engine instance (a restart) starts with no cache and
-  rebuilds it from the durable record alone.
+  transcript, the last lease token this engine held and the nudge counters
+  (``NudgeCounters``); a new turn does not reset it (CTX-1). A new engine instance (a
+  restart) starts with no cache and rebuilds it from the durable record alone: the
+  counters are hydrated from the history it loads.
 * ``TurnState`` lives for one turn: retry counters, the persistence-failure flag and the
   iteration budget, all rebuilt by the prologue (CTX-1).
 
@@ -57,13 +57,67 @@ class IterationBudget:
 
 
 @dataclass(slots=True)
+class NudgeCounters:
+    """The session-scoped nudge counters of CTX-1: they outlive turns, unlike ``TurnState``.
+
+    * ``user_turns`` counts the session's user turns, this one included once it is
+      counted (Hermes ``_user_turn_count``);
+    * ``turns_since_memory`` counts user turns since the memory review last came due
+      (``_turns_since_memory``). The review is due every ``memory_nudge_interval`` user
+      turns; Hermes runs it in the background after the answer, with the memory tool;
+    * ``iters_since_skill`` counts loop iterations since the skill review last came due
+      (``_iters_since_skill``). Hermes ticks it once per iteration while a ``skill_manage``
+      tool is offered and clears it when that tool runs; this engine offers no such tool,
+      so nothing ticks it yet, but like the memory counter it is never reset by a turn.
+
+    A restarted process knows none of this, so ``hydrate`` derives the counts from the
+    history (Hermes does so on a resumed agent's first turn).
+    """
+
+    user_turns: int = 0
+    turns_since_memory: int = 0
+    iters_since_skill: int = 0
+
+    def hydrate(self, user_rows: int, memory_interval: int) -> None:
+        """Derive the counts from a history holding ``user_rows`` user messages.
+
+        ``turns_since_memory = user_rows % interval`` keeps the cadence of the turns before
+        (7 user rows at interval 3 give 1: the 8th turn ticks it to 2, the 9th brings the
+        review), and never fires a review just because the process is new. The skill counter is not
+        derived: the history does not say where iterations stood (nor does Hermes).
+        """
+        self.user_turns = user_rows
+        self.turns_since_memory = user_rows % memory_interval if memory_interval > 0 else 0
+
+    def count_user_turn(self, memory_interval: int, memory_offered: bool) -> bool:
+        """Count one more user turn; True when the memory review comes due this turn.
+
+        Every user turn counts, so the counter always equals ``user_turns % interval``,
+        which is what ``hydrate`` restores. (Hermes counts only while the memory tool is
+        offered; with a fixed tool set, as every process has, the two agree.) A review
+        that comes due with no memory tool to run it is skipped, not postponed.
+        """
+        self.user_turns += 1
+        if memory_interval <= 0:
+            return False
+        self.turns_since_memory += 1
+        if self.turns_since_memory < memory_interval:
+            return False
+        self.turns_since_memory = 0
+        return memory_offered
+
+
+@dataclass(slots=True)
 class SessionCache:
+    """What one engine keeps of one session between turns; see the module docstring."""
+
     session_id: str
     system_prompt: str
     system_message: Message
     history: Transcript = field(default_factory=Transcript)
     last_row_id: int = 0
     last_lease_token: int = 0
+    nudges: NudgeCounters = field(default_factory=NudgeCounters)
 
 
 @dataclass(slots=True)

@@ -5,10 +5,10 @@ defaults; each is a setting, and scenarios override them to reach a boundary qui
 (``Limits(max_iterations=2)``). The model is frozen: a turn reads one ``Limits`` value.
 
 Some settings belong to capabilities the catalog names and this engine does not build
-yet (session lanes, lease refresh, compaction, the thinking-prefill rung, the tool start
-gate and result spill). They are kept so those capabilities land with the catalog's
-defaults, and listed in ``NOT_YET_READ``; a test keeps that list exactly true, so a
-setting is never mistaken for a behaviour.
+yet (session lanes, lease refresh, compaction, the thinking-prefill rung, the skill
+nudge, the tool start gate and result spill). They are kept so those capabilities land
+with the catalog's defaults, and listed in ``NOT_YET_READ``; a test keeps that list
+exactly true, so a setting is never mistaken for a behaviour.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ class Limits(BaseModel):
     compression_ineffective_max: int = 2
     compression_lock_ttl_s: float = 300.0
     idle_compact_after_s: float = 0.0
+    # session-scoped nudge counters (CTX-1); 0 turns a nudge off. Hermes reads them from
+    # ``memory.nudge_interval`` and ``skills.creation_nudge_interval``, both 10 by default.
+    memory_nudge_interval: int = 10   # user turns between memory reviews
+    skill_nudge_interval: int = 10    # loop iterations between skill reviews
 
     # LOOP: the main loop
     max_iterations: int = 90
@@ -84,5 +88,6 @@ NOT_YET_READ = frozenset({
     "compression_passes_max", "compression_progress_ratio", "compression_cooldown_s",
     "compression_ineffective_max", "compression_lock_ttl_s", "idle_compact_after_s",
     "thinking_prefill_retries_max",                                    # LOOP-8
+    "skill_nudge_interval",        # CTX-1: ticked per loop iteration once a skill tool exists
     "tool_start_gate_s", "tool_result_spill_chars",                    # TOOL-5, TOOL-7
 })

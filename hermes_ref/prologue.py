@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 In order, because the order is the contract:
 
-1. Read the clock and mint the turn id (from the driver, so runs replay).
+1. Read the clock and mint the turn id (from the driver, so runs replay); copy the
+   caller's history, if it gave one, before the turn waits for anything (CTX-2).
 2. System prompt, then session row (CTX-4): the prompt is built once per session and
    replayed byte for byte from the session row afterwards (CTX-3); a session row is never
    written without it, and nothing is written for a session before its row exists.
@@ -12,16 +13,21 @@ In order, because the order is the contract:
    get it, or whose store fails before it begins, returns early with the user's input
    handed back (LEASE-5): refusal is not loss.
 4. Sync the history: the cached transcript is reused only when the fencing token proves
-   nobody else held the lease since (see ``context``); otherwise it is reloaded.
-5. Reset per-turn state and rebuild the budget (CTX-1); copy the history (CTX-2).
-6. Repair a crashed predecessor: calls without results get an ``unknown`` result and are
-   never re-run (TOOL-10); an open user/tool tail gets an engine boundary row (FIN-5).
+   nobody else held the lease since (see ``context``); otherwise it is reloaded. A
+   session with no transcript yet takes the caller's copy instead, if there is one.
+5. Reset per-turn state and rebuild the budget; keep the session's nudge counters,
+   hydrating them from any history just taken in, and count this user turn (CTX-1).
+   The turn works on its own copy of the history (CTX-2).
+6. Write the caller's history if it seeds the session. Repair a crashed predecessor:
+   calls without results get an ``unknown`` result and are never re-run (TOOL-10); an
+   open user/tool tail gets an engine boundary row (FIN-5).
 7. Persist the user row, once, with its final ``api_content`` sidecar, before the first
    model call (CTX-8, WIRE-1).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hermes_ref import closure
@@ -38,23 +44,58 @@ from hermes_ref.effects import (
     Site,
     Sleep,
 )
-from hermes_ref.errors import PersistenceError
+from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Event, EventKind, Lease, Message, Role, SessionRecord, ToolSpec
 from hermes_ref.outcomes import Completion, Ending, ExitLine, ExitReason, TurnResult
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.transcript import Transcript
 
+MEMORY_TOOL = "memory"  # the tool a memory review runs with (CTX-1)
+
 
 @dataclass(frozen=True, slots=True)
 class TurnInput:
-    """One admitted input for one session incarnation."""
+    """One admitted input for one session incarnation.
+
+    ``history`` is the caller's own list of the conversation so far (user, assistant and
+    tool messages), or None. It is held here as given: the prologue copies it once, as
+    the turn begins, and never touches the caller's list (CTX-2). The copy seeds a
+    session that has no durable transcript yet: it is written first, and the turn works
+    from it. A session that already has a transcript keeps it, and the caller's list is
+    not used: the record is the one history, as the stored prompt is the one prompt.
+    """
 
     session_id: str
     text: str
     session_key: str = "agent:main:cli:dm"
     platform: str = "cli"
     injected_context: str | None = None  # per-turn context that goes only to the API copy
+    history: Sequence[Message] | None = None
+
+    def __post_init__(self) -> None:
+        for index, message in enumerate(self.history or ()):
+            if message.role is Role.SYSTEM or message.scaffold is not None:
+                what = "a system message" if message.role is Role.SYSTEM else "scaffolding"
+                raise BadInput(f"history message {index} of session {self.session_id!r} is "
+                               f"{what}: the session's prompt is its own and scaffolding is "
+                               "never stored")
+
+
+def adopt_history(history: Sequence[Message] | None) -> Transcript | None:
+    """CTX-2: the turn's own copy of the caller's history, or None when it gave none.
+
+    One copy, taken as the turn begins, before it waits for its lease; the turn never
+    reads the caller's list again. So what the caller later does to its list cannot reach
+    the turn, and what the turn appends cannot reach the caller. Row and turn ids are
+    bookkeeping of wherever the messages came from, so the copy drops them; this store
+    numbers the rows when it writes them.
+    """
+    if history is None:
+        return None
+    return Transcript(m if m.row_id is None and m.turn_id is None
+                      else m.model_copy(update={"row_id": None, "turn_id": None})
+                      for m in history)
 
 
 def build_system_prompt(session_key: str, platform: str, tools: tuple[ToolSpec, ...]) -> str:
@@ -104,19 +145,38 @@ async def _take_lease(
     return cache, created, lease
 
 
-async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> None:
+async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> bool:
     """Reuse the cache only if no other holder came between (fencing token +1).
 
     A session this turn created and whose lease is the first ever granted (token 1) has
     no rows yet: nobody else can have written between its creation and this grant.
+    True when the history was loaded from the store.
     """
     if cache.last_lease_token and lease.token == cache.last_lease_token + 1:
-        return
+        return False
     if created and lease.token == 1:
-        return
+        return False
     rows = await LoadMessages(cache.session_id, 0)
     cache.history = Transcript(rows)
     cache.last_row_id = (rows[-1].row_id or 0) if rows else 0
+    return True
+
+
+def _hydrate_nudges(cache: SessionCache, history: Transcript, limits: Limits) -> None:
+    """CTX-1: derive the nudge counters from a history this engine has just taken in.
+
+    That is a load from the store (a restart, or another holder since this engine's last
+    turn, whose turns the cached counts missed, as they missed its rows) or a caller's
+    seed. Hermes hydrates on a resumed agent's first turn; the count is the same.
+    """
+    users = sum(1 for m in history if m.role is Role.USER)
+    cache.nudges.hydrate(users, limits.memory_nudge_interval)
+
+
+def _count_user_turn(cache: SessionCache, deps: PrologueDeps) -> bool:
+    """CTX-1: count this turn on the session's counters; True when a memory review is due."""
+    offered = any(t.name == MEMORY_TOOL for t in deps.tools)
+    return cache.nudges.count_user_turn(deps.limits.memory_nudge_interval, offered)
 
 
 async def _repair_tail(ctx: TurnContext) -> bool:
@@ -130,6 +190,17 @@ async def _repair_tail(ctx: TurnContext) -> bool:
 async def _persist_user(ctx: TurnContext, user: Message) -> bool:
     """CTX-8: the user row, once, with its final sidecar, before the first model call."""
     return await ctx.persist((user,), Site.USER)
+
+
+async def _write_opening(ctx: TurnContext, user: Message, seeded: bool) -> bool:
+    """The turn's first rows, in order; False when one of the writes failed.
+
+    A seeded session's history goes first, as the caller's input (site ``user``), so that
+    everything after it, the repair of an open tail included, sees it durable.
+    """
+    if seeded and not await ctx.persist(ctx.transcript.messages(), Site.USER):
+        return False
+    return await _repair_tail(ctx) and await _persist_user(ctx, user)
 
 
 def refused_result(inp: TurnInput, turn_id: str, user: Message,
@@ -188,28 +259,35 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     deps.tracker.enter(Phase.PROLOGUE)
     now = await Now()
     turn_id = await MintId("turn")
+    seed = adopt_history(inp.history)  # copied now: nothing later reads the caller's list
     user = Message(role=Role.USER, content=inp.text, turn_id=turn_id, created_at=now,
                    api_content=compose_api_content(inp.text, inp.injected_context))
     cache = deps.caches.get(inp.session_id)
-    lease, failure = None, None
+    lease, failure, loaded = None, None, False
     try:
         cache, created, lease = await _take_lease(inp, deps, cache, f"{deps.holder}:turn={turn_id}",
                                                   now)
         if lease is not None:
-            await _sync_history(cache, lease, created)
+            loaded = await _sync_history(cache, lease, created)
     except PersistenceError as error:
         failure = error
     if cache is None or lease is None or failure is not None:
         return await _refuse(inp, deps, turn_id, user, lease, failure)
     deps.caches[inp.session_id] = cache
+    seed = seed if seed and not cache.history else None  # only a session with no transcript
+    transcript = seed if seed is not None else cache.history.copy()
+    if loaded or seed is not None:
+        _hydrate_nudges(cache, transcript, deps.limits)
+    review = _count_user_turn(cache, deps)
     ctx = TurnContext(
         session_id=inp.session_id, turn_id=turn_id, limits=deps.limits,
         tools=deps.tools, cache=cache, lease=lease, tracker=deps.tracker,
         state=TurnState(budget=IterationBudget(deps.limits.iteration_budget)),
-        transcript=cache.history.copy(),
+        transcript=transcript,
     )
     await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind=EventKind.TURN_STARTED,
-                     data={"lease_token": lease.token}, at=now))
-    if not await _repair_tail(ctx) or not await _persist_user(ctx, user):
+                     data={"lease_token": lease.token, "user_turn": cache.nudges.user_turns,
+                           "memory_review": review}, at=now))
+    if not await _write_opening(ctx, user, seeded=seed is not None):
         ctx.carried_input = user  # the message never became durable: hand it back (LEASE-5)
     return ctx

@@ -35,12 +35,13 @@ from pydantic import ValidationError
 from hermes_ref.engine import Engine
 from hermes_ref.errors import BadInput
 from hermes_ref.limits import Limits
-from hermes_ref.models import Message, SessionRecord
+from hermes_ref.models import Message, SessionRecord, ToolSpec
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.ports import Provider
 from hermes_ref.prologue import TurnInput
-from hermes_ref.tool_specs import REFERENCE_TOOLS
+from hermes_ref.tool_specs import REFERENCE_TOOLS, TOOLS_BY_NAME
 from sim.checkers import Observation, Violation, run_all
+from sim.checkers.context import CallerHistoryRun
 from sim.driver import FULL_TEXT, SimDriver
 from sim.faults import Crashed, CrashPoint, FaultPlan
 from sim.provider import ScriptedProvider
@@ -110,6 +111,7 @@ class Story:
     _world: World | None = None
     _engine: Engine | None = None
     _last: TurnResult | None = None
+    _tools: tuple[ToolSpec, ...] = REFERENCE_TOOLS
 
     # -- setting the stage ------------------------------------------------------------
     def script(self, *steps: Any) -> ScriptedProvider:
@@ -134,6 +136,15 @@ class Story:
         self._limits = self._limits.model_copy(update=overrides)
         if self._engine is not None:
             self._engine.limits = self._limits
+
+    def tools(self, *names: str) -> None:
+        """The tools the engine offers from now on, this process and later ones (the
+        reference tools by default); a list that changes between turns, as a tool server
+        that connects late makes it change."""
+        self._tools = tuple(TOOLS_BY_NAME[name] for name in names)
+        if self._engine is not None:
+            self._engine.tools = self._tools
+        self.world.timeline.add("tools", ", ".join(names) or "none")
 
     def faults(self, *, crash: str | None = None, crash_at_effect: int | None = None,
                fail_writes: dict[str, int] | None = None) -> None:
@@ -170,26 +181,40 @@ class Story:
     def engine(self) -> Engine:
         if self._engine is None:
             world = self.world
-            self._engine = Engine(limits=self._limits, tools=REFERENCE_TOOLS,
+            self._engine = Engine(limits=self._limits, tools=self._tools,
                                   holder=world.holder, phase_observer=world.timeline.phase)
         return self._engine
 
     # -- steps --------------------------------------------------------------------------
-    def turn(self, text: str, *, session: str = "s-1", injected: str | None = None) -> TurnResult | None:
-        """Run one turn; None when the process crashed during it."""
+    def turn(self, text: str, *, session: str = "s-1", injected: str | None = None,
+             platform: str | None = None, history: list[Message] | None = None,
+             ) -> TurnResult | None:
+        """Run one turn; None when the process crashed during it.
+
+        ``history`` is handed to the turn as the caller's own list. The harness keeps the
+        list and a copy of what it held, and a checker compares the two after every later
+        step too, so a story must not change a list it has handed over (give the next turn
+        a new one). ``platform`` overrides ``TurnInput.platform``.
+        """
         world, engine = self.world, self.engine
-        world.timeline.add("turn", f"{session} {text!r}")
+        extra = (f" platform={platform}" if platform else "") + (
+            f" history={len(history)}" if history is not None else "")
+        world.timeline.add("turn", f"{session} {text!r}{extra}")
         minted, failures = len(world.minted_turns), world.write_failures
+        held = tuple(history) if history is not None else ()
+        before = len(self.transcript(session)) if history is not None else 0
+        inp = TurnInput(session_id=session, text=text, injected_context=injected, history=history,
+                        **({"platform": platform} if platform else {}))
         try:
-            result = SimDriver(world).run(
-                engine.run_turn(TurnInput(session_id=session, text=text, injected_context=injected))
-            )
+            result = SimDriver(world).run(engine.run_turn(inp))
         except Crashed:
             self._engine = None  # the process is gone with everything it held
             result = None
         ids = world.minted_turns[minted:]
-        world.runs.append(TurnRun(session, text, ids[0] if ids else None, result is None,
-                                  world.write_failures - failures))
+        args = (session, text, ids[0] if ids else None, result is None,
+                world.write_failures - failures)
+        world.runs.append(TurnRun(*args) if history is None else
+                          CallerHistoryRun(*args, caller=history, held=held, rows_before=before))
         self._last = result
         if result is not None:
             world.timeline.add("result", f"{result.exit_reason.value} final={_brief(result.final_response)}")

@@ -18,6 +18,7 @@ provider and the store. If opening fails half-way, what was opened is closed aga
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,6 +27,7 @@ import httpx
 
 from hermes_ref.engine import Engine
 from hermes_ref.limits import Limits
+from hermes_ref.models import Message
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.prologue import TurnInput
 from hermes_ref.shell import liveness
@@ -50,9 +52,14 @@ class Runtime:
         self.tools = tools
         self._closed = False
 
-    async def run_turn(self, session_id: str, text: str, **kw: Any) -> TurnResult:
-        """One turn; ``kw`` are the other ``TurnInput`` fields (``injected_context``, …)."""
-        inp = TurnInput(session_id=session_id, text=text, **kw)
+    async def run_turn(self, session_id: str, text: str, *,
+                       history: Sequence[Message] | None = None, **kw: Any) -> TurnResult:
+        """One turn; ``kw`` are the other ``TurnInput`` fields (``injected_context``, …).
+
+        ``history`` is the caller's conversation so far: it seeds a session that has no
+        transcript yet, and the caller's list is copied, never changed (CTX-2).
+        """
+        inp = TurnInput(session_id=session_id, text=text, history=history, **kw)
         return await self.driver.run(self.engine.run_turn(inp))
 
     async def aclose(self) -> None:

@@ -19,7 +19,7 @@ of this package group them by stage of the turn.
 
 from __future__ import annotations
 
-from sim.checkers import delivery, finalizer, intake, tools, transcript, turn, wire
+from sim.checkers import context, delivery, finalizer, intake, tools, transcript, turn, wire
 from sim.checkers.base import (
     CHECKERS,
     Check,
@@ -33,5 +33,5 @@ from sim.checkers.wire import align_request
 
 __all__ = [
     "CHECKERS", "Check", "Checker", "Observation", "Violation", "align_request", "checker",
-    "delivery", "finalizer", "intake", "run_all", "tools", "transcript", "turn", "wire",
+    "context", "delivery", "finalizer", "intake", "run_all", "tools", "transcript", "turn", "wire",
 ]

@@ -67,17 +67,38 @@ def session_row_first(obs: Observation) -> list[Violation]:
             out.append(Violation("session_row_first", "CTX-4",
                                  f"session {session_id} was written with an empty system prompt"))
     for call in obs.calls:
-        first = call.request.messages[0] if call.request.messages else None
         stored = prompts.get(call.session_id)
         if stored is None:
             out.append(Violation("session_row_first", "CTX-4",
                                  f"call at effect {call.seq} for {call.session_id} "
                                  "was made before its session row existed"))
-        elif first is None or first.role is not Role.SYSTEM or first.content != stored:
+            continue
+        problem = _prompt_problem(call.request, stored)
+        if problem is not None:
             out.append(Violation("session_row_first", "CTX-3",
                                  f"call at effect {call.seq} (turn {call.turn_id}) sent a system "
-                                 f"prompt that differs from the row of session {call.session_id}"))
+                                 f"prompt that differs from the row of session {call.session_id}"
+                                 f": {problem}"))
     return out
+
+
+def _prompt_problem(request: ProviderRequest, stored: str) -> str | None:
+    """How the request's system prompt, as sent on the wire, departs from the stored one.
+
+    The request must open with one system message whose wire bytes are the row's prompt,
+    and carry no other: a second system message would change the prompt as surely.
+    """
+    sent = [m.wire for m in request.messages]
+    systems = [i for i, m in enumerate(sent) if m["role"] == Role.SYSTEM.value]
+    if systems != [0]:
+        return f"system messages at positions {systems}, not one at the start"
+    text = sent[0].get("content")
+    if text == stored:
+        return None
+    text = text if isinstance(text, str) else ""
+    at = next((i for i, (a, b) in enumerate(zip(text, stored, strict=False)) if a != b),
+              min(len(text), len(stored)))
+    return f"{len(text)} characters sent for {len(stored)} stored, the first difference at {at}"
 
 
 @checker("user_row_before_call", ("CTX-8",),

@@ -1,5 +1,6 @@
-"""Broken prologues: an aliased history, a session row before its prompt, a late user row,
-a budget carried across turns, a refused turn that drops its input, a volatile prompt."""
+"""Broken prologues: the caller's history used in place, a session row before its prompt, a
+late user row, a budget carried across turns, nudge counters reset per turn or never
+hydrated, a refused turn that drops its input, a volatile prompt, a prompt rebuilt per turn."""
 
 from __future__ import annotations
 
@@ -8,28 +9,29 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import finalizer, loop, prologue
-from hermes_ref.context import IterationBudget, TurnContext
+from hermes_ref import loop, prologue
+from hermes_ref.context import IterationBudget, NudgeCounters, SessionCache, TurnContext
 from hermes_ref.models import Message, Role
+from hermes_ref.transcript import Transcript
 from sim.sabotage.base import sabotage
 
-# ---- CTX-2: the turn works on the cached history itself -------------------------------------
+# ---- CTX-2: the turn works on the caller's own list -----------------------------------------
 
 
-def _alias_history() -> list[AbstractContextManager[Any]]:
-    def no_copy(self: Any) -> Any:
-        return self
+def _caller_history_in_place() -> list[AbstractContextManager[Any]]:
+    def in_place(history: Any) -> Transcript | None:
+        if history is None:
+            return None
+        work = Transcript()
+        work._messages = history  # "no need to copy": the working list is the caller's list
+        work._tokens = sum(m.tokens for m in history)
+        return work
+    return [mock.patch.object(prologue, "adopt_history", in_place)]
 
-    def trust_cache(ctx: TurnContext) -> None:
-        ctx.cache.last_lease_token = ctx.lease.token
-    return [
-        mock.patch("hermes_ref.transcript.Transcript.copy", no_copy),
-        mock.patch.object(finalizer, "_update_cache", trust_cache),
-    ]
 
-
-sabotage("alias_history", ("CTX-2",),
-         "the turn mutates the cached history in place and trusts it next turn")(_alias_history)
+sabotage("caller_history_in_place", ("CTX-2",),
+         "the prologue works on the caller's history list itself instead of a copy")(
+    _caller_history_in_place)
 
 
 # ---- CTX-4: the session row is written before the system prompt -----------------------------
@@ -79,6 +81,33 @@ def _shared_budget() -> list[AbstractContextManager[Any]]:
 sabotage("budget_not_reset", ("CTX-1",),
          "the iteration budget is created once and carried across turns")(_shared_budget)
 
+# ---- CTX-1: the nudge counters treated as per-turn state, or never hydrated -----------------
+
+
+def _nudges_per_turn() -> list[AbstractContextManager[Any]]:
+    original = prologue._count_user_turn
+
+    def fresh_each_turn(cache: SessionCache, deps: Any) -> bool:
+        cache.nudges = NudgeCounters()  # reset with the rest of the per-turn state
+        return original(cache, deps)
+    return [mock.patch.object(prologue, "_count_user_turn", fresh_each_turn)]
+
+
+sabotage("nudge_counters_reset_per_turn", ("CTX-1",),
+         "the memory and skill nudge counters are reset at every turn like the retry "
+         "counters")(_nudges_per_turn)
+
+
+def _nudges_not_hydrated() -> list[AbstractContextManager[Any]]:
+    def skip(cache: SessionCache, history: Transcript, limits: Any) -> None:
+        return None
+    return [mock.patch.object(prologue, "_hydrate_nudges", skip)]
+
+
+sabotage("nudge_counters_not_hydrated", ("CTX-1",),
+         "a restarted process starts its nudge counters at zero instead of deriving them "
+         "from the history")(_nudges_not_hydrated)
+
 # ---- LEASE-5: a refused turn drops its input ----------------------------------------------
 
 
@@ -108,3 +137,20 @@ def _volatile_prompt() -> list[AbstractContextManager[Any]]:
 
 sabotage("volatile_system_prompt", ("CTX-3",),
          "each request rebuilds the system prompt with a volatile line (the turn id)")(_volatile_prompt)
+
+
+def _prompt_per_turn() -> list[AbstractContextManager[Any]]:
+    original = prologue._take_lease
+
+    async def rebuilding(inp: prologue.TurnInput, deps: Any, cache: SessionCache | None,
+                         holder: str, now: float) -> Any:
+        cache, created, lease = await original(inp, deps, cache, holder, now)
+        prompt = prologue.build_system_prompt(inp.session_key, inp.platform, deps.tools)
+        cache.system_prompt, cache.system_message = prompt, Message(role=Role.SYSTEM, content=prompt)
+        return cache, created, lease
+    return [mock.patch.object(prologue, "_take_lease", rebuilding)]
+
+
+sabotage("prompt_rebuilt_each_turn", ("CTX-3",),
+         "each turn builds the system prompt from its own inputs (platform, tools) instead "
+         "of replaying the session's")(_prompt_per_turn)

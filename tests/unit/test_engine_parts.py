@@ -288,3 +288,88 @@ def test_a_request_that_fits_costs_one_unit_and_one_call() -> None:
     assert ctx.state.budget.consume()
     assert _settle(cleared_to_send(ctx)) is True
     assert (ctx.state.budget.used, ctx.state.api_calls) == (1, 1)
+
+
+def test_hydrated_memory_counter_keeps_the_cadence() -> None:
+    """7 user rows at interval 3 hydrate the memory counter to 1; the next turn ticks it to 2 (CTX-1)."""
+    from hermes_ref.context import NudgeCounters
+
+    nudges = NudgeCounters()
+    nudges.hydrate(7, 3)
+    assert (nudges.user_turns, nudges.turns_since_memory) == (7, 1)
+    assert nudges.count_user_turn(3, memory_offered=True) is False
+    assert (nudges.user_turns, nudges.turns_since_memory) == (8, 2)
+    assert nudges.count_user_turn(3, memory_offered=True) is True
+    assert nudges.turns_since_memory == 0
+
+
+def test_memory_review_needs_an_interval_and_the_tool() -> None:
+    """Interval 0 never makes a review due; a due review without the memory tool is skipped."""
+    from hermes_ref.context import NudgeCounters
+
+    off = NudgeCounters()
+    assert not any(off.count_user_turn(0, memory_offered=True) for _ in range(5))
+    assert (off.user_turns, off.turns_since_memory) == (5, 0)
+    toolless = NudgeCounters()
+    assert [toolless.count_user_turn(2, memory_offered=False) for _ in range(4)] == [False] * 4
+    assert toolless.turns_since_memory == 0
+
+
+def test_caller_history_copy_is_the_turns_own() -> None:
+    """The copy shares no list with the caller and drops another store's row and turn ids (CTX-2)."""
+    from hermes_ref.prologue import adopt_history
+
+    caller = [Message(role=Role.USER, content="a", row_id=9, turn_id="elsewhere"),
+              Message(role=Role.ASSISTANT, content="b")]
+    work = adopt_history(caller)
+    assert work is not None and adopt_history(None) is None
+    work.append(Message(role=Role.USER, content="c"))
+    caller.append(Message(role=Role.USER, content="d"))
+    assert [m.content for m in work] == ["a", "b", "c"]
+    assert [m.content for m in caller] == ["a", "b", "d"] and caller[0].row_id == 9
+    assert all(m.row_id is None and m.turn_id is None for m in work)
+
+
+@pytest.mark.parametrize("message", [Message(role=Role.SYSTEM, content="be brief"),
+                                     Message(role=Role.USER, content="nudge",
+                                             scaffold=ScaffoldFlag.EMPTY_RECOVERY)])
+def test_a_history_with_a_prompt_or_scaffolding_is_refused(message: Message) -> None:
+    """A caller's history holds the conversation only: a system message or scaffolding is BadInput."""
+    from hermes_ref.prologue import TurnInput
+
+    with pytest.raises(BadInput, match="history message 1"):
+        TurnInput("s-1", "hi", history=[Message(role=Role.USER, content="q"), message])
+
+
+def test_seeded_history_hydrates_the_counters() -> None:
+    """A seed of 7 user turns at interval 3 leaves the memory counter at 2 after the turn (CTX-1)."""
+    from pathlib import Path
+
+    from sim.harness import Story
+    from sim.provider import text
+
+    s = Story(store_kind="memory", workdir=Path("unused-by-the-memory-store"), trace=False)
+    s.limits(memory_nudge_interval=3)
+    s.script(text("ok"))
+    history = [Message(role=Role.USER if i % 2 == 0 else Role.ASSISTANT, content=f"m{i}")
+               for i in range(14)]
+    s.turn("hi", history=history)
+    nudges = s.engine.caches["s-1"].nudges
+    assert (nudges.user_turns, nudges.turns_since_memory) == (8, 2)
+    assert s.violations == []
+
+
+def test_skill_counter_survives_the_prologue() -> None:
+    """iters_since_skill set to 5 before a turn is still 5 after it: turns do not reset it (CTX-1)."""
+    from pathlib import Path
+
+    from sim.harness import Story
+    from sim.provider import text
+
+    s = Story(store_kind="memory", workdir=Path("unused-by-the-memory-store"), trace=False)
+    s.script(text("one"), text("two"))
+    s.turn("first")
+    s.engine.caches["s-1"].nudges.iters_since_skill = 5
+    s.turn("second")
+    nudges = s.engine.caches["s-1"].nudges
+    assert (nudges.iters_since_skill, nudges.user_turns) == (5, 2)
