@@ -21,20 +21,34 @@ failure (``invalid_tool_calls``). Every call id gets exactly one result (TOOL-3)
 ``plan_segments`` (TOOL-4) cuts the model's calls into segments that keep the model's
 order: path readers share a segment unless a writer touches an overlapping path,
 declared parallel-safe tools join, interactive tools and unparsable arguments are
-barriers, and everything else runs alone.
+barriers, and everything else runs alone. Overlap is judged on where the calls act:
+before planning, the round asks the tool world to resolve its path arguments
+(``ResolvePaths``), because ``/root/a.txt`` and a symlink to ``a.txt`` are ``a.txt``
+only to a resolver that sees the root and the tree. The world answers once, before the
+first segment; a barrier of the same round that changes the tree (a ``terminal``
+making a symlink) is not seen by that answer.
 """
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import Emit, ExecuteTools, Site
+from hermes_ref.effects import Emit, ExecuteTools, ResolvePaths, Site
 from hermes_ref.errors import InvariantBroken
 from hermes_ref.models import Event, EventKind, Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
-from hermes_ref.tool_specs import call_problem, error_result, scoped_path
+from hermes_ref.tool_specs import (
+    call_problem,
+    error_result,
+    path_argument,
+    paths_overlap,
+    relative_path,
+    scoped_path,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,21 +57,45 @@ class Segment:
     parallel: bool
 
 
-def _path_of(call: ToolCall, spec: ToolSpec) -> str | None:
-    """The call's normalized path; "" (overlaps everything) for the root or outside it."""
-    path = scoped_path(call, spec)
-    if path is None or not path.strip():
+Resolved = Mapping[str, str | None]  # a path argument -> where the tools act (None: refused)
+
+
+def _path_of(call: ToolCall, spec: ToolSpec, resolved: Resolved | None) -> str | None:
+    """Where a READER/WRITER call acts; None (a barrier) when it names no usable path.
+
+    With the tool world's answers (``resolved``) the path is the resolved one, and "."
+    (overlapping everything) for the root and for a path the tools refuse or nobody
+    resolved. Without them (planning on paper, as pure unit tests do) only a relative
+    path is placed; an absolute one, or one leaving the root, overlaps everything.
+    """
+    raw = path_argument(call, spec)
+    if raw is None or not posixpath.normpath(raw).strip():
         return None
-    if path in (".", "..") or path.startswith("../"):
-        return ""
-    return path
+    if resolved is not None:
+        return resolved.get(raw) or "."
+    return relative_path(raw) or "."
 
 
-def _overlaps(a: str, b: str) -> bool:
-    """Component-prefix overlap: 'a' overlaps 'a/b'; 'ab' does not overlap 'a'."""
-    if a == "" or b == "":
-        return True
-    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+async def _resolve_paths(calls: tuple[ToolCall, ...], specs: dict[str, ToolSpec]) -> Resolved:
+    """Ask the tool world where the round's path-scoped calls act (TOOL-4).
+
+    Only a writer sharing a segment with another path call can race, and two calls that
+    name the same string land on the same file, so the world is asked only when a
+    writer is among at least two distinct paths; otherwise nothing is asked.
+    """
+    paths: dict[str, bool] = {}  # path argument -> named by a writer
+    for call in calls:
+        spec = specs.get(call.name)
+        path = path_argument(call, spec) if spec is not None else None
+        if spec is not None and path is not None:
+            paths[path] = paths.get(path, False) or spec.kind is ToolKind.WRITER
+    if len(paths) < 2 or not any(paths.values()):
+        return {}
+    asked = tuple(paths)
+    answers = await ResolvePaths(asked)
+    if len(answers) != len(asked):  # the planner would judge paths nobody resolved
+        raise InvariantBroken(f"asked where {len(asked)} paths land, got {len(answers)} answers")
+    return dict(zip(asked, answers, strict=True))
 
 
 def _joins(run: list[tuple[ToolCall, ToolSpec, str | None]], spec: ToolSpec, path: str) -> bool:
@@ -65,13 +103,18 @@ def _joins(run: list[tuple[ToolCall, ToolSpec, str | None]], spec: ToolSpec, pat
         if other_path is None:
             continue
         both_readers = spec.kind is ToolKind.READER and other_spec.kind is ToolKind.READER
-        if not both_readers and _overlaps(path, other_path):
+        if not both_readers and paths_overlap(path, other_path):
             return False
     return True
 
 
-def plan_segments(calls: tuple[ToolCall, ...], specs: dict[str, ToolSpec]) -> list[Segment]:
-    """Cut calls into ordered segments (TOOL-4). Unknown tools are planned as barriers."""
+def plan_segments(calls: tuple[ToolCall, ...], specs: dict[str, ToolSpec],
+                  resolved: Resolved | None = None) -> list[Segment]:
+    """Cut calls into ordered segments (TOOL-4). Unknown tools are planned as barriers.
+
+    ``resolved`` holds the tool world's answer for the round's path arguments
+    (``ResolvePaths``): overlap is judged on where the calls act, not on their strings.
+    """
     segments: list[Segment] = []
     run: list[tuple[ToolCall, ToolSpec, str | None]] = []
 
@@ -85,7 +128,7 @@ def plan_segments(calls: tuple[ToolCall, ...], specs: dict[str, ToolSpec]) -> li
         joinable = spec is not None and call.arguments_object is not None
         path: str | None = None
         if spec is not None and joinable and spec.kind in (ToolKind.READER, ToolKind.WRITER):
-            path = _path_of(call, spec)
+            path = _path_of(call, spec, resolved)
             joinable = path is not None and _joins(run, spec, path)
             if not joinable and path is not None:
                 close_run()
@@ -123,7 +166,8 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
     if not valid:
         return await _all_invalid_round(ctx, assistant, specs)
     ctx.state.invalid_tool_rounds = 0
-    for segment in plan_segments(assistant.tool_calls, specs):
+    resolved = await _resolve_paths(assistant.tool_calls, specs)
+    for segment in plan_segments(assistant.tool_calls, specs, resolved):
         results = await _run_segment(ctx, segment, specs)
         if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), Site.TOOL_RESULTS):
             ctx.state.unrecorded_calls.update(r.call_id for r in results)

@@ -16,13 +16,15 @@ from values alone is shared, so both give the same answers with the same words:
   error result the model sees ("nothing happened", disposition ``none``). After
   ``call_problem`` it covers unknown, missing and ill-typed parameters, and
   action-dependent requirements (``todo add`` needs ``text``).
-* path helpers normalize a path against the workspace root and word what went wrong;
+* path helpers name the path a call touches (``path_argument``), normalize it against
+  the workspace root (``normalize_in_root``, the first step of both runners' resolvers),
+  compare two resolved paths (``paths_overlap``) and word what went wrong;
   result helpers build results, format a process exit and cap long output;
   ``GuardedRunner`` is the front of every runner: it never raises and always caps.
 * what a tool does to text (render, patch, search, todo, memory) is ``hermes_ref.tool_text``.
 
 Nothing here performs I/O: the engine core imports this module to plan segments
-(``scoped_path`` gives the normalized path a READER/WRITER call touches).
+(``path_argument`` gives the path a READER/WRITER call names; the tool world resolves it).
 """
 
 from __future__ import annotations
@@ -302,23 +304,52 @@ def check_call(call: ToolCall) -> tuple[ToolSpec, dict[str, Any]] | ToolResult:
 
 
 # -- paths ---------------------------------------------------------------------------
-def scoped_path(call: ToolCall, spec: ToolSpec | None = None) -> str | None:
-    """The normalized path a READER/WRITER call touches ("." for a pathless reader).
+def path_argument(call: ToolCall, spec: ToolSpec | None = None) -> str | None:
+    """The path a READER/WRITER call names, as the model wrote it ("." for a pathless reader).
 
-    Pure string work (``posixpath.normpath``, so ``a/../b`` is ``b``); None for other
-    tools and for arguments that are not a JSON object or carry no string path. ``spec``
-    defaults to the catalog entry of the call's name.
+    None for other tools and for arguments that are not a JSON object or carry no string
+    path. ``spec`` defaults to the catalog entry of the call's name. Where the path
+    really lands is the tool world's answer (``ResolvePaths``), not this string's.
     """
     spec = spec or TOOLS_BY_NAME.get(call.name)
     if spec is None or spec.kind not in (ToolKind.READER, ToolKind.WRITER):
         return None
-    args = call.parsed_arguments()
+    args = call.arguments_object
     if args is None:
         return None
     path = args.get("path")
     if path is None and spec.kind is ToolKind.READER:
         return "."
-    return posixpath.normpath(path) if isinstance(path, str) else None
+    return path if isinstance(path, str) else None
+
+
+def scoped_path(call: ToolCall, spec: ToolSpec | None = None) -> str | None:
+    """The call's path normalized as a string (``a/../b`` is ``b``); no root, no symlinks."""
+    path = path_argument(call, spec)
+    return None if path is None else posixpath.normpath(path)
+
+
+def normalize_in_root(path: str, root: str) -> str | None:
+    """``path`` (relative to ``root``, or absolute) as a normalized workspace-relative path.
+
+    The lexical first step of every resolver, the workspace tools' and the simulator's:
+    join with the root, collapse ``.`` and ``..`` as strings, and keep what stays inside
+    (``"."`` for the root itself). None when the path leaves the root on paper. Symlinks
+    are the second step, and only a resolver that can see the tree takes it.
+    """
+    top = posixpath.normpath(root)
+    joined = posixpath.normpath(posixpath.join(top, path))
+    if joined == top:
+        return "."
+    prefix = top if top.endswith("/") else top + "/"
+    return joined[len(prefix):] if joined.startswith(prefix) else None
+
+
+def paths_overlap(a: str, b: str) -> bool:
+    """Do two workspace-relative paths touch (one is the other or inside it)? "." is all."""
+    if a == "." or b == ".":
+        return True
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def relative_path(path: str) -> str | None:

@@ -16,13 +16,14 @@ point can reach the world. The caller then starts a new ``Engine`` on the same w
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from hermes_ref import effects as fx
 from hermes_ref.effects import Site
-from hermes_ref.errors import OperatingError, PersistenceError, RateLimited
+from hermes_ref.errors import OperatingError, PersistenceError, ProviderRejected, RateLimited
 from hermes_ref.models import EventKind, ToolResult
 from hermes_ref.outcomes import ExitLine
 from sim.faults import Crashed
@@ -61,6 +62,7 @@ class SimDriver:
             fx.AppendMessages: self._append,
             fx.RewriteMessage: self._rewrite,
             fx.CallProvider: self._call_provider,
+            fx.ResolvePaths: self._resolve_paths,
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
             fx.FlushEvents: self._flush_events,
@@ -162,16 +164,21 @@ class SimDriver:
         provider = world.provider
         watermark, at = world.store.watermark(), world.clock.now()
         try:
+            body = effect.request.wire_body()  # what production would send, or nothing at all
+        except ProviderRejected as refused:
+            world.timeline.add("call", f"primary -> not sent: {refused}")
+            raise
+        try:
             reply = provider.complete(effect.request)
         except Exception as failure:  # the world logs every request it got, even a scripting error
             retry_after = failure.retry_after_s if isinstance(failure, RateLimited) else None
             world.calls.append(CallRecord(self.effects_performed, effect.session_id,
                                           effect.turn_id, effect.request, None,
-                                          type(failure).__name__, watermark, at, retry_after))
+                                          type(failure).__name__, watermark, at, retry_after, body))
             world.timeline.add("call", f"primary -> {type(failure).__name__}: {failure}")
             raise
         world.calls.append(CallRecord(self.effects_performed, effect.session_id, effect.turn_id,
-                                      effect.request, reply, None, watermark, at, None))
+                                      effect.request, reply, None, watermark, at, None, body))
         if world.timeline.enabled:
             if reply.tool_calls:
                 calls = ", ".join(f"{c.name}({c.id})" for c in reply.tool_calls)
@@ -181,6 +188,20 @@ class SimDriver:
                     "call", f"primary -> {reply.finish_reason} {_short(reply.content)}"
                 )
         return reply
+
+    def _resolve_paths(self, effect: fx.ResolvePaths) -> tuple[str | None, ...]:
+        """Answered by ``SimTools``' resolver, the one its tools act through.
+
+        Narrated only where the answer differs from the path as written, so a story
+        with plain relative paths keeps its timeline.
+        """
+        answers = self.world.tools.resolve_paths(effect.paths)
+        if self.world.timeline.enabled:
+            for path, answer in zip(effect.paths, answers, strict=True):
+                if answer != posixpath.normpath(path):
+                    landed = "refused" if answer is None else answer
+                    self.world.timeline.add("resolve", f"{path} -> {landed}")
+        return answers
 
     def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
         """Run a segment: a parallel one in waves of ``tool_workers_max`` (TOOL-5), started

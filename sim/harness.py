@@ -132,6 +132,10 @@ class Story:
         if self._world is not None:
             self._world.tools.add_files(files)
 
+    def symlinks(self, links: dict[str, str]) -> None:
+        """Symlinks in the simulated workspace: link -> target, as ``ln -s target link``."""
+        self.world.tools.add_links(links)
+
     def limits(self, **overrides: Any) -> None:
         self._limits = self._limits.model_copy(update=overrides)
         if self._engine is not None:

@@ -35,8 +35,9 @@ it describes can be lost:
   an outcome line implies the file shows the effect. Both phases load it at start.
 * ``calls.jsonl``: one line per provider call, written right after the provider answers
   and before the engine sees the reply: session, turn, watermark, the driver's effect
-  counter, the virtual time, the request in wire form (plus model, purpose and prompt
-  tokens, which the wire form does not carry) and the reply or error (with the
+  counter, the virtual time, the request body exactly as recorded (the bytes
+  ``ProviderRequest.body`` produced, as UTF-8 text; plus model, purpose and prompt tokens,
+  which the engine's request carries beside the body) and the reply or error (with the
   Retry-After of a rate limit). Retries of one request share a
   ``request_key`` so the rebuilt records share one request object, as the in-process
   records do (``budget_accounting`` counts distinct request objects).
@@ -49,14 +50,13 @@ the two processes never collide.
 
 Checkers over persisted data
 ----------------------------
-Every registered checker runs on the rebuilt ``Observation``. One needs care:
-``no_private_keys_on_wire`` (WIRE-3) inspects ``request.wire()``, and a request rebuilt
-with ``request_from_wire`` is clean by construction (it refuses non-wire keys). So
-``check`` first scans the *logged* wire messages itself and reports any private or
-non-wire key as a WIRE-3 violation, then strips such keys to rebuild the request; the
-registered WIRE-3 checker then runs too but can no longer see anything. Rebuilt request
-messages carry their wire form only (``content`` is what was sent, local fields such as
-row ids are absent), which is all the request-reading checkers look at.
+Every registered checker runs on the rebuilt ``Observation``. Each rebuilt call record
+carries the logged body bytes, so the wire checkers (WIRE-3 among them) judge exactly
+what the killed process sent, as they do in process. The request object beside them is
+rebuilt from the body with ``request_from_wire``, after dropping any non-wire key it
+would refuse; its messages carry their wire form only (``content`` is what was sent,
+local fields such as row ids are absent), which is all the request-reading checkers
+look at.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_ref.effects import ProviderRequest
+from hermes_ref.effects import ProviderRequest, WireBody
 from hermes_ref.engine import Engine
 from hermes_ref.limits import Limits
 from hermes_ref.models import WIRE_MESSAGE_KEYS, ProviderReply, ToolCall, ToolResult
@@ -80,7 +80,7 @@ from hermes_ref.ports import LedgerEntry
 from hermes_ref.prologue import TurnInput
 from hermes_ref.shell import liveness
 from hermes_ref.tool_specs import REFERENCE_TOOLS
-from sim.checkers import Observation, Violation, run_all
+from sim.checkers import Observation, run_all
 from sim.clock import DEFAULT_EPOCH_S, VirtualClock
 from sim.driver import SimDriver
 from sim.faults import CrashPoint, FaultPlan
@@ -234,7 +234,7 @@ class JournaledCalls(list[CallRecord]):
             "phase": self._phase, "seq": record.seq, "session_id": record.session_id,
             "turn_id": record.turn_id, "watermark": record.watermark, "request_key": key,
             "purpose": request.purpose, "model": request.model,
-            "prompt_tokens": request.prompt_tokens, "request": request.wire(),
+            "prompt_tokens": request.prompt_tokens, "body": record.body.decode("utf-8"),
             "reply": None if record.reply is None else record.reply.model_dump(mode="json"),
             "error": record.error, "at": record.at, "retry_after_s": record.retry_after_s,
         })
@@ -309,18 +309,8 @@ def load_ledger(workdir: Path) -> list[LedgerEntry]:
     ]
 
 
-def _wire_violations(line: dict[str, Any]) -> list[Violation]:
-    for index, message in enumerate(line["request"].get("messages", [])):
-        bad = sorted(k for k in message if k.startswith("_") or k not in WIRE_MESSAGE_KEYS)
-        if bad:
-            return [Violation("no_private_keys_on_wire", "WIRE-3",
-                              f"{line['phase']} call at effect {line['seq']}: message {index} "
-                              f"carries {', '.join(bad)}")]
-    return []
-
-
 def _rebuild_request(line: dict[str, Any]) -> ProviderRequest:
-    body = dict(line["request"])
+    body = json.loads(line["body"])
     body["messages"] = [{k: v for k, v in m.items() if k in WIRE_MESSAGE_KEYS}
                         for m in body.get("messages", [])]
     request = request_from_wire(body)
@@ -328,13 +318,11 @@ def _rebuild_request(line: dict[str, Any]) -> ProviderRequest:
                                prompt_tokens=int(line["prompt_tokens"]))
 
 
-def load_calls(workdir: Path) -> tuple[list[CallRecord], list[Violation]]:
-    """Call records from ``calls.jsonl``, plus WIRE-3 violations found in the raw log."""
+def load_calls(workdir: Path) -> list[CallRecord]:
+    """Call records from ``calls.jsonl``, each with the body bytes the process sent."""
     records: list[CallRecord] = []
-    violations: list[Violation] = []
     requests: dict[str, ProviderRequest] = {}
     for line in read_jsonl(workdir / CALLS_FILE):
-        violations.extend(_wire_violations(line))
         key = str(line["request_key"])
         if key not in requests:
             requests[key] = _rebuild_request(line)
@@ -343,33 +331,31 @@ def load_calls(workdir: Path) -> tuple[list[CallRecord], list[Violation]]:
         records.append(CallRecord(int(line["seq"]), line["session_id"], line["turn_id"],
                                   requests[key], reply, line["error"], int(line["watermark"]),
                                   float(line["at"]),
-                                  None if retry_after is None else float(retry_after)))
-    return records, violations
+                                  None if retry_after is None else float(retry_after),
+                                  WireBody(str(line["body"]).encode("utf-8"))))
+    return records
 
 
-def observe(db: Path, workdir: Path) -> tuple[Observation, list[Violation]]:
-    """The ``Observation`` the persisted data supports, and the raw-log WIRE-3 findings."""
+def observe(db: Path, workdir: Path) -> Observation:
+    """The ``Observation`` the persisted data supports."""
     store = SqliteStore(db)
     try:
         record = store.snapshot()
     finally:
         store.close()
-    calls, wire = load_calls(workdir)
+    calls = load_calls(workdir)
     crash_seqs = tuple(int(c["seq"]) for c in _crash_records(workdir))
     obs = Observation(record=record, ledger=tuple(load_ledger(workdir)), calls=tuple(calls),
                       crash_seqs=crash_seqs, limits=Limits())
-    return obs, wire
+    return obs
 
 
 def check(db: Path | str, workdir: Path | str) -> list[str]:
     """Run every checker over the SQLite file and the journals; violations as strings.
 
-    All registered checkers are evaluated. WIRE-3 (``no_private_keys_on_wire``) is
-    decided on the logged wire messages, because rebuilt requests cannot carry private
-    keys; see the module docstring.
+    All registered checkers are evaluated; the wire checkers read the logged bodies.
     """
-    obs, wire = observe(Path(db), Path(workdir))
-    found = wire + run_all(obs)
+    found = run_all(observe(Path(db), Path(workdir)))
     out: list[str] = []
     for violation in found:
         if str(violation) not in out:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from hermes_ref.effects import ProviderRequest
+from hermes_ref.effects import ProviderRequest, WireBody
 from hermes_ref.models import Event, ProviderReply
 from hermes_ref.phases import Phase
 from hermes_ref.ports import Provider, Store
@@ -30,7 +30,12 @@ from sim.tools import SimTools
 
 @dataclass(frozen=True, slots=True)
 class CallRecord:
-    """What the provider was asked and answered: the world's own record of one call."""
+    """What the provider was asked and answered: the world's own record of one call.
+
+    ``wire_body`` holds the bytes that went out (as the pieces they were joined from, fixed
+    at call time); ``request`` is the engine's value behind them, kept for the readings
+    that need local fields (purpose, scaffolding flags).
+    """
 
     seq: int                  # the driver's effect counter when the call was made
     session_id: str
@@ -41,6 +46,21 @@ class CallRecord:
     watermark: int            # committed message high-water mark at call time
     at: float                 # virtual time of the call
     retry_after_s: float | None  # the Retry-After a RateLimited error carried, else None
+    wire_body: WireBody       # the request body as sent (``ProviderRequest.wire_body``)
+
+    @property
+    def body(self) -> bytes:
+        """The bytes that went out, exactly what ``HttpProvider`` would have posted."""
+        return bytes(self.wire_body)
+
+    @property
+    def sent(self) -> Any:
+        """The recorded bytes parsed: what the wire checkers judge, never the request object.
+
+        Parsed once per record (checkers run after every step); the value is shared, so
+        readers must not change it. Raises ``ValueError`` when the bytes are not JSON.
+        """
+        return self.wire_body.parsed()
 
 
 @dataclass(frozen=True, slots=True)

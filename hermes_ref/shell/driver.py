@@ -16,6 +16,9 @@ Effects are dispatched by exact type through two dicts built once per driver:
   store method's coroutine itself, so a durable effect costs one store call and no
   wrapper coroutine.
 
+``ResolvePaths`` is answered on the loop by the tool runner's ``resolve_paths`` (for
+``WorkspaceTools`` the resolver its tools act through).
+
 Tools (``ExecuteTools``) get the store's committed watermark once per segment (the
 simulator does the same) and the clock at each call's start. With ``tools_in_thread``
 each call runs through ``asyncio.to_thread``; a parallel segment runs at most
@@ -39,7 +42,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from hermes_ref import effects as fx
 from hermes_ref.errors import OperatingError
@@ -56,6 +59,13 @@ Immediate = Callable[[Any], Any]
 Awaited = Callable[[Any], Awaitable[Any]]
 
 _EXIT_LINE = "turn exit reason=%s api_calls=%s budget=%s/%s last_role=%s response_len=%s"
+
+
+@runtime_checkable
+class PathResolver(Protocol):
+    """A tool runner that can say where its path arguments land (``ResolvePaths``)."""
+
+    def resolve_paths(self, paths: tuple[str, ...]) -> tuple[str | None, ...]: ...
 
 
 class AsyncDriver:
@@ -97,6 +107,7 @@ class AsyncDriver:
             fx.Now: lambda e: clock(),
             fx.Jitter: lambda e: _random.random(),
             fx.MintId: _mint_id,
+            fx.ResolvePaths: self._resolve_paths,
         }
 
     def _awaited_handlers(self) -> dict[type[Any], Awaited]:
@@ -165,6 +176,16 @@ class AsyncDriver:
                          line.budget_max, line.last_role, line.response_len)
 
     # -- tools ----------------------------------------------------------------------------
+    def _resolve_paths(self, effect: fx.ResolvePaths) -> tuple[str | None, ...]:
+        """Answered by the tools' own resolver, on the loop: a few ``lstat`` calls.
+
+        A runner without one cannot say where a path lands, so every path is unknown
+        (None) and the planner lets no writer share a segment with another path call.
+        """
+        if isinstance(self.tools, PathResolver):
+            return self.tools.resolve_paths(effect.paths)
+        return tuple(None for _ in effect.paths)
+
     async def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
         watermark = await self.store.watermark()
         calls = effect.calls

@@ -5,8 +5,9 @@ Theory of operation
 ``HttpProvider.complete`` is the one place where a provider's HTTP reality becomes the
 engine's vocabulary. It does three things, in order:
 
-1. **send**: POST ``{base_url}/chat/completions`` with ``ProviderRequest.wire()`` as the
-   body (which carries ``"stream": true`` when the request streams);
+1. **send**: POST ``{base_url}/chat/completions`` with ``ProviderRequest.body()`` as the
+   body (which carries ``"stream": true`` when the request streams): the same bytes the
+   simulator records and the wire checkers judge;
 2. **classify**: a status outside 2xx becomes a typed ``ProviderError``
    (``chat_wire.error_for_status``);
 3. **parse**: a 2xx body (one JSON document, or a server-sent-event stream of
@@ -22,7 +23,8 @@ transport's own failures map here, each keeping the foreign exception as ``__cau
     any other transport failure               ProviderServerError(status=None)     transient
 
 No httpx or json exception escapes ``complete``. A request body that cannot be encoded
-(NaN, an unserialisable value) is a ``ProviderRejected`` before anything is sent.
+(NaN, an unserialisable value) is a ``ProviderRejected`` before anything is sent
+(``ProviderRequest.body`` says so).
 """
 
 from __future__ import annotations
@@ -143,8 +145,8 @@ class HttpProvider:
 
 
 def encode_body(request: ProviderRequest) -> bytes:
-    """The request body; NaN and unserialisable values are refused before anything is sent."""
-    try:
-        return request.wire_json()
-    except (TypeError, ValueError) as exc:
-        raise ProviderRejected(f"request body cannot be encoded as JSON: {exc}") from exc
+    """The request body ``complete`` sends: ``request.body()``, kept as a name of its own.
+
+    NaN and unserialisable values are refused (``ProviderRejected``) before anything is sent.
+    """
+    return request.body()

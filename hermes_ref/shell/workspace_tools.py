@@ -17,11 +17,16 @@ A tool never raises (TOOL-6): ``OSError`` becomes an error result, and any other
 exception becomes an error result with disposition ``unknown``, because the handler may
 have stopped half-way.
 
-Paths are confined to the root: every path argument is resolved (symlinks followed)
-and must land inside the resolved root, otherwise the call is refused before anything
-is touched. ``terminal`` and ``execute_code`` run in a new process group with the root
-as working directory; on timeout the whole group is killed and the result says the
-effects are unknown. The confinement applies to path arguments only: a shell command
+Paths are confined to the root: every path argument is resolved, first as a string
+against the root (``normalize_in_root``, so an absolute in-root path is accepted), then
+with symlinks followed, and must land inside the resolved root, otherwise the call is
+refused before anything is touched. ``resolve_paths`` answers the engine's
+``ResolvePaths`` with that same resolution, so the segment planner sees the files the
+calls will act on.
+
+``terminal`` and ``execute_code`` run in a new process group with the root as working
+directory; on timeout the whole group is killed and the result says the effects are
+unknown. The confinement applies to path arguments only: a shell command
 can reach whatever the process can.
 """
 
@@ -50,6 +55,7 @@ from hermes_ref.tool_specs import (
     format_process,
     is_directory_message,
     ledger_outcome,
+    normalize_in_root,
     not_a_directory_message,
     not_found_message,
     ok_result,
@@ -122,10 +128,30 @@ class WorkspaceTools(GuardedRunner):
         return result
 
     # -- paths ---------------------------------------------------------------------
+    def resolve_paths(self, paths: tuple[str, ...]) -> tuple[str | None, ...]:
+        """Where each path lands, workspace-relative, or None when refused (``ResolvePaths``).
+
+        The same ``_resolve`` every tool acts through, so the segment planner compares
+        exactly the files the calls will touch.
+        """
+        return tuple(self.resolve_path(path) for path in paths)
+
+    def resolve_path(self, path: str) -> str | None:
+        target = self._resolve(path)
+        return None if isinstance(target, str) else self._rel(target)
+
     def _resolve(self, path: str) -> Path | str:
-        """``path`` resolved inside the root, or the refusal message."""
+        """``path`` resolved inside the root, or the refusal message.
+
+        First the shared lexical step (``normalize_in_root``: an absolute in-root path is
+        made relative, ``..`` collapsed as a string), then the tree's: symlinks followed,
+        and the result must still be inside the resolved root.
+        """
+        rel = normalize_in_root(path, self.root.as_posix())
+        if rel is None:
+            return escape_message(path)
         try:
-            resolved = (self.root / path).resolve()
+            resolved = (self.root / rel).resolve()
         except (OSError, ValueError, RuntimeError) as exc:
             return f"invalid path {path!r}: {exc}"
         if not resolved.is_relative_to(self.root):

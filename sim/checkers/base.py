@@ -13,7 +13,7 @@ from hermes_ref.effects import ProviderRequest
 from hermes_ref.limits import Limits
 from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
 from hermes_ref.outcomes import Completion, ExitLine
-from hermes_ref.ports import DurableRecord, LedgerEntry
+from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.world import CallRecord, TurnRun
 
@@ -110,6 +110,11 @@ class Observation:
             return list(self.turns.values()) if not self.crash_seqs else [
                 v for v in self.turns.values() if v.exits or v.completions]
         return [v for v in self.turns.values() if v.run is None or not v.run.crashed]
+
+    @cached_property
+    def rows_by_id(self) -> dict[int, StoredMessage]:
+        """Every committed row by its row id (ids are unique across sessions)."""
+        return {m.message.row_id or 0: m for m in self.record.messages}
 
     def at_rest(self, session_id: str) -> bool:
         for lease in self.record.leases:
@@ -244,6 +249,39 @@ def durable_call_row(entry: LedgerEntry, rows: list[Message]) -> Message | None:
                 c.id == entry.call_id and c.name == entry.name for c in row.tool_calls):
             return row
     return None
+
+
+TurnKey = tuple[str, str | None]  # (session id, turn id)
+
+
+def ran_in(obs: Observation, entry: LedgerEntry) -> TurnKey | None:
+    """The (session, turn) a tool call ran in, read from the world's record, not its id.
+
+    The ledger entry carries the store's high-water mark when the call ran; the row with
+    that id is the last one committed before it. The simulator runs one turn at a time
+    and a turn writes its user (or recovery) row before any tool, so that row belongs to
+    the turn that ran the call. None when nothing was committed yet. A call id, which a
+    provider may repeat from turn to turn, never decides this.
+    """
+    stored = obs.rows_by_id.get(entry.watermark)
+    return None if stored is None else (stored.session_id, stored.message.turn_id)
+
+
+def call_row_of(obs: Observation, entry: LedgerEntry) -> tuple[TurnKey, Message | None] | None:
+    """The turn ``entry`` ran in and that turn's call row naming it, durable when it ran.
+
+    The row is None when the turn committed no such row by then (a TOOL-1 breach); the
+    whole answer is None when nothing was committed at all.
+    """
+    key = ran_in(obs, entry)
+    if key is None:
+        return None
+    for stored in reversed(obs.record.messages):
+        row = stored.message
+        if ((stored.session_id, row.turn_id) == key and (row.row_id or 0) <= entry.watermark
+                and any(c.id == entry.call_id and c.name == entry.name for c in row.tool_calls)):
+            return key, row
+    return key, None
 
 
 def _call_keys(message_calls: tuple[ToolCall, ...]) -> list[tuple[str, str, str]]:

@@ -9,11 +9,12 @@ from hermes_ref.closure import RECOVERED_CALL_TEXT
 from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.ports import LedgerEntry
-from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
+from hermes_ref.tool_specs import TOOLS_BY_NAME, path_argument
 from sim.checkers.base import (
     Observation,
     Violation,
     _call_keys,
+    call_row_of,
     call_rows,
     calls_by_turn,
     checker,
@@ -23,26 +24,34 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_calls
+from sim.tools import SimLedgerEntry
 from sim.world import CallRecord
 
 # ---- tool rounds -------------------------------------------------------------------------
 
 
 @checker("persist_before_execute", ("TOOL-1",),
-         "every tool side effect has an earlier durable assistant row naming its call id")
+         "every tool side effect has an earlier durable assistant row of its own turn naming "
+         "its call id")
 def persist_before_execute(obs: Observation) -> list[Violation]:
-    call_rows: dict[str, int] = {}
-    for stored in obs.record.messages:
-        for call in stored.message.tool_calls:
-            call_rows.setdefault(call.id, stored.message.row_id or 0)
+    """Judged per (session, turn, call id): a row of another turn never vouches for a call."""
     out = []
     for entry in obs.ledger:
-        row_id = call_rows.get(entry.call_id)
-        if row_id is None or row_id > entry.watermark:
-            where = "no durable row" if row_id is None else f"row #{row_id} committed later"
-            out.append(Violation("persist_before_execute", "TOOL-1",
-                                 f"{entry.name}({entry.call_id}) ran with {where} "
-                                 f"(committed high-water mark was #{entry.watermark})"))
+        found = call_row_of(obs, entry)
+        if found is not None and found[1] is not None:
+            continue
+        if found is None:
+            where = "nothing committed yet"
+        else:
+            (session_id, turn_id), _ = found
+            later = [m.message.row_id for m in obs.record.messages
+                     if (m.session_id, m.message.turn_id) == (session_id, turn_id)
+                     and any(c.id == entry.call_id for c in m.message.tool_calls)]
+            where = (f"row #{later[0]} of turn {session_id}/{turn_id} committed later" if later
+                     else f"no durable row of turn {session_id}/{turn_id}")
+        out.append(Violation("persist_before_execute", "TOOL-1",
+                             f"{entry.name}({entry.call_id}) ran with {where} "
+                             f"(committed high-water mark was #{entry.watermark})"))
     return out
 
 
@@ -239,34 +248,71 @@ def results_durable_before_sent(obs: Observation) -> list[Violation]:
 
 
 @checker("segments_are_safe", ("TOOL-4",),
-         "calls run together only when they may: parallel-safe kinds, no writer overlapping a path, "
-         "model order kept")
+         "calls run together only when they may: parallel-safe kinds, no writer overlapping "
+         "the path another call acts on (as the tool world resolved it), model order kept")
 def segments_are_safe(obs: Observation) -> list[Violation]:
+    """Each batch the world ran is located by the turn its calls ran in (``call_row_of``),
+    never by call ids alone, and judged on the paths the tools were aimed at."""
     out: list[Violation] = []
-    rows = call_rows(obs)
-    index, last_position = 0, -1
-    for batch in obs.batches:
-        while index < len(rows) and not set(batch) <= {c.id for c in rows[index].tool_calls}:
-            index, last_position = index + 1, -1
-        if index == len(rows):
-            break  # a batch of calls with no durable row: TOOL-1 reports that
-        row = rows[index]
-        positions = [[c.id for c in row.tool_calls].index(cid) for cid in batch]
-        if positions != sorted(positions) or positions[0] <= last_position:
-            out.append(Violation("segments_are_safe", "TOOL-4",
-                                 f"row #{row.row_id}: calls {', '.join(batch)} ran out of model order"))
-        last_position = positions[-1]
+    last_position: dict[int, int] = {}  # call row id (unique across sessions) -> last run
+    batches, stray = _batches_with_entries(obs)
+    for batch, ran in batches:
+        located = next((f for f in (call_row_of(obs, e) for e in ran.values())
+                        if f is not None and f[1] is not None), None)
+        key, row = located if located is not None else (None, None)
+        if key is None or row is None:
+            continue  # nothing of it ran, or it ran with no durable row: TOOL-1 reports that
+        where = f"turn {key[0]}/{key[1]} row #{row.row_id}"
+        ids = [c.id for c in row.tool_calls]
+        if any(cid not in ids for cid in batch):
+            out.append(_v4(f"{where}: calls {', '.join(batch)} ran together, not all of that row"))
+            continue
+        positions = [ids.index(cid) for cid in batch]
+        previous = last_position.get(row.row_id or 0, -1)
+        if positions != sorted(positions) or positions[0] <= previous:
+            out.append(_v4(f"{where}: calls {', '.join(batch)} ran out of model order"))
+        last_position[row.row_id or 0] = positions[-1]
         by_id = {c.id: c for c in row.tool_calls}
-        problem = _unsafe_together([by_id[cid] for cid in batch])
+        problem = _unsafe_together([by_id[cid] for cid in batch], ran)
         if problem:
-            out.append(Violation("segments_are_safe", "TOOL-4", f"row #{row.row_id}: {problem}"))
+            out.append(_v4(f"{where}: {problem}"))
+    out.extend(_v4(f"{e.name}({e.call_id}) ran in no batch the world recorded") for e in stray)
     return out
+
+
+def _v4(message: str) -> Violation:
+    return Violation("segments_are_safe", "TOOL-4", message)
+
+
+Ran = dict[str, LedgerEntry]
+
+
+def _batches_with_entries(obs: Observation) -> tuple[list[tuple[tuple[str, ...], Ran]],
+                                                      list[LedgerEntry]]:
+    """Each batch with the ledger entries of its calls that ran, and the entries left over.
+
+    The driver runs a batch's calls in order and the tools ledger each one that passes
+    validation, so the two records are walked side by side. An entry no batch claims is
+    a finding when batches were recorded at all.
+    """
+    ledger, index = obs.ledger, 0
+    paired: list[tuple[tuple[str, ...], Ran]] = []
+    for batch in obs.batches:
+        ran: Ran = {}
+        for cid in batch:
+            if index < len(ledger) and ledger[index].call_id == cid:
+                ran[cid] = ledger[index]
+                index += 1
+        paired.append((batch, ran))
+    stray = list(ledger[index:]) if obs.batches else []
+    return paired, stray
 
 
 _JOINABLE = (ToolKind.READER, ToolKind.WRITER, ToolKind.PARALLEL_SAFE)
 
 
-def _unsafe_together(calls: list[ToolCall]) -> str | None:
+def _unsafe_together(calls: list[ToolCall], ran: Ran) -> str | None:
+    """Why these calls must not have run together, or None."""
     if len(calls) < 2:
         return None
     paths: list[tuple[ToolCall, ToolKind, str | None]] = []
@@ -274,22 +320,38 @@ def _unsafe_together(calls: list[ToolCall]) -> str | None:
         spec = TOOLS_BY_NAME.get(call.name)
         if spec is None or spec.kind not in _JOINABLE or call.parsed_arguments() is None:
             return f"{call.name}({call.id}) ran alongside other calls but is a barrier"
-        path = scoped_path(call, spec)
-        if path is None and spec.kind is not ToolKind.PARALLEL_SAFE:
+        if path_argument(call, spec) is None and spec.kind is not ToolKind.PARALLEL_SAFE:
             return f"{call.name}({call.id}) has no usable path but ran alongside other calls"
-        paths.append((call, spec.kind, path))
+        paths.append((call, spec.kind, _landed(call, spec.kind, ran.get(call.id))))
     for i, (a, kind_a, path_a) in enumerate(paths):
         for b, kind_b, path_b in paths[i + 1:]:
             writer = ToolKind.WRITER in (kind_a, kind_b)
             if writer and path_a is not None and path_b is not None and _touch(path_a, path_b):
-                return f"{a.name} {path_a} ran alongside {b.name} {path_b}"
+                return (f"{a.name} {_named(a)} ran alongside {b.name} {_named(b)}, "
+                        f"and both land on {path_a if _within(path_a, path_b) else path_b}")
     return None
 
 
+def _landed(call: ToolCall, kind: ToolKind, entry: LedgerEntry | None) -> str | None:
+    """Where the world says the call acted; None when it did not run or touched nothing.
+
+    A path-scoped call ledgered without a resolved path (a runner that does not record
+    one) counts as touching everything: an unknown is no pass.
+    """
+    if entry is None or kind not in (ToolKind.READER, ToolKind.WRITER):
+        return None
+    return entry.path if isinstance(entry, SimLedgerEntry) else "."
+
+
+def _named(call: ToolCall) -> str:
+    return str((call.arguments_object or {}).get("path", "."))
+
+
+def _within(a: str, b: str) -> bool:
+    """Is workspace path ``a`` inside ``b`` (or equal to it)?"""
+    return b == "." or a == b or a.startswith(b + "/")
+
+
 def _touch(a: str, b: str) -> bool:
-    """Do two normalized paths overlap (one is the other or contains it)?"""
-    def whole(p: str) -> bool:
-        return p in (".", "..") or p.startswith("../")
-    if whole(a) or whole(b):
-        return True
-    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+    """Do two workspace-relative paths overlap (one is the other or contains it)?"""
+    return _within(a, b) or _within(b, a)

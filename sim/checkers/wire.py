@@ -1,6 +1,13 @@
-"""Checkers of what crosses the wire: only wire keys, the durable history, sidecar bytes replayed."""
+"""Checkers of what crosses the wire: only wire keys, the durable history, sidecar bytes replayed.
+
+Every reading here parses the request body the world recorded (``CallRecord.body``, the
+bytes ``ProviderRequest.body`` produced and ``HttpProvider`` would post), never the
+engine's request object: a key that leaks anywhere on the way out is in those bytes.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from hermes_ref.models import WIRE_MESSAGE_KEYS, Message, Role
 from sim.checkers.base import (
@@ -10,15 +17,37 @@ from sim.checkers.base import (
 )
 from sim.world import CallRecord
 
+WireMessage = dict[str, Any]
+
+
+def sent_messages(call: CallRecord) -> list[WireMessage] | str:
+    """The messages the recorded body carries, or what is wrong with the body."""
+    try:
+        sent = call.sent
+    except ValueError:
+        sent = None
+    if not isinstance(sent, dict):
+        return f"its recorded body is not a JSON object ({len(call.body)} bytes)"
+    messages = sent.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return "its recorded body carries no list of message objects"
+    return messages
+
+
 # ---- the wire ----------------------------------------------------------------------------
 
 
 @checker("no_private_keys_on_wire", ("WIRE-3",),
-         "requests carry only wire keys: no _-keys, no sidecar or bookkeeping fields")
+         "request bodies carry only wire keys: no _-keys, no sidecar or bookkeeping fields")
 def no_private_keys_on_wire(obs: Observation) -> list[Violation]:
     out = []
     for call in obs.calls:
-        for index, message in enumerate(call.request.wire()["messages"]):
+        messages = sent_messages(call)
+        if isinstance(messages, str):  # silence is no pass: a body must be there to judge
+            out.append(Violation("no_private_keys_on_wire", "WIRE-3",
+                                 f"call at effect {call.seq}: {messages}"))
+            continue
+        for index, message in enumerate(messages):
             bad = sorted(k for k in message if k.startswith("_") or k not in WIRE_MESSAGE_KEYS)
             if bad:
                 out.append(Violation("no_private_keys_on_wire", "WIRE-3",
@@ -28,10 +57,13 @@ def no_private_keys_on_wire(obs: Observation) -> list[Violation]:
     return out
 
 
-def _shape(message: Message) -> tuple[str, str | None, tuple[str, ...], str | None]:
-    wire = message.wire
-    return (wire["role"], wire.get("tool_call_id"),
-            tuple(c["id"] for c in wire.get("tool_calls", ())), wire.get("content"))
+Shape = tuple[Any, Any, tuple[Any, ...], Any]
+
+
+def _shape(wire: WireMessage) -> Shape:
+    return (wire.get("role"), wire.get("tool_call_id"),
+            tuple(c.get("id") for c in wire.get("tool_calls") or () if isinstance(c, dict)),
+            wire.get("content"))
 
 
 @checker("requests_match_record", ("CTX-2",),
@@ -52,22 +84,27 @@ def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
             if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
 
 
-def _same(sent: Message, row: Message) -> bool:
-    a, b = _shape(sent), _shape(row)
-    return a[:3] == b[:3] and (a[3] == b[3] or not (a[3] or "").strip())
+def _same(sent: WireMessage, row: Message) -> bool:
+    a, b = _shape(sent), _shape(row.wire)
+    return a[:3] == b[:3] and (a[3] == b[3] or not str(a[3] or "").strip())
 
 
-Aligned = list[tuple[Message, Message]]
+Aligned = list[tuple[WireMessage, Message]]
 
 
 def align_request(call: CallRecord, durable: list[Message]) -> tuple[Aligned, str | None]:
-    """Pair sent messages with durable rows, in order; the problem if the history differs.
+    """Pair the sent messages (parsed from the body) with durable rows, in order.
 
-    Durable rows must appear in order; anything else only after this turn's user row.
+    Returns the pairs and the problem if the history differs: durable rows must appear in
+    order; anything else only after this turn's user row. A body with no messages to
+    read aligns nothing and is WIRE-3's finding.
     """
+    messages = sent_messages(call)
+    if isinstance(messages, str):
+        return [], None
     pairs: Aligned = []
     in_turn = False
-    for message in (m for m in call.request.messages if m.role is not Role.SYSTEM):
+    for message in (m for m in messages if m.get("role") != Role.SYSTEM.value):
         matched = len(pairs)
         if matched < len(durable) and _same(message, durable[matched]):
             row = durable[matched]
@@ -75,7 +112,7 @@ def align_request(call: CallRecord, durable: list[Message]) -> tuple[Aligned, st
             pairs.append((message, row))
         elif not in_turn:
             where = durable[matched].row_id if matched < len(durable) else "end"
-            return pairs, (f"sends a {message.role.value} message that is not in the durable "
+            return pairs, (f"sends a {message.get('role')} message that is not in the durable "
                            f"history before row #{where}")
     if len(pairs) < len(durable):
         return pairs, f"omits durable row #{durable[len(pairs)].row_id}"
@@ -99,10 +136,10 @@ def sidecar_bytes_replayed(obs: Observation) -> list[Violation]:
     for call in obs.calls:
         pairs, _ = align_request(call, _durable_at(obs, call))
         for sent, row in pairs:
-            if row.api_content is not None and sent.wire.get("content") != row.api_content:
+            if row.api_content is not None and sent.get("content") != row.api_content:
                 out.append(Violation("sidecar_bytes_replayed", "WIRE-1",
                                      f"call at effect {call.seq} (turn {call.turn_id}) sent row "
-                                     f"#{row.row_id} as {(sent.wire.get('content') or '')[:40]!r}, "
+                                     f"#{row.row_id} as {str(sent.get('content') or '')[:40]!r}, "
                                      "not its stored api_content"))
                 break
     return out

@@ -15,7 +15,8 @@ which is what makes the swap possible without touching engine code.
 
 from __future__ import annotations
 
-from sim.sabotage import finalizer, intake, loop, prologue, tool_round
+from sim.sabotage import finalizer, intake, loop, paths, prologue, tool_round
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
-__all__ = ["SABOTAGES", "Sabotage", "finalizer", "intake", "loop", "prologue", "sabotage", "tool_round"]
+__all__ = ["SABOTAGES", "Sabotage", "finalizer", "intake", "loop", "paths", "prologue", "sabotage",
+           "tool_round"]

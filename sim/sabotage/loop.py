@@ -3,6 +3,7 @@ dropped-call re-prompts, bookkeeping on the wire, stored rows sent without their
 
 from __future__ import annotations
 
+import json
 from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
@@ -17,18 +18,35 @@ from sim.sabotage.base import sabotage
 
 
 def _leak_keys() -> list[AbstractContextManager[Any]]:
-    original = effects.ProviderRequest.wire
+    original = effects.ProviderRequest.wire_body
 
-    def leaky(self: effects.ProviderRequest) -> dict[str, Any]:
-        body = original(self)
+    def leaky(self: effects.ProviderRequest) -> effects.WireBody:
+        body = json.loads(bytes(original(self)))
         body["messages"] = [dict(m, _row_id=src.row_id, api_content=src.api_content)
                             for m, src in zip(body["messages"], self.messages, strict=True)]
-        return body
-    return [mock.patch.object(effects.ProviderRequest, "wire", leaky)]
+        return effects.WireBody(json.dumps(body).encode("utf-8"))
+    return [mock.patch.object(effects.ProviderRequest, "wire_body", leaky)]
 
 
 sabotage("leak_private_keys", ("WIRE-3",),
-         "request building copies _row_id and the api_content sidecar into wire messages")(_leak_keys)
+         "request building copies _row_id and the api_content sidecar into the messages of "
+         "the body it sends")(_leak_keys)
+
+
+def _leak_in_cached_bytes() -> list[AbstractContextManager[Any]]:
+    compute = Message.__dict__["wire_json"].fn
+
+    def wire_json(self: Message) -> bytes:
+        raw: bytes = compute(self)
+        if self.row_id is None:
+            return raw
+        return raw[:-1] + b', "_row_id": ' + str(self.row_id).encode("ascii") + b"}"
+    return [mock.patch.object(Message, "wire_json", property(wire_json))]
+
+
+sabotage("cached_wire_json_leaks_row_id", ("WIRE-3",),
+         "a stored message's cached wire JSON, the bytes every request body joins, carries "
+         "its _row_id")(_leak_in_cached_bytes)
 
 # ---- LOOP-1 / LOOP-2 ------------------------------------------------------------------------
 

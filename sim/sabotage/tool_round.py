@@ -138,7 +138,7 @@ sabotage("recovery_reruns_open_calls", ("TOOL-10",),
 
 
 def _everything_parallel() -> list[AbstractContextManager[Any]]:
-    def one_segment(calls: tuple[ToolCall, ...], specs: Any) -> list[tool_round.Segment]:
+    def one_segment(calls: tuple[ToolCall, ...], specs: Any, *_: Any) -> list[tool_round.Segment]:
         return [tool_round.Segment(calls, parallel=len(calls) > 1)] if calls else []
     return [mock.patch.object(tool_round, "plan_segments", one_segment)]
 

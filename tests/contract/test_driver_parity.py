@@ -4,7 +4,8 @@ The same engine scenario runs twice: through ``SimDriver`` on a ``World`` (Memor
 SimTools, the fake provider called directly) and through ``AsyncDriver`` on an
 ``AsyncSqliteStore`` file, SimTools as the ToolRunner and the fake provider behind
 ``HttpProvider`` + ``fake_transport``. Durable transcripts, exit reasons, event kinds,
-tool ledgers and the resulting files must be identical.
+tool ledgers, the resulting files and the request bodies must be identical: the bytes
+the simulator records with each call are the bytes ``HttpProvider`` posts.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.driver import SimDriver
 from sim.provider import ScriptedProvider, Step, text, tool_calls
-from sim.provider_http import fake_transport
+from sim.provider_http import handle_http
 from sim.store import MemoryStore
 from sim.tools import SimTools
 from sim.world import World
@@ -59,6 +60,14 @@ CASES = {
                         text("They differ.")],
         files={"a.txt": "alpha\n", "b.txt": "beta\n"},
     ),
+    "write_by_absolute_path_after_read": Case(
+        turns=("Rewrite a by its full path.",),
+        script=lambda: [tool_calls(("read_file", {"path": "a.txt"}),
+                                   ("write_file", {"path": "/workspace/a.txt", "content": "new"}),
+                                   ("read_file", {"path": "b.txt"})),
+                        text("Rewritten.")],
+        files={"a.txt": "alpha\n", "b.txt": "beta\n"},
+    ),
 }
 
 
@@ -67,6 +76,7 @@ class Outcome:
     record: DurableRecord
     exits: list[str]
     tools: SimTools
+    bodies: list[bytes]
 
     def rows(self) -> list[tuple[Any, ...]]:
         return [_row(m) for m in self.record.transcript(SESSION)]
@@ -86,7 +96,7 @@ def run_sim(case: Case) -> Outcome:
     engine = Engine(tools=REFERENCE_TOOLS, holder=HOLDER)
     exits = [SimDriver(world).run(engine.run_turn(TurnInput(SESSION, t))).exit_reason.value
              for t in case.turns]
-    return Outcome(world.store.snapshot(), exits, world.tools)
+    return Outcome(world.store.snapshot(), exits, world.tools, [c.body for c in world.calls])
 
 
 async def run_async(case: Case, db: Path) -> Outcome:
@@ -97,22 +107,26 @@ async def run_async(case: Case, db: Path) -> Outcome:
     async def no_sleep(seconds: float) -> None:
         return None
 
+    fake, bodies = ScriptedProvider(case.script()), list[bytes]()
+
+    def posted(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.content)
+        return handle_http(fake, request)
+
     try:
-        async with httpx.AsyncClient(
-            transport=fake_transport(ScriptedProvider(case.script()))
-        ) as client:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(posted)) as client:
             driver = AsyncDriver(store=store, provider=HttpProvider("http://fake/v1", client=client),
                                  tools=tools, sleep=no_sleep)
             exits = [(await driver.run(engine.run_turn(TurnInput(SESSION, t)))).exit_reason.value
                      for t in case.turns]
-        return Outcome(await store.snapshot(), exits, tools)
+        return Outcome(await store.snapshot(), exits, tools, bodies)
     finally:
         await store.close()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_both_drivers_leave_the_same_record(name: str, tmp_path: Path) -> None:
-    """Same scenario, both drivers: transcripts, exits, event kinds, ledgers, files equal."""
+    """Same scenario, both drivers: transcripts, exits, event kinds, ledgers, files, bodies equal."""
     case = CASES[name]
     sim = run_sim(case)
     real = await run_async(case, tmp_path / "parity.db")
@@ -125,4 +139,5 @@ async def test_both_drivers_leave_the_same_record(name: str, tmp_path: Path) -> 
     assert [(e.call_id, e.name, e.arguments, e.watermark, e.outcome)
             for e in real.tools.ledger] == ledger
     assert real.tools.snapshot_files() == sim.tools.snapshot_files()
+    assert real.bodies == sim.bodies and len(sim.bodies) > len(sim.exits)
     assert len(sim.rows()) >= 4

@@ -21,7 +21,7 @@ from hermes_ref.errors import (
 )
 from hermes_ref.models import Message, Role
 from hermes_ref.shell.chat_wire import parse_retry_after
-from hermes_ref.shell.http_provider import HttpProvider
+from hermes_ref.shell.http_provider import HttpProvider, encode_body
 from sim.provider import ScriptedProvider, text, tool_calls
 from sim.provider_http import serve_fake_provider
 
@@ -238,7 +238,7 @@ async def test_timeout_keeps_its_cause() -> None:
 
 
 async def test_request_shape_and_auth_header() -> None:
-    """The body is the request's wire form, posted to …/chat/completions with a bearer key."""
+    """The body is exactly ``ProviderRequest.body()``, posted to …/chat/completions with a key."""
     seen: list[httpx.Request] = []
 
     def record(request: httpx.Request) -> httpx.Response:
@@ -251,6 +251,7 @@ async def test_request_shape_and_auth_header() -> None:
     (request,) = seen
     assert str(request.url) == BASE_URL + "/chat/completions"
     assert request.headers["authorization"] == "Bearer sk-test"
+    assert request.content == make_request().body() == encode_body(make_request())
     assert json.loads(request.content) == make_request().wire()
 
 
