@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from hermes_ref import preflight, reply_intake, tool_round
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import CallProvider, Jitter, ProviderRequest, Sleep
+from hermes_ref.effects import CallProvider, Jitter, Sleep
 from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderError, RateLimited
 from hermes_ref.models import Message, ProviderReply, Role, ScaffoldFlag
 from hermes_ref.outcomes import ExitReason
@@ -42,6 +42,7 @@ from hermes_ref.scaffolding import (
     EMPTY_SENTINEL,
     scaffold,
 )
+from hermes_ref.wire import ProviderRequest
 
 TRUNCATED_TEXT = "Response truncated due to output length limit: the tool call was not run."
 

@@ -31,7 +31,6 @@ from typing import Protocol
 
 from pydantic import Field
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.models import (
     Event,
     Frozen,
@@ -43,6 +42,7 @@ from hermes_ref.models import (
     ToolCall,
     ToolResult,
 )
+from hermes_ref.wire import ProviderRequest
 
 
 class StoredMessage(Frozen):

@@ -65,7 +65,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import (
     BadInput,
     ContextOverflow,
@@ -79,6 +78,7 @@ from hermes_ref.errors import (
 )
 from hermes_ref.models import Message, ProviderReply, Role, ToolCall, Usage
 from hermes_ref.tokens import count_text
+from hermes_ref.wire import ProviderRequest
 
 
 class ScriptError(AssertionError):

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import (
     BadInput,
     ContextOverflow,
@@ -53,6 +52,7 @@ from hermes_ref.errors import (
 from hermes_ref.models import WIRE_MESSAGE_KEYS, Message, ProviderReply, Role, ToolCall, ToolSpec, Usage
 from hermes_ref.ports import Provider
 from hermes_ref.tokens import count_wire_messages
+from hermes_ref.wire import ProviderRequest
 from sim.provider import ScriptError
 
 if TYPE_CHECKING:

@@ -72,7 +72,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hermes_ref.effects import ProviderRequest, WireBody
 from hermes_ref.engine import Engine
 from hermes_ref.limits import Limits
 from hermes_ref.models import WIRE_MESSAGE_KEYS, ProviderReply, ToolCall, ToolResult
@@ -80,6 +79,7 @@ from hermes_ref.ports import LedgerEntry
 from hermes_ref.prologue import TurnInput
 from hermes_ref.shell import liveness
 from hermes_ref.tool_specs import REFERENCE_TOOLS
+from hermes_ref.wire import ProviderRequest, WireBody
 from sim.checkers import Observation, run_all
 from sim.clock import DEFAULT_EPOCH_S, VirtualClock
 from sim.driver import SimDriver

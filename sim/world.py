@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from hermes_ref.effects import ProviderRequest, WireBody
 from hermes_ref.models import Event, ProviderReply
 from hermes_ref.phases import Phase
 from hermes_ref.ports import Provider, Store
+from hermes_ref.wire import ProviderRequest, WireBody
 from sim.choices import Chooser
 from sim.clock import VirtualClock
 from sim.faults import FaultPlan, FaultState

@@ -35,7 +35,6 @@ from types import TracebackType
 
 import httpx
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import ProviderError, ProviderRejected, ProviderServerError, ProviderTimeout
 from hermes_ref.models import ProviderReply
 from hermes_ref.shell.chat_wire import (
@@ -44,6 +43,7 @@ from hermes_ref.shell.chat_wire import (
     error_for_status,
     parse_completion,
 )
+from hermes_ref.wire import ProviderRequest
 
 
 class HttpProvider:

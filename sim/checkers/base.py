@@ -9,12 +9,12 @@ from functools import cached_property
 
 from pydantic import ValidationError
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.limits import Limits
 from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
 from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
 from hermes_ref.tool_specs import TOOLS_BY_NAME
+from hermes_ref.wire import ProviderRequest
 from sim.world import CallRecord, TurnRun
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import pairwise
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import ProviderAuthError, ProviderError
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role
@@ -14,6 +13,7 @@ from hermes_ref.outcomes import ExitReason
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
 )
+from hermes_ref.wire import ProviderRequest
 from sim.checkers.base import (
     Observation,
     TurnView,

@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import context, effects, loop, preflight
+from hermes_ref import context, loop, preflight, wire
 from hermes_ref.context import TurnContext
 from hermes_ref.errors import ProviderError, ProviderServerError
 from hermes_ref.models import Message, ProviderReply
@@ -18,14 +18,14 @@ from sim.sabotage.base import sabotage
 
 
 def _leak_keys() -> list[AbstractContextManager[Any]]:
-    original = effects.ProviderRequest.wire_body
+    original = wire.ProviderRequest.wire_body
 
-    def leaky(self: effects.ProviderRequest) -> effects.WireBody:
+    def leaky(self: wire.ProviderRequest) -> wire.WireBody:
         body = json.loads(bytes(original(self)))
         body["messages"] = [dict(m, _row_id=src.row_id, api_content=src.api_content)
                             for m, src in zip(body["messages"], self.messages, strict=True)]
-        return effects.WireBody(json.dumps(body).encode("utf-8"))
-    return [mock.patch.object(effects.ProviderRequest, "wire_body", leaky)]
+        return wire.WireBody(json.dumps(body).encode("utf-8"))
+    return [mock.patch.object(wire.ProviderRequest, "wire_body", leaky)]
 
 
 sabotage("leak_private_keys", ("WIRE-3",),

@@ -19,7 +19,6 @@ import httpx
 import pytest
 import respx
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import (
     ContextOverflow,
     MalformedReply,
@@ -34,6 +33,7 @@ from hermes_ref.models import Message, ProviderReply, Role, ToolCall, ToolSpec
 from hermes_ref.reply_intake import admit_reply
 from hermes_ref.shell.http_provider import HttpProvider
 from hermes_ref.tokens import count_text, count_wire_messages
+from hermes_ref.wire import ProviderRequest
 from sim.provider import (
     ScriptedProvider,
     calls_sharing_id,

@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import ProviderServerError, RateLimited
 from hermes_ref.models import ProviderReply, Role, ToolCall
+from hermes_ref.wire import ProviderRequest
 from sim.harness import Story
 from sim.provider import FunctionProvider, text, tool_calls
 

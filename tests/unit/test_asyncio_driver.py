@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hermes_ref.effects import ExecuteTools, Jitter, MintId, ProviderRequest
+from hermes_ref.effects import ExecuteTools, Jitter, MintId
 from hermes_ref.engine import Engine
 from hermes_ref.errors import PersistenceError, RateLimited
 from hermes_ref.limits import Limits
@@ -27,6 +27,7 @@ from hermes_ref.shell.runtime import open_runtime
 from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from hermes_ref.shell.workspace_tools import WorkspaceTools
 from hermes_ref.tool_specs import REFERENCE_TOOLS
+from hermes_ref.wire import ProviderRequest
 from sim.provider import ScriptedProvider, text, tool_calls
 from sim.provider_http import fake_transport
 

@@ -181,8 +181,8 @@ def test_crash_point_round_trips() -> None:
 @given(st.lists(st.text(max_size=12), min_size=1, max_size=6), st.booleans())
 def test_request_json_bytes_equal_the_wire_form(texts: list[str], with_tools: bool) -> None:
     """The byte-joined body parses to the messages' wire forms and the head, whatever the text."""
-    from hermes_ref.effects import ProviderRequest
     from hermes_ref.tool_specs import REFERENCE_TOOLS
+    from hermes_ref.wire import ProviderRequest
 
     messages = tuple(Message(role=Role.USER if i % 2 == 0 else Role.ASSISTANT, content=t)
                      for i, t in enumerate(texts))

@@ -8,7 +8,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import (
     BadInput,
     ContextOverflow,
@@ -22,6 +21,7 @@ from hermes_ref.errors import (
 )
 from hermes_ref.models import Message, ProviderReply, Role, ToolCall, ToolSpec, Usage
 from hermes_ref.tokens import count_text, count_wire_messages
+from hermes_ref.wire import ProviderRequest
 from sim.provider import (
     FunctionProvider,
     GenerativeProvider,

@@ -9,7 +9,6 @@ from email.utils import parsedate_to_datetime
 import httpx
 import pytest
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import (
     ContextOverflow,
     MalformedReply,
@@ -22,6 +21,7 @@ from hermes_ref.errors import (
 from hermes_ref.models import Message, Role
 from hermes_ref.shell.chat_wire import parse_retry_after
 from hermes_ref.shell.http_provider import HttpProvider, encode_body
+from hermes_ref.wire import ProviderRequest
 from sim.provider import ScriptedProvider, text, tool_calls
 from sim.provider_http import serve_fake_provider
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.errors import BadInput
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.shell.chat_wire import StreamAssembler
 from hermes_ref.shell.http_provider import HttpProvider
 from hermes_ref.shell.runtime import open_runtime
+from hermes_ref.wire import ProviderRequest
 from sim.harness import Story
 from sim.provider import (
     LONE_SURROGATE,

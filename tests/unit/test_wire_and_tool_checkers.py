@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hermes_ref.effects import ProviderRequest, WireBody
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
 from hermes_ref.ports import DurableRecord
+from hermes_ref.wire import ProviderRequest, WireBody
 from sim.checkers import Observation, Violation
 from sim.checkers.wire import no_private_keys_on_wire
 from sim.harness import Story
