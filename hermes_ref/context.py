@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hermes_ref.effects import AppendMessages, RewriteMessage, Site
+from hermes_ref.effects import AppendMessages, Site
 from hermes_ref.errors import InvariantBroken, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Lease, Message, ToolSpec
@@ -197,16 +197,6 @@ class TurnContext:
             return False
         check_stored(rows, stored)
         self.transcript.absorb(stored)
-        return True
-
-    async def rewrite(self, row_id: int, content: str, site: Site) -> bool:
-        """Rewrite one stored row's content, under the same failure policy as ``persist``."""
-        try:
-            new = await RewriteMessage(self.token, self.session_id, row_id, content, site)
-        except PersistenceError as error:
-            self.write_failed(site, error)
-            return False
-        self.transcript.replace_row(new)
         return True
 
     def write_failed(self, site: Site, error: PersistenceError) -> None:

@@ -188,22 +188,6 @@ class AppendMessages(Effect[tuple[Message, ...]]):
         return self.label
 
 
-@dataclass(frozen=True, slots=True)
-class RewriteMessage(Effect[Message]):
-    """Replace the content of one stored row (tail closure fills an empty assistant row)."""
-
-    lease_token: int
-    session_id: str
-    row_id: int
-    content: str
-    label: Site
-    kind: ClassVar[str] = "rewrite_message"
-
-    @property
-    def site(self) -> Site:
-        return self.label
-
-
 # ---- the outside world ------------------------------------------------------------------
 
 

@@ -83,14 +83,6 @@ class Transcript:
         self._messages[-1] = message
         self._tokens += message.tokens - old.tokens
 
-    def replace_row(self, message: Message) -> None:
-        """Swap in a rewritten stored row (matched by row id)."""
-        for index in range(len(self._messages) - 1, -1, -1):
-            if self._messages[index].row_id == message.row_id:
-                self._tokens += message.tokens - self._messages[index].tokens
-                self._messages[index] = message
-                return
-
     def drop_scaffolding(self) -> int:
         """Remove every scaffolding message; returns how many were removed."""
         head = self._stable

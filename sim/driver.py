@@ -60,7 +60,6 @@ class SimDriver:
             fx.AcquireLease: self._acquire_lease,
             fx.ReleaseLease: self._release_lease,
             fx.AppendMessages: self._append,
-            fx.RewriteMessage: self._rewrite,
             fx.CallProvider: self._call_provider,
             fx.ResolvePaths: self._resolve_paths,
             fx.ExecuteTools: self._execute_tools,
@@ -150,14 +149,6 @@ class SimDriver:
             for row in rows:
                 self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} {_describe(row)}")
         return rows
-
-    def _rewrite(self, effect: fx.RewriteMessage) -> Any:
-        self._fail_if_planned(effect.label)
-        row = self.world.store.rewrite_message(
-            effect.session_id, effect.lease_token, effect.row_id, effect.content
-        )
-        self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} rewritten {_short(row.content)}")
-        return row
 
     def _call_provider(self, effect: fx.CallProvider) -> Any:
         world = self.world

@@ -121,8 +121,6 @@ class AsyncDriver:
             fx.ReleaseLease: lambda e: store.release_lease(e.lease),
             fx.AppendMessages: lambda e: store.append_messages(
                 e.session_id, e.lease_token, e.messages),
-            fx.RewriteMessage: lambda e: store.rewrite_message(
-                e.session_id, e.lease_token, e.row_id, e.content),
             fx.CallProvider: self._call_provider,
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
