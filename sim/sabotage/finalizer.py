@@ -24,7 +24,7 @@ async def _skip_async(ctx: TurnContext) -> None:
 
 sabotage("skip_tail_closure", ("FIN-3",),
          "the finalizer never closes the tail: no row is appended for an answer the durable "
-         "tail lacks, and an empty assistant tail is never filled")(
+         "tail lacks")(
     lambda: [mock.patch.object(finalizer, "_close_tail", _skip_async)])
 
 
