@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hermes_ref.finalizer import NO_ANSWER_TEXT
 from hermes_ref.models import Role
 from hermes_ref.outcomes import ExitReason, TurnResult
 from sim.harness import Story, scenario
@@ -91,6 +92,18 @@ def empty_grace_summary_after_tools_is_explained(s: Story) -> None:
              "exit reason pending_tool_result")
     s.expect(s.world.calls[-1].request.purpose == "grace", "the grace call was made")
     s.expect(s.transcript()[-1].role is Role.ASSISTANT, "an engine boundary row closes the tail")
+
+
+@scenario("A turn that runs out of steps with nothing to say fails and tells the user so",
+          invariants=("LOOP-3", "FIN-1", "FIN-5"), stage="finalizer")
+def out_of_steps_with_no_answer_is_a_failure(s: Story) -> None:
+    s.limits(max_iterations=1, iteration_budget=1)
+    s.script(text(""), text(""))
+    result = s.turn("Say something.")
+    s.expect(result is not None and result.exit_reason is ExitReason.MAX_ITERATIONS
+             and result.failed, "max_iterations_reached, as a failure")
+    s.expect(result is not None and result.final_response == NO_ANSWER_TEXT.format(
+        reason="max_iterations_reached"), "the user is told there is no answer")
 
 
 @scenario("A turn left ending on a tool result is logged as a WARNING",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from hermes_ref.errors import ProviderAuthError, ProviderRejected, ProviderServerError, RateLimited
-from hermes_ref.models import Role
+from hermes_ref.models import ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
+from hermes_ref.wire import ProviderRequest
 from sim.harness import Story, scenario
-from sim.provider import text, tool_calls
+from sim.provider import FunctionProvider, text, tool_calls
 
 
 @scenario("A plain question gets a plain answer and the transcript ends on it",
@@ -42,6 +43,18 @@ def transient_errors_are_retried(s: Story) -> None:
     result = s.turn("Tell me something.")
     s.expect(result is not None and result.final_response == "Here you go.", "the third try answers")
     s.expect(result is not None and result.budget_used == 1, "retries of one call cost one unit")
+
+
+@scenario("A server that keeps failing is retried three times, then the turn ends",
+          invariants=("LOOP-5", "LOOP-3", "FIN-5"), stage="text")
+def persistent_server_errors_exhaust_the_retries(s: Story) -> None:
+    def always_down(request: ProviderRequest) -> ProviderReply:
+        raise ProviderServerError("service unavailable", status=503)
+    s.use_provider(FunctionProvider(always_down))
+    result = s.turn("Are you there?")
+    s.expect(result is not None and result.exit_reason is ExitReason.TERMINAL_PROVIDER_ERROR,
+             "the turn ends terminal_provider_error")
+    s.expect(len(s.world.calls) == 4, "one call and three retries")
 
 
 @scenario("A rejected request ends the turn at once, and a boundary row closes its open tail",

@@ -149,3 +149,18 @@ def _completion_first() -> list[AbstractContextManager[Any]]:
 sabotage("completion_before_exit_line", ("DEL-1",),
          "the client is told the turn completed before the exit line is written (and then again)")(
     _completion_first)
+
+
+# ---- LOOP-3: a turn with nothing to say is delivered as a success -------------------------
+
+
+def _no_answer_as_success() -> list[AbstractContextManager[Any]]:
+    def guard(ctx: TurnContext) -> None:
+        if ctx.ending.answer is None:
+            ctx.ending.amend_answer(finalizer.NO_ANSWER_TEXT.format(reason=ctx.ending.reason_text))
+    return [mock.patch.object(finalizer, "_no_answer_guard", guard)]
+
+
+sabotage("no_answer_delivered_as_success", ("LOOP-3",),
+         "a turn that ends with no answer delivers the explanation as if it were one")(
+    _no_answer_as_success)
