@@ -28,6 +28,7 @@ from sim.checkers.base import (
     is_grace,
     refunded_rounds,
 )
+from sim.checkers.intake import taken_in_text
 from sim.world import CallRecord
 
 
@@ -81,8 +82,8 @@ def _summary_problem(view: TurnView) -> str | None:
     done = view.completion
     if done is None or done.failed:
         return None
-    said = [c.reply.content for c in view.calls if is_grace(c) and c.reply is not None
-            and (c.reply.content or "").strip()]
+    said = [taken_in_text(c.reply.content) for c in view.calls
+            if is_grace(c) and c.reply is not None and (c.reply.content or "").strip()]
     answer = done.final_response or ""
     if not any(answer == text or answer.startswith(f"{text}\n\n[") for text in said if text):
         return "it delivered as a success an answer no grace summary gave"
