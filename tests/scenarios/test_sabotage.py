@@ -1,20 +1,26 @@
-"""Every checker is non-vacuous: its sabotage turns at least one declaring scenario red."""
+"""Every checker is non-vacuous: its sabotage turns a declaring scenario red under its own id."""
 
 from __future__ import annotations
 
 import pytest
 
 import scenarios
-from sim.coverage import verify_sabotage
+from sim.coverage import Baseline, run_baseline, verify_sabotage
 from sim.sabotage import SABOTAGES
 
 REGISTRY = scenarios.load_all()
 
 
+@pytest.fixture(scope="module")
+def baseline() -> Baseline:
+    """Every scenario on both stores without a sabotage, run once for the whole module."""
+    return run_baseline(REGISTRY)
+
+
 @pytest.mark.parametrize("name", list(SABOTAGES))
-def test_sabotage_is_caught_by_its_checker(name: str) -> None:
-    """Under the sabotage, a scenario declaring its invariant fails through a deciding checker."""
-    verdict = verify_sabotage(SABOTAGES[name], REGISTRY)
+def test_sabotage_is_caught_by_its_checker(name: str, baseline: Baseline) -> None:
+    """Under the sabotage, a scenario that passes without it fails with a violation of its id."""
+    verdict = verify_sabotage(SABOTAGES[name], REGISTRY, baseline=baseline)
     assert verdict.scenarios, f"no scenario declares {verdict.invariants}"
     assert verdict.caught, (verdict.failed, verdict.evidence)
 
