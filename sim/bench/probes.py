@@ -6,8 +6,11 @@ These are not timed rows of the engine but probes of the machine and of the turn
 
 * **Commit ceilings** are SQLite's own limit on this machine, measured in the same run:
   WAL, ``synchronous=FULL``, one ~1 KB row per committed transaction (an autocommit
-  INSERT), through stdlib ``sqlite3`` and through ``aiosqlite`` (one thread hop per
-  commit). Durable rows are also shown as the share of that limit they use.
+  INSERT), through stdlib ``sqlite3`` (``StdlibCeiling``) and through ``aiosqlite``
+  (``AioCeiling``, one thread hop per commit). Each keeps one warmed-up connection open
+  and measures in short slices (``slice(seconds)`` returns commits/s), so the SQLite
+  rows can take a slice right before and right after each chunk of their timed turns
+  (``sim.bench.rows``) and be shown as the share of the limit *at that moment*.
 * **fsyncs** are counted, never assumed: a child ``python -m sim.bench --fsync-probe N``
   runs N durable turns (``fsync_probe``) under ``strace -f -c -e trace=fsync,fdatasync``;
   it runs once with 0 turns and once with N, and the difference divided by N is fsyncs per
@@ -45,59 +48,82 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # -- the SQLite commit ceiling ------------------------------------------------------------
 
 _ROW = "x" * 1000
-_CEILING_SCHEMA = "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, body TEXT NOT NULL)"
+_CEILING_SETUP = (
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=FULL",
+    "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, body TEXT NOT NULL)",
+)
 _CEILING_INSERT = "INSERT INTO t(body) VALUES (?)"
 _CEILING_WARMUP = 200
 
 
-def stdlib_ceiling(path: Path, sizes: Sizes) -> list[float]:
-    """Committed transactions/s: stdlib sqlite3, WAL, FULL, autocommit INSERT of ~1 KB."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute(_CEILING_SCHEMA)
+class StdlibCeiling:
+    """The stdlib sqlite3 commit ceiling, measured in slices on one open connection.
+
+    WAL, ``synchronous=FULL``, an autocommit INSERT of ~1 KB per committed transaction;
+    the connection is opened and warmed up once (``_CEILING_WARMUP`` commits), then each
+    ``slice(seconds)`` commits for that long and returns commits/s.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._conn = sqlite3.connect(path, isolation_level=None)
+        for statement in _CEILING_SETUP:
+            self._conn.execute(statement)
         for _ in range(_CEILING_WARMUP):
-            conn.execute(_CEILING_INSERT, (_ROW,))
-        rates: list[float] = []
-        execute = conn.execute
-        for _ in range(sizes.reps):
-            n = 0
-            start = time.perf_counter()
-            deadline = start + sizes.rep_s
-            while True:
-                execute(_CEILING_INSERT, (_ROW,))
-                n += 1
-                now = time.perf_counter()
-                if now >= deadline:
-                    break
-            rates.append(n / (now - start))
-        return rates
-    finally:
-        conn.close()
+            self._conn.execute(_CEILING_INSERT, (_ROW,))
+
+    def slice(self, seconds: float) -> float:
+        """Commits/s over ``seconds`` of back-to-back autocommit INSERTs."""
+        execute, n = self._conn.execute, 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while True:
+            execute(_CEILING_INSERT, (_ROW,))
+            n += 1
+            now = time.perf_counter()
+            if now >= deadline:
+                return n / (now - start)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> StdlibCeiling:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-async def aiosqlite_ceiling(path: Path, sizes: Sizes) -> list[float]:
-    """The same through aiosqlite: one worker hop per commit (autocommit INSERT)."""
-    async with aiosqlite.connect(path, isolation_level=None) as db:
-        await db.execute("PRAGMA journal_mode=WAL")
-        await db.execute("PRAGMA synchronous=FULL")
-        await db.execute(_CEILING_SCHEMA)
+class AioCeiling:
+    """The same ceiling through aiosqlite: one worker hop per commit, in slices."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    @classmethod
+    async def open(cls, path: Path) -> AioCeiling:
+        """Connect, set WAL and FULL, create the table and warm up."""
+        db = await aiosqlite.connect(path, isolation_level=None)
+        for statement in _CEILING_SETUP:
+            await db.execute(statement)
         for _ in range(_CEILING_WARMUP):
             await db.execute(_CEILING_INSERT, (_ROW,))
-        rates: list[float] = []
-        for _ in range(sizes.reps):
-            n = 0
-            start = time.perf_counter()
-            deadline = start + sizes.rep_s
-            while True:
-                await db.execute(_CEILING_INSERT, (_ROW,))
-                n += 1
-                now = time.perf_counter()
-                if now >= deadline:
-                    break
-            rates.append(n / (now - start))
-        return rates
+        return cls(db)
+
+    async def slice(self, seconds: float) -> float:
+        """Commits/s over ``seconds`` of back-to-back autocommit INSERTs, one hop each."""
+        execute, n = self._db.execute, 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while True:
+            await execute(_CEILING_INSERT, (_ROW,))
+            n += 1
+            now = time.perf_counter()
+            if now >= deadline:
+                return n / (now - start)
+
+    async def close(self) -> None:
+        await self._db.close()
 
 
 # -- fsyncs (strace) ----------------------------------------------------------------------

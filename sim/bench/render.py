@@ -7,7 +7,8 @@ so ``hermes-ref bench`` and ``hermes-ref bench --json`` always show the same fig
 figure is its median and [min - max]; a ratio with a target shows the target and PASS or
 MISS (targets are only ever on ratios, see ``sim.bench.ratios``); a figure that was not
 measured shows null with the reason from ``notes``. Below the figures come the ratios with
-their targets, what bounds the memory row (its time against the calibration's, and the
+their targets, the per-pair values of every paired share in time order, what bounds the
+memory row (its time against the calibration's, and the
 profile's own time by layer and by file), the durable turn's store hops and the profile.
 Numbers of 100 or more are rounded to whole units, smaller ones keep one or two decimals.
 """
@@ -39,7 +40,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("memory_gc_tracked_objects_per_turn", "kept alive per turn by the world + engine"),
     ("sim_sqlite_turns_per_s", "SimDriver + SqliteStore (FULL, file)"),
     ("sim_sqlite_commits_per_turn", "store.commits delta"),
-    ("sim_sqlite_commit_share_of_ceiling", "turns/s x commits / stdlib ceiling"),
+    ("sim_sqlite_commit_share_of_ceiling", "per pair: commits/s / stdlib ceiling beside it"),
     ("sim_sqlite_turns_per_s_commit_bound", "stdlib ceiling / commits per turn"),
     ("sim_sqlite_gc_share", "share of wall time in the cyclic GC"),
     ("durable_turns_per_s", "AsyncDriver + AsyncSqliteStore (FULL, file)"),
@@ -50,7 +51,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("durable_us_outside_store", "us/turn on the loop: engine + driver + fake"),
     ("durable_fsyncs_per_turn", "strace -f -c, counted"),
     ("durable_fsyncs_per_commit", "strace -f -c, counted"),
-    ("durable_commit_share_of_ceiling", "turns/s x commits / aiosqlite ceiling"),
+    ("durable_commit_share_of_ceiling", "per pair: commits/s / aiosqlite ceiling beside it"),
     ("durable_turns_per_s_commit_bound", "aiosqlite ceiling / commits per turn"),
     ("durable_gc_share", "share of wall time in the cyclic GC"),
     ("memory_growth_late_over_early", "one session, late/early turn time"),
@@ -67,8 +68,8 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("bytes_late_over_early", ""),
     ("commits_per_turn_early", "SqliteStore, same session"),
     ("commits_per_turn_late", ""),
-    ("sqlite_commit_ceiling_per_s", "stdlib sqlite3, WAL, FULL, 1 KB row/commit"),
-    ("aiosqlite_commit_ceiling_per_s", "aiosqlite, 1 hop per commit"),
+    ("sqlite_commit_ceiling_per_s", "stdlib sqlite3, WAL, FULL, 1 KB row/commit; mean slice per rep"),
+    ("aiosqlite_commit_ceiling_per_s", "aiosqlite, 1 hop per commit; mean slice per rep"),
 )
 
 
@@ -107,12 +108,28 @@ def _figures(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _pairs(name: str, report: dict[str, Any]) -> list[str]:
+    """A paired figure's per-pair values in time order, one line per repetition."""
+    pairs = (report.get(name) or {}).get("pairs")
+    if not pairs:
+        return []
+    chunks = max(1, int(report["sizes"].get("pair_chunks", len(pairs))))
+    lines = [f"pairs of {name}, in time order ({len(pairs)}: a timed chunk / the ceiling "
+             "slices either side):"]
+    for start in range(0, len(pairs), chunks):
+        values = " ".join(_fmt(share) for share in pairs[start:start + chunks])
+        lines.append(f"  rep {start // chunks + 1}: {values}")
+    return lines
+
+
 def _ratios(report: dict[str, Any]) -> list[str]:
     lines = ["ratios (every target is on a ratio of two figures of this run):"]
     for name, r in report["ratios"].items():
         verdict = "PASS" if r["pass"] else "MISS"
         lines.append(f"  {verdict}  {name} = {_fmt(r['value'])} [{_fmt(r['min'])} - "
                      f"{_fmt(r['max'])}] (target {_target(r)}: {r['what']})")
+    for name, _how in _ROWS:
+        lines.extend(_pairs(name, report))
     fsync_note = report["notes"].get("durable_fsyncs_per_turn")
     if fsync_note:
         lines.append(f"fsyncs: {fsync_note}")

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermes_ref.effects import ProviderRequest
 from hermes_ref.engine import Engine
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.outcomes import TurnResult
@@ -35,6 +34,7 @@ from hermes_ref.shell import liveness
 from hermes_ref.shell.driver import AsyncDriver
 from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from hermes_ref.tool_specs import REFERENCE_TOOLS
+from hermes_ref.wire import ProviderRequest
 from sim.driver import SimDriver
 from sim.provider import FunctionProvider, text, tool_calls
 from sim.tools import SimTools
@@ -56,6 +56,8 @@ class Sizes:
     profile_turns: int = 2000    # turns of the cProfile run (memory row)
     schedule_turns: int = 20     # turns per fresh world in the memory row (one fault schedule)
     fsync_timeout_s: float = 120.0
+    pair_chunks: int = 10        # chunks of a paired rep (SQLite rows), a ceiling slice between
+    ceiling_slice_s: float = 0.02  # seconds of each commit ceiling slice
 
 
 # -- the scripted turn --------------------------------------------------------------------

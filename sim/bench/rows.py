@@ -13,6 +13,13 @@ row, timed the same way, is in ``sim.bench.calibration``.
   store's own ``commits`` counter over the timed turns. Every throughput row also records
   the share of wall time spent in the cyclic garbage collector (``gc.callbacks``); the
   memory row runs once more with the collector paused, as a diagnostic.
+* **Paired rows.** Given a commit ceiling (``sim.bench.probes``), a SQLite row times each
+  repetition in ``pair_chunks`` chunks of ``rep_s / pair_chunks`` seconds and takes a
+  ceiling slice of ``ceiling_slice_s`` before the first chunk, between chunks and after
+  the last: slice, chunk, slice, chunk, ..., slice. Each chunk with the slices on either
+  side is a ``Pair``; its share is the chunk's commits/s over the mean of the two slices.
+  The rep's turns/s still count every chunk (the slices are not in the timed time), and
+  the rep's ceiling is the mean of its slices.
 * **Scaling rows** run ``scaling_turns`` turns in ONE session, timing each turn, and
   report the median time of the last ``scaling_window`` turns over the median time of the
   first ``scaling_window`` (turns 191-200 over 1-10 at full size), ``scaling_reps`` times.
@@ -35,8 +42,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hermes_ref.effects import ProviderRequest
+from hermes_ref.outcomes import TurnResult
 from hermes_ref.shell.http_provider import encode_body
+from hermes_ref.wire import ProviderRequest
+from sim.bench.probes import AioCeiling, StdlibCeiling
 from sim.bench.rig import AsyncRig, Sizes, SyncRig, check_turn
 from sim.sqlite_store import SqliteStore
 from sim.store import MemoryStore
@@ -66,28 +75,108 @@ class GcClock:
             self.total_s += time.perf_counter() - self._started
 
 
+@dataclass(frozen=True)
+class Pair:
+    """One timed chunk of a durable row and the commit ceiling measured on each side of it."""
+
+    turns: int
+    elapsed_s: float
+    commits: int
+    ceiling_before: float
+    ceiling_after: float
+
+    @property
+    def ceiling(self) -> float:
+        """The ceiling beside this slice: the mean of the one before and the one after."""
+        return (self.ceiling_before + self.ceiling_after) / 2
+
+    @property
+    def share(self) -> float:
+        """The slice's commits/s over the ceiling beside it."""
+        return self.commits / self.elapsed_s / self.ceiling
+
+    def figures(self) -> dict[str, float]:
+        """The pair as the report lists it."""
+        return {"share": self.share, "turns_per_s": self.turns / self.elapsed_s,
+                "commits_per_s": self.commits / self.elapsed_s,
+                "ceiling_before": self.ceiling_before, "ceiling_after": self.ceiling_after}
+
+
 @dataclass
 class Throughput:
-    """Per-repetition turns/s, commits per turn and share of wall time in the GC."""
+    """Per-repetition turns/s, commits per turn and GC share; the pairs, if paired."""
 
     rates: list[float] = field(default_factory=list)
     commits_per_turn: list[float] = field(default_factory=list)
     gc_share: list[float] = field(default_factory=list)
+    pairs: list[Pair] = field(default_factory=list)
+    ceiling_rates: list[float] = field(default_factory=list)
 
     def add(self, turns: int, elapsed_s: float, commits: int, gc_s: float) -> None:
         self.rates.append(turns / elapsed_s)
         self.commits_per_turn.append(commits / turns)
         self.gc_share.append(gc_s / elapsed_s)
 
+    def add_paired(self, chunks: Sequence[tuple[int, float, int]], slices: Sequence[float],
+                   gc_s: float) -> None:
+        """A repetition timed in chunks, ``slices[k]`` and ``slices[k + 1]`` beside chunk k.
+
+        The rep's ceiling (``ceiling_rates``) is the mean of all its slices.
+        """
+        if slices:
+            self.pairs.extend(
+                Pair(n, t, c, before, after) for (n, t, c), before, after
+                in zip(chunks, slices[:-1], slices[1:], strict=True))
+            self.ceiling_rates.append(statistics.mean(slices))
+        self.add(sum(n for n, _, _ in chunks), sum(t for _, t, _ in chunks),
+                 sum(c for _, _, c in chunks), gc_s)
+
+
+def _chunk_s(sizes: Sizes, paired: bool) -> tuple[int, float]:
+    """How a repetition is cut: ``pair_chunks`` chunks when paired, else one of ``rep_s``."""
+    chunks = max(1, sizes.pair_chunks) if paired else 1
+    return chunks, sizes.rep_s / chunks
+
+
+def _timed_turns(turn: Callable[[str], TurnResult], tag: str, seconds: float) -> tuple[int, float]:
+    """As many turns as fit in ``seconds`` (at least one): (turns, elapsed seconds)."""
+    n = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    while True:
+        check_turn(turn(f"{tag}-{n}"))
+        n += 1
+        now = time.perf_counter()
+        if now >= deadline:
+            return n, now - start
+
+
+def _sync_rep(rig: SyncRig, tag: str, sizes: Sizes,
+              ceiling: StdlibCeiling | None) -> tuple[list[tuple[int, float, int]], list[float]]:
+    """One timed repetition: its chunks (turns, seconds, commits) and the ceiling slices."""
+    count, seconds = _chunk_s(sizes, ceiling is not None)
+    slices = [] if ceiling is None else [ceiling.slice(sizes.ceiling_slice_s)]
+    chunks: list[tuple[int, float, int]] = []
+    for k in range(count):
+        commits0 = rig.commits()
+        n, elapsed = _timed_turns(rig.turn, f"{tag}-{k}", seconds)
+        chunks.append((n, elapsed, rig.commits() - commits0))
+        if ceiling is not None:
+            slices.append(ceiling.slice(sizes.ceiling_slice_s))
+    return chunks, slices
+
 
 def sync_throughput(
-    make_store: Callable[[int], CrashableStore], sizes: Sizes, *, gc_off: bool = False
+    make_store: Callable[[int], CrashableStore], sizes: Sizes, *, gc_off: bool = False,
+    ceiling: StdlibCeiling | None = None,
 ) -> Throughput:
     """Fresh rig per rep; warm-up turns, then as many turns as fit in ``rep_s``.
 
     Every rep starts from a collected heap (``gc.collect()`` before it), so the garbage of
     the previous rep's rig is not charged to this one. ``gc_off`` pauses the cyclic
-    collector during the timed turns: a diagnostic of what the collector costs.
+    collector during the timed turns: a diagnostic of what the collector costs. With a
+    ``ceiling`` the rep is timed in ``pair_chunks`` chunks with a ceiling slice before,
+    between and after them (see ``Throughput.add_paired``).
     """
     out = Throughput()
     for rep in range(sizes.reps):
@@ -96,27 +185,17 @@ def sync_throughput(
         try:
             for i in range(sizes.warmup_turns):
                 check_turn(rig.turn(f"w{rep}-{i}"))
-            turn = rig.turn
-            commits0 = rig.commits()
             gc.collect()
             was_enabled = gc.isenabled()
             if gc_off:
                 gc.disable()
             try:
                 with GcClock() as gc_clock:
-                    n = 0
-                    start = time.perf_counter()
-                    deadline = start + sizes.rep_s
-                    while True:
-                        check_turn(turn(f"r{rep}-{n}"))
-                        n += 1
-                        now = time.perf_counter()
-                        if now >= deadline:
-                            break
+                    chunks, slices = _sync_rep(rig, f"r{rep}", sizes, ceiling)
             finally:
                 if was_enabled:
                     gc.enable()
-            out.add(n, now - start, rig.commits() - commits0, gc_clock.total_s)
+            out.add_paired(chunks, slices, gc_clock.total_s)
         finally:
             store.close()
         del rig, store
@@ -150,7 +229,34 @@ def schedule_throughput(sizes: Sizes) -> Throughput:
     return out
 
 
-async def durable_throughput(tmp: Path, sizes: Sizes) -> Throughput:
+async def _async_timed_turns(rig: AsyncRig, tag: str, seconds: float) -> tuple[int, float, int]:
+    """``_timed_turns`` on the asyncio rig: (turns, elapsed seconds, commits)."""
+    n, commits0 = 0, rig.store.commits
+    start = time.perf_counter()
+    deadline = start + seconds
+    while True:
+        check_turn(await rig.turn(f"{tag}-{n}"))
+        n += 1
+        now = time.perf_counter()
+        if now >= deadline:
+            return n, now - start, rig.store.commits - commits0
+
+
+async def _durable_rep(rig: AsyncRig, tag: str, sizes: Sizes,
+                       ceiling: AioCeiling | None) -> tuple[list[tuple[int, float, int]], list[float]]:
+    """``_sync_rep`` on the asyncio rig, with aiosqlite ceiling slices."""
+    count, seconds = _chunk_s(sizes, ceiling is not None)
+    slices = [] if ceiling is None else [await ceiling.slice(sizes.ceiling_slice_s)]
+    chunks: list[tuple[int, float, int]] = []
+    for k in range(count):
+        chunks.append(await _async_timed_turns(rig, f"{tag}-{k}", seconds))
+        if ceiling is not None:
+            slices.append(await ceiling.slice(sizes.ceiling_slice_s))
+    return chunks, slices
+
+
+async def durable_throughput(tmp: Path, sizes: Sizes,
+                             ceiling: AioCeiling | None = None) -> Throughput:
     """``sync_throughput`` on the asyncio rig: a fresh database file per repetition."""
     out = Throughput()
     for rep in range(sizes.reps):
@@ -158,20 +264,10 @@ async def durable_throughput(tmp: Path, sizes: Sizes) -> Throughput:
         try:
             for i in range(sizes.warmup_turns):
                 check_turn(await rig.turn(f"w{rep}-{i}"))
-            turn = rig.turn
-            commits0 = rig.store.commits
             gc.collect()
             with GcClock() as gc_clock:
-                n = 0
-                start = time.perf_counter()
-                deadline = start + sizes.rep_s
-                while True:
-                    check_turn(await turn(f"r{rep}-{n}"))
-                    n += 1
-                    now = time.perf_counter()
-                    if now >= deadline:
-                        break
-            out.add(n, now - start, rig.store.commits - commits0, gc_clock.total_s)
+                chunks, slices = await _durable_rep(rig, f"r{rep}", sizes, ceiling)
+            out.add_paired(chunks, slices, gc_clock.total_s)
         finally:
             await rig.close()
     return out

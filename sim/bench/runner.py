@@ -12,20 +12,31 @@ says in its own docstring exactly how it measures:
 * ``sim.bench.calibration``: the floor of the effect machinery: one memory turn's effects
   recorded, then replayed by a bare coroutine through a minimal driver loop;
 * ``sim.bench.rows``: the timed rows: throughput (fresh session per turn, with the share
-  of time in the cyclic GC), scaling (one long session, late over early turn time) and
-  SQL bytes per turn;
-* ``sim.bench.probes``: what bounds the durable rows: SQLite's commit ceilings, fsyncs
-  counted under strace (a child ``python -m sim.bench --fsync-probe N``) and the store
-  hops of an instrumented turn;
+  of time in the cyclic GC; the SQLite rows paired with their commit ceiling), scaling
+  (one long session, late over early turn time) and SQL bytes per turn;
+* ``sim.bench.probes``: what bounds the durable rows: SQLite's commit ceilings (measured
+  in short slices), fsyncs counted under strace (a child
+  ``python -m sim.bench --fsync-probe N``) and the store hops of an instrumented turn;
 * ``sim.bench.profiling``: what bounds the memory row: cProfile (by function, file and
   layer) and the objects a turn keeps alive;
 * ``sim.bench.ratios``: the shape of a figure, and the targets, all on ratios.
 
 This module owns the sizes and the report. ``measure`` calls one function per family of
-rows (ceilings, memory, SQLite, scaling, probes); each returns its figures, and the
-ratios are judged last, on the assembled report. The ceilings run first because the
-commit shares divide by them; the calibration runs just before the memory row so the two
-see the machine in the same state.
+rows (memory, SQLite, scaling, probes); each returns its figures, and the ratios are
+judged last, on the assembled report. Two measurements that are divided by one another
+are taken side by side, so the machine is in the same state for both:
+
+* the calibration runs just before the memory row;
+* each SQLite row is **paired** with its commit ceiling (``_sqlite_rows``): a ceiling
+  connection stays open beside the row, and every repetition is cut into
+  ``pair_chunks`` timed chunks with a ceiling slice of ``ceiling_slice_s`` before, between
+  and after them (``rows.Throughput.add_paired``). Each chunk's commits/s is divided by
+  the mean of the two slices beside it, and the commit share is the median [min-max] of
+  these per-pair shares, listed in the figure (``pairs``) and in ``report["pairs"]`` with
+  their ceilings. The virtual disk's speed drifts within seconds on a shared machine;
+  a ceiling measured a tenth of a second away follows it, one measured before the row
+  does not. The ceiling figures (``*_commit_ceiling_per_s``) are the per-rep means of the
+  same slices, so there is no separate ceiling run.
 
 Sizes: ``FULL`` (default), ``QUICK`` (``--quick``) and ``TINY`` (for the smoke test), chosen
 by ``main(sizes=...)`` or the environment variable ``HERMES_REF_BENCH_SIZES``
@@ -53,7 +64,7 @@ from typing import Any, TextIO
 import aiosqlite
 
 from sim.bench import calibration, probes, profiling, rows
-from sim.bench.ratios import TARGETS, Stat, judge, one, share_of, summary
+from sim.bench.ratios import TARGETS, judge, one, paired, share_of, summary
 from sim.bench.render import render
 from sim.bench.rig import Sizes
 from sim.sqlite_store import SqliteStore
@@ -65,9 +76,10 @@ SIZES_ENV = "HERMES_REF_BENCH_SIZES"
 
 FULL = Sizes()
 QUICK = Sizes(name="quick", reps=2, rep_s=0.25, warmup_turns=30, scaling_reps=2,
-              fsync_turns=50, profile_turns=300)
+              fsync_turns=50, profile_turns=300, pair_chunks=5)
 TINY = Sizes(name="tiny", reps=2, rep_s=0.01, warmup_turns=1, scaling_turns=8, scaling_window=2,
-             scaling_reps=1, fsync_turns=2, profile_turns=5, schedule_turns=2)
+             scaling_reps=1, fsync_turns=2, profile_turns=5, schedule_turns=2,
+             pair_chunks=2, ceiling_slice_s=0.002)
 _BY_NAME = {s.name: s for s in (FULL, QUICK, TINY)}
 
 # -- the row groups: each runs one family of measurements and returns its figures --------
@@ -102,17 +114,6 @@ def _progress(stream: TextIO | None, message: str) -> None:
         stream.flush()
 
 
-def _ceiling_rows(tmp: Path, sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
-    """SQLite's commit ceilings on this machine: the denominators of the commit shares."""
-    _progress(progress, "sqlite commit ceilings")
-    return {
-        "sqlite_commit_ceiling_per_s": summary(
-            probes.stdlib_ceiling(tmp / "ceiling-stdlib.db", sizes)),
-        "aiosqlite_commit_ceiling_per_s": summary(
-            asyncio.run(probes.aiosqlite_ceiling(tmp / "ceiling-aio.db", sizes))),
-    }
-
-
 def _memory_rows(sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
     """The calibration, the memory row as a share of it, and the memory diagnostics."""
     _progress(progress, "calibration (recorded effects, bare replay)")
@@ -139,31 +140,48 @@ def _memory_rows(sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
     return out
 
 
-def _commit_rows(prefix: str, row: rows.Throughput, ceiling: Stat) -> dict[str, Any]:
-    """A durable row's turns/s and commits, as a share of its ceiling and the bound it sets."""
-    turns_per_s = summary(row.rates)
+def _commit_rows(prefix: str, row: rows.Throughput, ceiling_name: str) -> dict[str, Any]:
+    """A paired row's figures: turns/s, commits, its share of the ceiling beside it.
+
+    The share is per pair (``rows.Pair``); the ceiling figure is per rep, the mean of the
+    rep's slices.
+    """
+    ceiling = summary(row.ceiling_rates)
     commits_per_turn = statistics.median(row.commits_per_turn)
     return {
-        f"{prefix}_turns_per_s": turns_per_s,
+        f"{prefix}_turns_per_s": summary(row.rates),
         f"{prefix}_commits_per_turn": summary(row.commits_per_turn),
         f"{prefix}_gc_share": summary(row.gc_share),
-        f"{prefix}_commit_share_of_ceiling": share_of(turns_per_s, ceiling, commits_per_turn),
+        f"{prefix}_commit_share_of_ceiling": paired([p.share for p in row.pairs]),
         f"{prefix}_turns_per_s_commit_bound": {
             k: ceiling[k] / commits_per_turn for k in ("median", "min", "max")},
+        ceiling_name: ceiling,
     }
 
 
-def _sqlite_rows(tmp: Path, sizes: Sizes, ceilings: dict[str, Any],
-                 progress: TextIO | None) -> dict[str, Any]:
-    """The rows on SQLite files: SimDriver + SqliteStore, and the durable asyncio row."""
-    _progress(progress, "sim_sqlite_turns_per_s")
-    sim_sqlite = rows.sync_throughput(
-        lambda rep: SqliteStore(tmp / f"sim-{rep}.db", synchronous="FULL"), sizes)
-    _progress(progress, "durable_turns_per_s")
-    durable = asyncio.run(rows.durable_throughput(tmp, sizes))
+async def _durable_paired(tmp: Path, sizes: Sizes) -> rows.Throughput:
+    """The durable row with an aiosqlite ceiling slice beside every chunk of it."""
+    ceiling = await probes.AioCeiling.open(tmp / "ceiling-aio.db")
+    try:
+        return await rows.durable_throughput(tmp, sizes, ceiling)
+    finally:
+        await ceiling.close()
+
+
+def _sqlite_rows(tmp: Path, sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
+    """The rows on SQLite files, each paired with its commit ceiling, and the hop split."""
+    _progress(progress, "sim_sqlite_turns_per_s, paired with the stdlib commit ceiling")
+    with probes.StdlibCeiling(tmp / "ceiling-stdlib.db") as ceiling:
+        sim_sqlite = rows.sync_throughput(
+            lambda rep: SqliteStore(tmp / f"sim-{rep}.db", synchronous="FULL"), sizes,
+            ceiling=ceiling)
+    _progress(progress, "durable_turns_per_s, paired with the aiosqlite commit ceiling")
+    durable = asyncio.run(_durable_paired(tmp, sizes))
     breakdown = asyncio.run(probes.durable_breakdown(tmp, max(1, sizes.fsync_turns)))
-    out = _commit_rows("sim_sqlite", sim_sqlite, ceilings["sqlite_commit_ceiling_per_s"])
-    out.update(_commit_rows("durable", durable, ceilings["aiosqlite_commit_ceiling_per_s"]))
+    out = _commit_rows("sim_sqlite", sim_sqlite, "sqlite_commit_ceiling_per_s")
+    out.update(_commit_rows("durable", durable, "aiosqlite_commit_ceiling_per_s"))
+    out["pairs"] = {"sim_sqlite": [p.figures() for p in sim_sqlite.pairs],
+                    "durable": [p.figures() for p in durable.pairs]}
     out["durable_store_hops_per_turn"] = one(breakdown["hops_per_turn"])
     for part in ("us_in_store_ops", "us_hop_overhead", "us_outside_store"):
         out[f"durable_{part}"] = one(breakdown[part])
@@ -245,7 +263,11 @@ def _notes(sizes: Sizes, fsync_note: str) -> dict[str, str]:
             "diagnostic: hermes_ref.shell.http_provider.encode_body on the requests "
             "the memory scaling run recorded, 2 per turn, best of 5; not part of any timed row"),
         "commit_share": (
-            "turns/s x commits/turn / the ceiling's median (aiosqlite for durable)"),
+            f"per pair: a {sizes.rep_s / max(1, sizes.pair_chunks):g} s chunk's commits/s / "
+            f"the mean of the {sizes.ceiling_slice_s:g} s ceiling slices before and after it "
+            "(stdlib ceiling for sim_sqlite, aiosqlite for durable); median [min-max] of "
+            f"{sizes.reps} reps x {sizes.pair_chunks} pairs"),
+        "commit_ceiling": "per rep: the mean of its ceiling slices (commits/s)",
         "commit_bound": "ceiling / commits per turn: turns/s if commits were the only cost",
         "share_of_calibration": "memory turns/s (median, min, max) / calibration median",
     }
@@ -255,9 +277,8 @@ def measure(sizes: Sizes, progress: TextIO | None = None) -> dict[str, Any]:
     """Run every measurement and return the report (the JSON document)."""
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        report = _ceiling_rows(tmp, sizes, progress)
-        report.update(_memory_rows(sizes, progress))
-        report.update(_sqlite_rows(tmp, sizes, report, progress))
+        report = _memory_rows(sizes, progress)
+        report.update(_sqlite_rows(tmp, sizes, progress))
         report.update(_scaling_rows(tmp, sizes, progress))
     report.update(_probe_rows(sizes, progress))
     report["memory_bound"] = _memory_bound(report)

@@ -1,13 +1,16 @@
 """``hermes-ref bench`` runs end to end at the smallest sizes; no timing is asserted.
 
 The figures themselves are only checked for shape; what is asserted for real is the
-structure of the report (every target on a ratio, each ratio with its target) and that the
-calibration replays the very effect sequence of a real turn of the memory rig.
+structure of the report (every target on a ratio, each ratio with its target), that the
+commit shares are paired (one share per timed chunk, over the ceiling measured beside it,
+and the target judges their median) and that the calibration replays the very effect
+sequence of a real turn of the memory rig.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from io import StringIO
 from typing import Any
@@ -21,6 +24,7 @@ from sim.bench import calibration
 from sim.bench import probes as bench_probes
 from sim.bench import render as bench_render
 from sim.bench.rig import SyncRig
+from sim.bench.rows import Throughput
 from sim.store import MemoryStore
 
 STAT_KEYS = (
@@ -51,12 +55,12 @@ STAT_KEYS = (
 
 
 @pytest.fixture(scope="module")
-def report() -> dict[str, object]:
+def report() -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(bench.SIZES_ENV, "tiny")
         out = StringIO()
         assert bench.main(quick=True, as_json=True, out=out) == 0
-    parsed: dict[str, object] = json.loads(out.getvalue())
+    parsed: dict[str, Any] = json.loads(out.getvalue())
     return parsed
 
 
@@ -106,6 +110,60 @@ def test_every_target_is_a_ratio_with_value_target_and_verdict(report: dict[str,
         assert ratio["pass"] is (ratio["value"] >= bound if op == ">=" else ratio["value"] <= bound)
 
 
+PAIRED = {"durable_commit_share_of_ceiling": ("durable", "aiosqlite_commit_ceiling_per_s"),
+          "sim_sqlite_commit_share_of_ceiling": ("sim_sqlite", "sqlite_commit_ceiling_per_s")}
+
+
+@pytest.mark.parametrize("name", sorted(PAIRED))
+def test_commit_share_is_the_median_of_its_pairs(report: dict[str, Any], name: str) -> None:
+    """A commit share is the median [min-max] of one share per chunk, each listed in the report."""
+    row, _ = PAIRED[name]
+    figure, details = report[name], report["pairs"][row]
+    assert len(figure["pairs"]) == bench.TINY.reps * bench.TINY.pair_chunks
+    assert figure["pairs"] == [pair["share"] for pair in details]
+    assert figure["median"] == statistics.median(figure["pairs"])
+    assert (figure["min"], figure["max"]) == (min(figure["pairs"]), max(figure["pairs"]))
+
+
+@pytest.mark.parametrize("name", sorted(PAIRED))
+def test_each_pair_divides_by_the_ceiling_beside_it(report: dict[str, Any], name: str) -> None:
+    """A pair's share divides by the slices either side; the ceiling is each rep's mean slice."""
+    row, ceiling_name = PAIRED[name]
+    details = report["pairs"][row]
+    for pair in details:
+        beside = (pair["ceiling_before"] + pair["ceiling_after"]) / 2
+        assert pair["share"] == pytest.approx(pair["commits_per_s"] / beside)
+    chunks = bench.TINY.pair_chunks
+    per_rep = []
+    for rep in range(bench.TINY.reps):
+        pairs = details[rep * chunks:(rep + 1) * chunks]
+        slices = [pair["ceiling_before"] for pair in pairs] + [pairs[-1]["ceiling_after"]]
+        per_rep.append(statistics.mean(slices))
+    ceiling = report[ceiling_name]
+    assert (ceiling["min"], ceiling["max"]) == pytest.approx((min(per_rep), max(per_rep)))
+
+
+def test_target_judges_the_paired_durable_share(report: dict[str, Any]) -> None:
+    """The durable target's value is the median of the per-pair shares, which it carries."""
+    ratio = report["ratios"]["durable_commit_share_of_ceiling"]
+    pairs = report["durable_commit_share_of_ceiling"]["pairs"]
+    assert ratio["pairs"] == pairs
+    assert ratio["value"] == statistics.median(pairs)
+    assert ratio["pass"] is (ratio["value"] >= 0.55)
+
+
+def test_pairs_cut_a_rep_into_chunks_between_ceiling_slices() -> None:
+    """Chunk k pairs with slices k and k + 1; the rep's rate still counts every chunk."""
+    out = Throughput()
+    out.add_paired([(10, 1.0, 60), (20, 1.0, 120)], [100.0, 200.0, 300.0], gc_s=0.0)
+    assert [p.share for p in out.pairs] == [60 / 150, 120 / 250]
+    assert out.ceiling_rates == [200.0]
+    assert out.rates == [15.0] and out.commits_per_turn == [6.0]
+    unpaired = Throughput()
+    unpaired.add_paired([(10, 1.0, 0)], [], gc_s=0.0)
+    assert unpaired.pairs == [] and unpaired.rates == [10.0]
+
+
 def test_ratio_targets_are_the_agreed_bounds() -> None:
     """Durable share >= 0.55, growth <= 1.3x, memory share of the calibration >= 0.25."""
     bounds = {name: (t.op, t.bound) for name, t in bench.TARGETS.items()}
@@ -139,6 +197,7 @@ def test_table_renders_every_ratio_with_its_target(report: dict[str, object]) ->
         assert f"{target.op} {target.bound:g}" in text
     assert "PASS" in text or "MISS" in text
     assert "peer" not in text
+    assert "pairs of durable_commit_share_of_ceiling, in time order" in text
 
 
 def _real_turn_kinds() -> tuple[str, ...]:
