@@ -63,7 +63,7 @@ def test_verbose_shows_whole_texts_and_the_final_transcript() -> None:
 
 def test_invariants_json_has_the_promised_fields() -> None:
     """'invariants --json' lists every catalog id with scenarios, checker, sabotage, status."""
-    code, text = run("invariants", "--json")
+    code, text = run("invariants", "--json", "--store", "memory")
     rows = json.loads(text)
     assert code == 0 and len(rows) >= 70
     by_id = {r["id"]: r for r in rows}
@@ -82,13 +82,13 @@ def test_invariants_prints_each_rule_text() -> None:
     """The plain matrix prints every rule's own words under its status line."""
     from hermes_ref.catalog import BY_ID
 
-    code, text = run("invariants")
+    code, text = run("invariants", "--store", "memory")
     assert code == 0 and BY_ID["TOOL-1"].text in text
 
 
 def test_verify_passes_and_counts_every_sabotage() -> None:
     """'invariants verify' exits 0 with one line per sabotage and a count line."""
-    code, text = run("invariants", "verify")
+    code, text = run("invariants", "verify", "--store", "memory")
     assert code == 0
     assert text.rstrip().endswith(f"{len(SABOTAGES)} passed, 0 failed")
 
@@ -103,7 +103,7 @@ def test_verify_fails_on_a_vacuous_sabotage() -> None:
     mp = pytest.MonkeyPatch()
     mp.setitem(SABOTAGES, "harmless", harmless)
     try:
-        code, text = run("invariants", "verify")
+        code, text = run("invariants", "verify", "--store", "memory")
     finally:
         mp.undo()
     assert code == 1
