@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 A provider sends what it likes. Two of the things it can send would otherwise break the
-record quietly, so every reply the loop routes passes through ``admit_reply`` once,
-before the engine looks at it (the first line of ``loop.handle_reply``), and the HTTP
+record quietly, so every reply passes through ``admit_reply`` once, where it arrives
+(``loop.call_with_retries``, for the loop's calls and the grace summary alike), and the HTTP
 adapter applies the text half, ``clean_reply``, where text enters the process
 (``shell.chat_wire``).
 

@@ -56,6 +56,7 @@ Each timeline line is: virtual seconds since the story began, what happened, its
   phase    the turn moves to its next phase                exit     the turn's exit line (FIN-7)
   write    a commit to the durable store: site, row, role  call     a model call and its reply
   tool     a tool ran: segment mode, call id, outcome      sleep    a wait on the virtual clock
+  resolve  where a round's path arguments land              tools    the tools offered from now on
   FAULT    a planned store failure                         CRASH    the process dies here
   restart  a new process starts on the same world          VIOLATE  a checker found a violation
   EXPECT   an expectation of the story failed              verdict  the scenario's verdict
@@ -69,9 +70,10 @@ def cmd_scenarios_run(args: argparse.Namespace, out: TextIO) -> int:
 
     failed: list[tuple[str, str, list[str]]] = []
     total = 0
+    selected = _select(args.names)
     if not args.quiet:
         out.write("(timeline legend: hermes-ref scenarios run --help)\n")
-    for spec in _select(args.names):
+    for spec in selected:
         for kind in _kinds(args.store):
             outcome = run_scenario(spec, kind, verbose=args.verbose)
             total += 1
@@ -141,7 +143,8 @@ def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
             _report_verdict(out, v)
     missed = [v.name for v in verdicts if not v.caught]
     caught = len(verdicts) - len(missed)
-    out.write(f"{caught} passed, {len(missed)} failed\n")
+    # with --json, stdout is one JSON document; the count goes to stderr
+    (sys.stderr if args.json else out).write(f"{caught} passed, {len(missed)} failed\n")
     return 1 if missed else 0
 
 

@@ -145,6 +145,10 @@ class Story:
         """The tools the engine offers from now on, this process and later ones (the
         reference tools by default); a list that changes between turns, as a tool server
         that connects late makes it change."""
+        unknown = [name for name in names if name not in TOOLS_BY_NAME]
+        if unknown:
+            raise BadInput(f"unknown tool(s) {', '.join(unknown)}; the reference tools are "
+                           f"{', '.join(sorted(TOOLS_BY_NAME))}")
         self._tools = tuple(TOOLS_BY_NAME[name] for name in names)
         if self._engine is not None:
             self._engine.tools = self._tools
