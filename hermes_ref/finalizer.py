@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from hermes_ref import closure, preflight
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import Emit, ReleaseLease, Site
+from hermes_ref.effects import Emit, FlushEvents, ReleaseLease, Site
 from hermes_ref.errors import PersistenceError
 from hermes_ref.loop import build_request, call_with_retries
 from hermes_ref.models import Message, Role, ScaffoldFlag
@@ -197,13 +197,26 @@ async def finalize(ctx: TurnContext) -> TurnResult:
     completion = Completion(final_response=ctx.ending.answer, failed=ctx.ending.failed,
                             carried_input=carried)
     await Emit(completion.event(ctx.session_id, ctx.turn_id))
-    try:
-        await ReleaseLease(ctx.lease)  # LEASE-6: released whatever post-processing did
-    except PersistenceError as error:
-        ctx.cleanup_errors.append(f"release: {error.cause}: {error}")  # it expires on its own
+    await _release(ctx)
     _update_cache(ctx)
     ctx.enter(Phase.DONE)
     return _result(ctx)
+
+
+async def _release(ctx: TurnContext) -> None:
+    """LEASE-6: release the lease whatever post-processing did; the release also commits
+    the turn's ending (its exit line and completion ride with it). A release that fails
+    leaves the lease to expire on its own, and the ending is then committed by itself,
+    so a turn never loses the record of how it ended to a failed release (FIN-6)."""
+    try:
+        await ReleaseLease(ctx.lease)
+        return
+    except PersistenceError as error:
+        ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
+    try:
+        await FlushEvents()
+    except PersistenceError as error:
+        ctx.cleanup_errors.append(f"events: {error.cause}: {error}")
 
 
 def _update_cache(ctx: TurnContext) -> None:

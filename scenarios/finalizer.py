@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hermes_ref.finalizer import NO_ANSWER_TEXT
-from hermes_ref.models import Role
+from hermes_ref.models import EventKind, Role
 from hermes_ref.outcomes import ExitReason, TurnResult
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
@@ -104,6 +104,20 @@ def out_of_steps_with_no_answer_is_a_failure(s: Story) -> None:
              and result.failed, "max_iterations_reached, as a failure")
     s.expect(result is not None and result.final_response == NO_ANSWER_TEXT.format(
         reason="max_iterations_reached"), "the user is told there is no answer")
+
+
+@scenario("A lease release that fails still leaves the record of how the turn ended",
+          invariants=("FIN-6", "FIN-7", "DEL-1", "LOOP-3"), stage="finalizer")
+def failed_release_keeps_the_turns_ending(s: Story) -> None:
+    s.faults(fail_writes={"release": 1})
+    s.script(text("Done."))
+    result = s.turn("Finish.")
+    s.expect(result is not None and result.final_response == "Done.", "the answer is delivered")
+    s.expect(result is not None and any(e.startswith("release:") for e in result.cleanup_errors),
+             "the failed release is reported")
+    kinds = [e.kind for e in s.world.store.snapshot().events]
+    s.expect(kinds[-2:] == [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED],
+             "the exit line and the completion are durable")
 
 
 @scenario("A turn left ending on a tool result is logged as a WARNING",

@@ -9,7 +9,8 @@ from unittest import mock
 
 from hermes_ref import finalizer, loop
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import AppendMessages, Emit, Site
+from hermes_ref.effects import AppendMessages, Emit, ReleaseLease, Site
+from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Message
 from hermes_ref.outcomes import Completion, ExitLine, ExitReason
 from hermes_ref.phases import Phase
@@ -164,3 +165,20 @@ def _no_answer_as_success() -> list[AbstractContextManager[Any]]:
 sabotage("no_answer_delivered_as_success", ("LOOP-3",),
          "a turn that ends with no answer delivers the explanation as if it were one")(
     _no_answer_as_success)
+
+
+# ---- FIN-6: a failed release takes the turn's ending with it ------------------------------
+
+
+def _release_without_flush() -> list[AbstractContextManager[Any]]:
+    async def release(ctx: TurnContext) -> None:
+        try:
+            await ReleaseLease(ctx.lease)
+        except PersistenceError as error:  # the ending stays pending, and is lost
+            ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
+    return [mock.patch.object(finalizer, "_release", release)]
+
+
+sabotage("failed_release_loses_the_ending", ("FIN-6",),
+         "a failed lease release leaves the exit line and completion pending, never committed")(
+    _release_without_flush)
