@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hermes_ref.finalizer import NO_ANSWER_TEXT
-from hermes_ref.models import EventKind, Role
+from hermes_ref.models import EventKind, Role, ToolCall
 from hermes_ref.outcomes import ExitReason, TurnResult
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
@@ -104,6 +104,23 @@ def out_of_steps_with_no_answer_is_a_failure(s: Story) -> None:
              and result.failed, "max_iterations_reached, as a failure")
     s.expect(result is not None and result.final_response == NO_ANSWER_TEXT.format(
         reason="max_iterations_reached"), "the user is told there is no answer")
+
+
+@scenario("A failed write is reported in its own turn, though the next turn reuses its call id",
+          invariants=("TOOL-9", "TOOL-6"), stage="finalizer")
+def failed_write_reported_in_its_own_turn(s: Story) -> None:
+    s.files({"a.txt": "1"})
+    s.world.tools.fail_next("write_file", "disk full")
+    write = ToolCall(id="call_0", name="write_file", arguments='{"path": "a.txt", "content": "2"}')
+    s.script(tool_calls(write), text("Tried."), tool_calls(write), text("Done now."))
+    first = s.turn("Set a.txt to 2.")
+    second = s.turn("Try again.")
+    s.expect(first is not None and "did not apply: a.txt (write_file)" in (first.final_response or ""),
+             "the first turn reports its failed write")
+    s.expect(second is not None and second.final_response == "Done now.",
+             "the second turn's write succeeded and it reports nothing")
+    ids = [c.id for m in s.transcript() for c in m.tool_calls]
+    s.expect(len(ids) == 2 and ids[0] == ids[1], "both turns' calls carry the same id")
 
 
 @scenario("A lease release that fails still leaves the record of how the turn ended",

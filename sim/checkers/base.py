@@ -284,10 +284,31 @@ def call_row_of(obs: Observation, entry: LedgerEntry) -> tuple[TurnKey, Message 
     return key, None
 
 
+def result_row_of(obs: Observation, entry: LedgerEntry) -> tuple[str, Message] | None:
+    """The session and durable result row of the call ``entry`` ran: the tool row with its
+    id that follows its own call row in that session (ids may repeat across turns)."""
+    found = call_row_of(obs, entry)
+    if found is None:
+        return None
+    (session_id, _), call_row = found
+    if call_row is None:
+        return None
+    seen_call_row = False
+    for stored in obs.record.messages:
+        if stored.session_id != session_id:
+            continue
+        row = stored.message
+        if row is call_row or row.row_id == call_row.row_id:
+            seen_call_row = True
+        elif seen_call_row and row.role is Role.TOOL and row.tool_call_id == entry.call_id:
+            return session_id, row
+        elif seen_call_row and row.role is not Role.TOOL:
+            return None  # the call's group ended without its result
+    return None
+
+
 def _call_keys(message_calls: tuple[ToolCall, ...]) -> list[tuple[str, str, str]]:
     return [(c.id, c.name, c.arguments) for c in message_calls]
-
-
 
 
 def refunded_rounds(view: TurnView) -> int:

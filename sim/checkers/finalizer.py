@@ -12,8 +12,9 @@ from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitLine, 
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
 from sim.checkers.base import (
     Observation,
+    TurnKey,
     Violation,
-    call_rows,
+    call_row_of,
     checker,
     distinct_requests,
     is_grace,
@@ -179,22 +180,23 @@ def exit_line(obs: Observation) -> list[Violation]:
 @checker("failed_writes_reported", ("TOOL-9",),
          "a delivered answer lists the writes of its turn that failed and were not redone")
 def failed_writes_reported(obs: Observation) -> list[Violation]:
+    """Each write is placed in the turn it ran in by the record (``call_row_of``), never
+    by its call id alone, which may repeat across turns."""
     out: list[Violation] = []
-    turn_of = {c.id: m.turn_id for m in call_rows(obs) for c in m.tool_calls}
-    last: dict[str, dict[str, str]] = defaultdict(dict)  # turn -> path -> last outcome
+    last: dict[TurnKey, dict[str, str]] = defaultdict(dict)  # turn -> path -> last outcome
     for entry in obs.ledger:
         path = scoped_path(ToolCall(id=entry.call_id, name=entry.name, arguments=entry.arguments))
-        turn_id = turn_of.get(entry.call_id)
+        found = call_row_of(obs, entry)
         spec = TOOLS_BY_NAME.get(entry.name)
         writer = spec is not None and spec.kind is ToolKind.WRITER
-        if writer and path is not None and turn_id is not None:
-            last[turn_id][path] = entry.outcome
-    for view in obs.turns.values():
+        if writer and path is not None and found is not None:
+            last[found[0]][path] = entry.outcome
+    for key, view in obs.turns.items():
         done = view.completion
         final = done.final_response if done is not None else None
         if done is None or done.failed or final is None:
             continue
-        failed = sorted(p for p, outcome in last.get(view.turn_id, {}).items() if outcome == "error")
+        failed = sorted(p for p, outcome in last.get(key, {}).items() if outcome == "error")
         footer = final.rsplit(MUTATION_FOOTER, 1)[1] if MUTATION_FOOTER in final else None
         if failed and (footer is None or any(p not in footer for p in failed)):
             out.append(Violation("failed_writes_reported", "TOOL-9",

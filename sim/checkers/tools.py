@@ -21,9 +21,11 @@ from sim.checkers.base import (
     durable_call_row,
     invalid_streak_at_end,
     offered,
+    result_row_of,
     tool_replies,
 )
 from sim.checkers.intake import taken_in_calls
+from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
 from sim.world import CallRecord
 
@@ -95,21 +97,20 @@ def _close_group(session_id: str, group: dict[str, int] | None, *, open_allowed:
 @checker("tool_error_is_result", ("TOOL-6",),
          "a tool that failed (per the ledger) gets a tool row, and the model is called again")
 def tool_error_is_result(obs: Observation) -> list[Violation]:
+    """Judged per call as the record places it: its own call row, then its own result."""
     out = []
-    rows = {m.message.tool_call_id: m for m in obs.record.messages
-            if m.message.role is Role.TOOL}
     for entry in obs.ledger:
         if entry.outcome != "error":
             continue
-        stored = rows.get(entry.call_id)
-        if stored is None:
+        found = result_row_of(obs, entry)
+        if found is None:
             if obs.crash_seqs:
                 continue  # the process may have died before the result was written
             out.append(Violation("tool_error_is_result", "TOOL-6",
                                  f"{entry.name}({entry.call_id}) failed and has no result row"))
             continue
-        row = stored.message
-        if row.turn_id is None or not obs.at_rest(stored.session_id):
+        session_id, row = found
+        if row.turn_id is None or not obs.at_rest(session_id):
             continue
         later = [c for c in obs.calls_of_turn(row.turn_id) if c.watermark >= (row.row_id or 0)]
         if not later:
@@ -228,21 +229,26 @@ def _recovered_results(obs: Observation) -> list[tuple[Message, Message]]:
 @checker("results_durable_before_sent", ("TOOL-8",),
          "a tool result reaches the model only after it is durable")
 def results_durable_before_sent(obs: Observation) -> list[Violation]:
+    """Judged on the bytes each call sent, against the durable results of its own session."""
     out = []
-    durable: dict[str, list[tuple[int, str | None]]] = defaultdict(list)
+    durable: dict[tuple[str, str], list[tuple[int, str | None]]] = defaultdict(list)
     for stored in obs.record.messages:
         row = stored.message
         if row.role is Role.TOOL:
-            durable[row.tool_call_id or ""].append((row.row_id or 0, row.content))
+            durable[(stored.session_id, row.tool_call_id or "")].append((row.row_id or 0, row.content))
     for call in obs.calls:
-        for message in call.request.messages:
-            if message.role is not Role.TOOL:
+        messages = sent_messages(call)
+        if isinstance(messages, str):
+            continue  # an unreadable body is WIRE-3's finding
+        for message in messages:
+            if message.get("role") != Role.TOOL.value:
                 continue
-            rows = durable.get(message.tool_call_id or "", [])
-            if not any(rid <= call.watermark and text == message.content for rid, text in rows):
+            cid = str(message.get("tool_call_id") or "")
+            rows = durable.get((call.session_id, cid), [])
+            if not any(rid <= call.watermark and text == message.get("content") for rid, text in rows):
                 out.append(Violation("results_durable_before_sent", "TOOL-8",
                                      f"call at effect {call.seq} (turn {call.turn_id}) sent the "
-                                     f"result of {message.tool_call_id} before it was durable"))
+                                     f"result of {cid} before it was durable"))
                 break
     return out
 
