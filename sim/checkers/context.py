@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from hermes_ref.models import EventKind, Message, Role
 from sim.checkers.base import Observation, Violation, calls_by_turn, checker, offered
+from sim.checkers.wire import sent_messages
 from sim.world import CallRecord, TurnRun
 
 MEMORY_TOOL = "memory"
@@ -81,12 +82,15 @@ def _first_difference(now: list[Message], held: tuple[Message, ...]) -> int | No
 
 def _seed_problem(call: CallRecord, held: tuple[Message, ...]) -> str | None:
     """Whether the request sends ``held``, in order, right after its system message."""
-    sent = [m for m in call.request.messages if m.role is not Role.SYSTEM][:len(held)]
+    body = sent_messages(call)
+    if isinstance(body, str):
+        return body
+    sent = [m for m in body if m.get("role") != Role.SYSTEM.value][:len(held)]
     for index, wanted in enumerate(held):
         if index >= len(sent):
             return f"sends only {len(sent)} of the caller's {len(held)} messages"
-        if sent[index].wire != wanted.wire:
-            return (f"sends {sent[index].role.value} {str(sent[index].wire.get('content'))[:30]!r} "
+        if sent[index] != wanted.wire:
+            return (f"sends {sent[index].get('role')} {str(sent[index].get('content'))[:30]!r} "
                     f"where the caller's message {index} is {wanted.role.value} "
                     f"{str(wanted.wire.get('content'))[:30]!r}")
     return None

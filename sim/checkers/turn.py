@@ -13,7 +13,6 @@ from hermes_ref.outcomes import ExitReason
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
 )
-from hermes_ref.wire import ProviderRequest
 from sim.checkers.base import (
     Observation,
     TurnView,
@@ -27,6 +26,7 @@ from sim.checkers.base import (
     refunded_rounds,
 )
 from sim.checkers.reasons import bad_calls, cut_off, reason_problem
+from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
 
 
@@ -73,7 +73,7 @@ def session_row_first(obs: Observation) -> list[Violation]:
                                  f"call at effect {call.seq} for {call.session_id} "
                                  "was made before its session row existed"))
             continue
-        problem = _prompt_problem(call.request, stored)
+        problem = _prompt_problem(call, stored)
         if problem is not None:
             out.append(Violation("session_row_first", "CTX-3",
                                  f"call at effect {call.seq} (turn {call.turn_id}) sent a system "
@@ -82,13 +82,16 @@ def session_row_first(obs: Observation) -> list[Violation]:
     return out
 
 
-def _prompt_problem(request: ProviderRequest, stored: str) -> str | None:
+def _prompt_problem(call: CallRecord, stored: str) -> str | None:
     """How the request's system prompt, as sent on the wire, departs from the stored one.
 
     The request must open with one system message whose wire bytes are the row's prompt,
-    and carry no other: a second system message would change the prompt as surely.
+    and carry no other: a second system message would change the prompt as surely. It is
+    read from the recorded body, the bytes that went out.
     """
-    sent = [m.wire for m in request.messages]
+    sent = sent_messages(call)
+    if isinstance(sent, str):
+        return sent
     systems = [i for i, m in enumerate(sent) if m["role"] == Role.SYSTEM.value]
     if systems != [0]:
         return f"system messages at positions {systems}, not one at the start"
@@ -275,13 +278,14 @@ def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reas
     return []
 
 
-def _nudges_since_tool(request: ProviderRequest) -> int:
-    """Dropped-call re-prompts sent after the request's last tool result."""
+def _nudges_since_tool(call: CallRecord) -> int:
+    """Dropped-call re-prompts the call's recorded body sent after its last tool result."""
+    sent = sent_messages(call)
     count = 0
-    for message in reversed(request.messages):
-        if message.role is Role.TOOL:
+    for message in reversed(sent if isinstance(sent, list) else []):
+        if message.get("role") == Role.TOOL.value:
             break
-        if message.role is Role.USER and message.wire.get("content") == DROPPED_TOOLCALL_NUDGE:
+        if message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE:
             count += 1
     return count
 
@@ -311,7 +315,7 @@ def dropped_call_reprompts(obs: Observation) -> list[Violation]:
                     if (problem := _reprompt_problem(before, after, limit)) is not None]
         last, reason = records[-1], exits.get(turn_id)
         if (_dropped(last.reply) and not is_grace(last) and reason is not None
-                and _nudges_since_tool(last.request) < limit and reason not in _STOPPED_FROM_OUTSIDE):
+                and _nudges_since_tool(last) < limit and reason not in _STOPPED_FROM_OUTSIDE):
             # silence is a finding: no request followed, and nothing outside the reply stopped it
             problems.append(f"the dropped tool call of effect {last.seq} ended the turn as "
                             f"{reason} instead of being re-prompted")
@@ -324,7 +328,7 @@ def _reprompt_problem(before: CallRecord, after: CallRecord, limit: int) -> str 
     """What is wrong with the request that followed ``before``, or None."""
     if after.request is before.request:
         return None  # a retry of the same request, after a provider error
-    sent, prior = _nudges_since_tool(after.request), _nudges_since_tool(before.request)
+    sent, prior = _nudges_since_tool(after), _nudges_since_tool(before)
     if sent > limit:
         return f"sends {sent} dropped-call re-prompts in a row (limit {limit})"
     if _dropped(before.reply) and prior < limit and sent != prior + 1:
