@@ -97,25 +97,28 @@ class Transcript:
 
     def absorb(self, stored: tuple[Message, ...]) -> None:
         """Take in freshly stored rows: each replaces its pending twin (the same values
-        without a row id), and a row that has no pending twin is appended. A pending row
-        whose own write failed keeps its place and is never mistaken for another's twin."""
+        without a row id), and a row that has no pending twin is appended.
+
+        A writer that appended its rows before storing them finds them at the end, and
+        they are replaced there; so an older pending row whose own write failed (with the
+        same text, say) is never taken for a newer one's twin. Otherwise twins are matched
+        in order from the start of the turn.
+        """
+        count = len(stored)
+        tail = self._messages[len(self._messages) - count:] if count else []
+        if count and len(self._messages) - self._stable >= count and all(
+                _twins(row, mine) for row, mine in zip(stored, tail, strict=True)):
+            self._messages[len(self._messages) - count:] = list(stored)
+            return
         start = self._stable
         for row in stored:
-            index = self._pending_twin(row, start)
+            index = next((k for k in range(start, len(self._messages))
+                          if _twins(row, self._messages[k])), None)
             if index is None:
                 self.append(row)
                 continue
             self._messages[index] = row
             start = index + 1
-
-    def _pending_twin(self, row: Message, start: int) -> int | None:
-        key = (row.role, row.content, row.tool_calls, row.tool_call_id)
-        for index in range(start, len(self._messages)):
-            message = self._messages[index]
-            if message.row_id is None and message.scaffold is None and key == (
-                    message.role, message.content, message.tool_calls, message.tool_call_id):
-                return index
-        return None
 
     def current_turn(self) -> list[Message]:
         """The messages after the durable, final prefix: this turn's own (O(turn))."""
@@ -150,3 +153,10 @@ class Transcript:
             if self._messages[index].role is Role.USER:
                 return index
         return None
+
+
+def _twins(row: Message, message: Message) -> bool:
+    """``message`` is ``row`` not yet stored: pending, not scaffolding, the same values."""
+    return message.row_id is None and message.scaffold is None and (
+        row.role, row.content, row.tool_calls, row.tool_call_id) == (
+        message.role, message.content, message.tool_calls, message.tool_call_id)

@@ -28,6 +28,8 @@ from hermes_ref.models import Frozen
 
 # Every site a durable effect or tool execution can carry, in turn order.
 SITES: tuple[str, ...] = tuple(site.value for site in Site)
+# The sites a store write happens at: every site but tool execution (a tool is no write).
+WRITE_SITES: tuple[str, ...] = tuple(site for site in SITES if site != Site.TOOLS.value)
 
 _POINT = re.compile(r"^(before|after):([a-z_]+)(?:#(\d+))?$")
 
@@ -66,10 +68,10 @@ class FaultPlan(Frozen):
     @classmethod
     def _known_sites(cls, value: object) -> object:
         if isinstance(value, dict):
-            unknown = sorted(str(site) for site in value if str(site) not in SITES)
+            unknown = sorted(str(site) for site in value if str(site) not in WRITE_SITES)
             if unknown:
-                raise ValueError(f"fail_writes names unknown site(s) {', '.join(unknown)}; "
-                                 f"the sites are {', '.join(SITES)}")
+                raise ValueError(f"fail_writes names site(s) {', '.join(unknown)} where nothing "
+                                 f"is written; the write sites are {', '.join(WRITE_SITES)}")
         return value
 
 

@@ -375,3 +375,15 @@ def test_skill_counter_survives_the_prologue() -> None:
     s.turn("second")
     nudges = s.engine.caches["s-1"].nudges
     assert (nudges.iters_since_skill, nudges.user_turns) == (5, 2)
+
+
+def test_a_stored_row_takes_the_place_of_its_newest_twin() -> None:
+    """A row appended and then stored replaces itself, not an older unstored row of the same text."""
+    from hermes_ref.transcript import Transcript
+
+    failed = Message(role=Role.ASSISTANT, content="Done.")
+    again = Message(role=Role.ASSISTANT, content="Done.")
+    t = Transcript()
+    t.extend([failed, again])
+    t.absorb((again.model_copy(update={"row_id": 7}),))
+    assert [m.row_id for m in t] == [None, 7]

@@ -53,5 +53,13 @@ def test_a_fault_at_an_unknown_site_is_refused() -> None:
     from sim.harness import Story
 
     story = Story(store_kind="memory", workdir=Path("."))
-    with pytest.raises(BadInput, match="unknown site"):
+    with pytest.raises(BadInput, match="where nothing is written"):
         story.faults(fail_writes={"session": 1})
+
+
+def test_a_write_failure_at_tool_execution_is_refused() -> None:
+    """'tools' is where a tool runs, not a write: a plan to fail a write there is refused."""
+    from sim.harness import Story
+
+    with pytest.raises(BadInput, match="tools where nothing is written"):
+        Story(store_kind="memory", workdir=Path(".")).faults(fail_writes={"tools": 1})
