@@ -1,0 +1,129 @@
+"""The working list's bookkeeping, pinned where mutation testing found it unobserved.
+
+These are plain unit tests of ``Transcript``: which messages it counts as the durable
+prefix, how stored rows replace their pending twins, the token total when the last
+message is replaced, and the trailing open calls. See docs/mutation.md.
+"""
+
+from __future__ import annotations
+
+from hermes_ref.models import Message, Role, ScaffoldFlag, ToolCall
+from hermes_ref.transcript import Transcript
+
+
+def stored(content: str, row_id: int, role: Role = Role.USER) -> Message:
+    return Message(role=role, content=content, row_id=row_id)
+
+
+def pending(content: str, role: Role = Role.ASSISTANT) -> Message:
+    return Message(role=role, content=content)
+
+
+NUDGE = Message(role=Role.USER, content="nudge", scaffold=ScaffoldFlag.EMPTY_RECOVERY)
+
+
+def test_stored_rows_form_the_durable_prefix() -> None:
+    """A list of stored rows has no current-turn messages and nothing pending."""
+    t = Transcript([stored("a", 1), stored("b", 2)])
+    assert t.current_turn() == [] and t.pending() == ()
+
+
+def test_a_list_with_unstored_or_scaffold_messages_has_no_durable_prefix() -> None:
+    """One pending or scaffold message makes the whole list this turn's own."""
+    for odd in (pending("p"), NUDGE):
+        t = Transcript([stored("a", 1), odd])
+        assert t.current_turn() == [stored("a", 1), odd]
+    t = Transcript([pending("p"), stored("a", 1)])
+    assert t.pending() == (pending("p"),)
+    t = Transcript([NUDGE])
+    assert t.drop_scaffolding() == 1 and len(t) == 0
+
+
+def test_a_stored_row_replaces_its_pending_twin() -> None:
+    """Absorbing the stored copy of a pending row puts it in the row's place."""
+    t = Transcript([stored("q", 1)])
+    t.append(pending("answer"))
+    t.absorb((stored("answer", 2, Role.ASSISTANT),))
+    assert [m.row_id for m in t] == [1, 2] and t.pending() == ()
+
+
+def test_scaffolding_is_never_taken_for_a_twin() -> None:
+    """A stored row identical to a scaffold message is appended, the scaffold kept."""
+    t = Transcript([stored("q", 1)])
+    t.append(NUDGE)
+    t.absorb((stored("nudge", 2),))
+    assert [(m.scaffold, m.row_id) for m in t][1:] == [(ScaffoldFlag.EMPTY_RECOVERY, None),
+                                                      (None, 2)]
+
+
+def test_a_different_row_is_never_taken_for_a_twin() -> None:
+    """A stored row whose values differ from the pending one is appended after it."""
+    t = Transcript()
+    t.append(pending("one"))
+    t.absorb((stored("two", 1, Role.ASSISTANT),))
+    assert [(m.content, m.row_id) for m in t] == [("one", None), ("two", 1)]
+
+
+def test_a_row_whose_write_failed_keeps_its_place() -> None:
+    """Stored rows match pending twins in order: an earlier unstored twin stays pending."""
+    t = Transcript()
+    t.extend([pending("b"), pending("a")])
+    t.absorb((stored("a", 1, Role.ASSISTANT), stored("b", 2, Role.ASSISTANT)))
+    assert [(m.content, m.row_id) for m in t] == [("b", None), ("a", 1), ("b", 2)]
+
+
+def test_replacing_the_last_message_keeps_the_token_total() -> None:
+    """replace_last swaps the last message only, and the total follows it."""
+    t = Transcript([stored("q", 1), stored("a first row of a good many words", 2)])
+    t.append(pending("short"))
+    longer = pending("a much longer answer than before")
+    t.replace_last(longer)
+    assert list(t)[-1] == longer and list(t)[1].content == "a first row of a good many words"
+    assert t.tokens == sum(m.tokens for m in t)
+
+
+def test_the_tail_of_an_empty_list_is_none() -> None:
+    """An empty working list has no tail and no durable tail."""
+    assert Transcript().tail() is None and Transcript().durable_tail() is None
+
+
+def test_messages_returns_the_list_as_a_tuple() -> None:
+    """messages() is the working list, in order, as an immutable tuple."""
+    rows = [stored("a", 1), stored("b", 2)]
+    assert Transcript(rows).messages() == tuple(rows)
+
+
+def test_the_last_user_index_is_found_from_the_end() -> None:
+    """last_user_index is the position of the latest user message, or None."""
+    assert Transcript([stored("q", 1), stored("r", 2, Role.ASSISTANT)]).last_user_index() == 0
+    assert Transcript([stored("r", 1, Role.ASSISTANT), stored("q", 2),
+                       stored("s", 3, Role.ASSISTANT)]).last_user_index() == 1
+    assert Transcript([stored("q", 1), stored("r", 2, Role.ASSISTANT), stored("s", 3),
+                       stored("t", 4, Role.ASSISTANT)]).last_user_index() == 2
+    assert Transcript([stored("r", 1, Role.ASSISTANT), stored("q", 2)]).last_user_index() == 1
+    assert Transcript([stored("r", 1, Role.ASSISTANT)]).last_user_index() is None
+    assert Transcript().last_user_index() is None
+
+
+def test_a_closed_group_has_no_open_calls() -> None:
+    """When every call of the last round has a result there is no owner and nothing open."""
+    calls = (ToolCall(id="a", name="read_file"),)
+    t = Transcript([Message(role=Role.ASSISTANT, tool_calls=calls, row_id=1),
+                    Message(role=Role.TOOL, content="r", tool_call_id="a", row_id=2)])
+    assert t.trailing_open_calls() == (None, [])
+
+
+def test_only_an_assistant_row_owns_calls() -> None:
+    """Tool calls on a row of another role are not open calls."""
+    calls = (ToolCall(id="a", name="read_file"),)
+    t = Transcript([Message(role=Role.USER, content="q", tool_calls=calls, row_id=1)])
+    assert t.trailing_open_calls() == (None, [])
+
+
+def test_a_tool_row_without_a_call_id_answers_no_call() -> None:
+    """A result that names no call leaves every call of the round open."""
+    calls = (ToolCall(id="c1", name="read_file"), ToolCall(id="XXXX", name="read_file"))
+    t = Transcript([Message(role=Role.ASSISTANT, tool_calls=calls, row_id=1),
+                    Message(role=Role.TOOL, content="r", row_id=2)])
+    owner, missing = t.trailing_open_calls()
+    assert owner is not None and missing == ["c1", "XXXX"]
