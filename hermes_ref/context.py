@@ -130,7 +130,6 @@ class TurnState:
     invalid_json_retries: int = 0
     empty_retries: int = 0
     dropped_toolcall_retries: int = 0
-    thinking_prefill_retries: int = 0
     post_tool_nudged: bool = False
     persistence_failed: bool = False
     last_round_had_tools: bool = False

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from hermes_ref import closure, preflight
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import Emit, FlushEvents, ReleaseLease, Site
-from hermes_ref.errors import PersistenceError
+from hermes_ref.errors import InvariantBroken, PersistenceError
 from hermes_ref.loop import build_request, call_with_retries
 from hermes_ref.models import Message, Role, ScaffoldFlag
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason, TurnResult
@@ -234,7 +234,9 @@ def _update_cache(ctx: TurnContext) -> None:
 
 def _result(ctx: TurnContext) -> TurnResult:
     ending = ctx.ending
-    reason = ending.reason or ExitReason.TEXT_RESPONSE
+    reason = ending.reason
+    if reason is None:  # exit_line already refused this; keep the type honest
+        raise InvariantBroken("a turn finished without an exit reason")
     failure = f"{reason.value}:{ending.detail}" if ending.failed else None
     return TurnResult(
         session_id=ctx.session_id, turn_id=ctx.turn_id, final_response=ending.answer,

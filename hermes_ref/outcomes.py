@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, Literal, Self
 
+from hermes_ref.errors import InvariantBroken
 from hermes_ref.models import Event, EventKind, Frozen, Message, Role
 
 
@@ -60,6 +61,13 @@ FAILED_EXITS = frozenset({
 
 # Failures caused by context pressure: FIN-5 adds no boundary row after these.
 CONTEXT_PRESSURE_EXITS = frozenset({ExitReason.COMPRESSION_TIMEOUT})
+
+# Reasons LOOP-3 names whose paths are not built yet (interrupts, compaction, guardrails,
+# the local-bug stop): no engine path records them, and a test keeps this list true.
+EXITS_NOT_YET_PRODUCED = frozenset({
+    ExitReason.INTERRUPTED, ExitReason.COMPRESSION_TIMEOUT, ExitReason.GUARDRAIL_HALT,
+    ExitReason.LOCAL_PROCESSING_ERROR,
+})
 
 
 @dataclass(slots=True)
@@ -136,9 +144,11 @@ class ExitLine(EventRecord):
     @classmethod
     def build(cls, ending: Ending, *, api_calls: int, max_iterations: int, budget_used: int,
               budget_max: int, tail: Message | None, cleanup_errors: int) -> ExitLine:
+        if ending.reason is None:  # every path to the exit line records a reason first
+            raise InvariantBroken("a turn reached its exit line without an exit reason")
         last_role = tail.role.value if tail is not None else "none"
         return cls(level="WARNING" if last_role == Role.TOOL.value else "INFO",
-                   reason=ending.reason or ExitReason.TEXT_RESPONSE, detail=ending.detail,
+                   reason=ending.reason, detail=ending.detail,
                    api_calls=api_calls, max_iterations=max_iterations, budget_used=budget_used,
                    budget_max=budget_max, last_role=last_role,
                    response_len=len(ending.answer or ""), cleanup_errors=cleanup_errors)

@@ -169,7 +169,6 @@ REFERENCE_TOOLS: tuple[ToolSpec, ...] = (
 )
 # Every known spec, including ``clarify``, an interactive barrier for the planner that no runner runs.
 TOOLS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in (*REFERENCE_TOOLS, CLARIFY)}
-HOUSEKEEPING_TOOLS = frozenset({"memory", "todo"})
 
 # Parameters an action needs beyond the schema's ``required`` list.
 _ACTION_REQUIRES: dict[tuple[str, str], str] = {

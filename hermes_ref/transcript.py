@@ -148,11 +148,6 @@ class Transcript:
             break
         return None, []
 
-    def last_user_index(self) -> int | None:
-        for index in range(len(self._messages) - 1, -1, -1):
-            if self._messages[index].role is Role.USER:
-                return index
-        return None
 
 
 def _twins(row: Message, message: Message) -> bool:

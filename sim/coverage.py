@@ -154,9 +154,9 @@ class MatrixRow:
         return sorted({c.sabotage for c in self.catches})
 
     def as_json(self) -> dict[str, object]:
-        firsts: dict[str, Catch] = {}
+        firsts: dict[tuple[str, str], Catch] = {}  # the first catch per sabotage and store
         for catch in self.catches:
-            firsts.setdefault(catch.sabotage, catch)
+            firsts.setdefault((catch.sabotage, catch.store), catch)
         return {
             "id": self.id, "group": self.group, "text": self.text,
             "scenarios": self.scenarios, "checker": self.checker, "sabotage": self.sabotage,

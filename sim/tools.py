@@ -183,9 +183,6 @@ class SimTools(GuardedRunner):
     def snapshot_files(self) -> dict[str, str]:
         return dict(self._files)
 
-    def snapshot_links(self) -> dict[str, str]:
-        return dict(self._links)
-
     def reset_ledger(self) -> None:
         self.ledger.clear()
 

@@ -17,7 +17,7 @@ from sim.checkers.base import (
     Observation,
     TurnView,
     Violation,
-    call_rows,
+    call_row_of,
     calls_by_turn,
     checker,
     distinct_requests,
@@ -340,12 +340,18 @@ def _reprompt_problem(before: CallRecord, after: CallRecord, limit: int) -> str 
          "calls with unusable JSON never run: cut-off ones end the turn truncated, malformed "
          "ones are asked for again and recorded, with errors, only on the last try")
 def arguments_checked_before_run(obs: Observation) -> list[Violation]:
+    """Judged per turn: a call id counts as stored or run only within the turn that replied
+    with it, since ids repeat across turns and sessions."""
     out: list[Violation] = []
-    stored = {c.id for m in call_rows(obs) for c in m.tool_calls}
-    ran = {e.call_id for e in obs.ledger}
+    ran: dict[str | None, set[str]] = defaultdict(set)
+    for entry in obs.ledger:
+        found = call_row_of(obs, entry)
+        if found is not None:
+            ran[found[0][1]].add(entry.call_id)
     exits = exit_reasons(obs)
     limit = obs.limits.invalid_json_retries_max
     for turn_id, records in calls_by_turn(obs).items():
+        stored = {c.id for m in obs.rows_of_turn(turn_id) for c in m.tool_calls}
         streak = 0
         for record in records:
             bad = bad_calls(record.reply)
@@ -357,7 +363,7 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
                 continue
             ids = {c.id for c in bad}
             tag = f"turn {turn_id}, reply at effect {record.seq}"
-            if ids & ran:
+            if ids & ran[turn_id]:
                 out.append(_v9(f"{tag}: a call with unusable arguments ran"))
             if record.request.purpose == "grace":
                 continue  # the grace summary's tool calls are ignored whatever their JSON

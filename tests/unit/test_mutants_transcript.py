@@ -93,18 +93,6 @@ def test_messages_returns_the_list_as_a_tuple() -> None:
     assert Transcript(rows).messages() == tuple(rows)
 
 
-def test_the_last_user_index_is_found_from_the_end() -> None:
-    """last_user_index is the position of the latest user message, or None."""
-    assert Transcript([stored("q", 1), stored("r", 2, Role.ASSISTANT)]).last_user_index() == 0
-    assert Transcript([stored("r", 1, Role.ASSISTANT), stored("q", 2),
-                       stored("s", 3, Role.ASSISTANT)]).last_user_index() == 1
-    assert Transcript([stored("q", 1), stored("r", 2, Role.ASSISTANT), stored("s", 3),
-                       stored("t", 4, Role.ASSISTANT)]).last_user_index() == 2
-    assert Transcript([stored("r", 1, Role.ASSISTANT), stored("q", 2)]).last_user_index() == 1
-    assert Transcript([stored("r", 1, Role.ASSISTANT)]).last_user_index() is None
-    assert Transcript().last_user_index() is None
-
-
 def test_a_closed_group_has_no_open_calls() -> None:
     """When every call of the last round has a result there is no owner and nothing open."""
     calls = (ToolCall(id="a", name="read_file"),)

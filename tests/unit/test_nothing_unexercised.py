@@ -9,6 +9,7 @@ import hermes_ref
 import sim
 from hermes_ref.limits import NOT_YET_READ, Limits
 from hermes_ref.models import SCAFFOLD_FLAGS_NOT_YET_PRODUCED, ScaffoldFlag
+from hermes_ref.outcomes import EXITS_NOT_YET_PRODUCED, ExitReason
 
 ROOTS = (Path(hermes_ref.__file__).parent, Path(sim.__file__).parent)
 
@@ -45,3 +46,17 @@ def test_every_scaffold_flag_is_produced_or_listed_as_not_yet() -> None:
                 produced.add(node.attr)
     never = {f for f in ScaffoldFlag if f.name not in produced}
     assert never == set(SCAFFOLD_FLAGS_NOT_YET_PRODUCED)
+
+
+def test_every_exit_reason_is_recorded_somewhere_or_listed_as_not_yet() -> None:
+    """An ExitReason no engine module names (outside outcomes.py) is listed as not yet produced."""
+    named: set[str] = set()
+    for path in Path(hermes_ref.__file__).parent.glob("*.py"):
+        if path.name == "outcomes.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "ExitReason":
+                named.add(node.attr)
+    never = {r for r in ExitReason if r.name not in named}
+    assert never == set(EXITS_NOT_YET_PRODUCED)

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from hermes_ref.models import ToolCall, ToolKind, ToolResult
 from hermes_ref.shell.workspace_tools import WorkspaceTools
 from hermes_ref.tool_specs import (
-    HOUSEKEEPING_TOOLS,
     REFERENCE_TOOLS,
     SEARCH_MATCHES_MAX,
     TOOLS_BY_NAME,
@@ -73,7 +72,6 @@ def test_catalog_kinds_match_the_planner_contract() -> None:
     assert TOOLS_BY_NAME["execute_code"].refundable
     assert TOOLS_BY_NAME["todo"].side_effecting
     assert not TOOLS_BY_NAME["read_file"].side_effecting
-    assert sorted(HOUSEKEEPING_TOOLS) == ["memory", "todo"]
 
 
 def test_catalog_specs_have_wire_form_with_object_schemas() -> None:
