@@ -226,6 +226,7 @@ class ToolSpec(Frozen):
     kind: ToolKind = ToolKind.SEQUENTIAL
     side_effecting: bool = True
     refundable: bool = False   # a round that used only refundable tools refunds its budget unit
+    keeps_memory: bool = False  # the memory review (CTX-1) runs with this tool
 
     def wire(self) -> JsonDict:
         return {

@@ -13,10 +13,10 @@ closed set: LOOP-3), *what the user is told* (the answer) and *whether it failed
 * ``fail_unanswered`` and ``replace`` are the finalizer's two guards, which change the
   outcome on purpose and say so in their names.
 
-The stream and the log read a turn's ending from two typed records built here and nowhere
-else: the ``ExitLine`` (FIN-7, one per turn) and the ``Completion`` (DEL-1, the
-authoritative final answer). Both travel as ``Event`` data; ``ExitLine.of`` and
-``Completion.of`` read them back, so drivers and checkers never index untyped keys.
+Every event a turn emits is one of four typed records defined here: ``TurnStarted``,
+``ToolProgress``, the ``ExitLine`` (FIN-7, one per turn) and the ``Completion`` (DEL-1,
+the authoritative final answer). Each travels as ``Event`` data and is read back with
+``.of(event)``, so drivers and checkers never index untyped keys.
 """
 
 from __future__ import annotations
@@ -123,6 +123,26 @@ class EventRecord(Frozen):
     def of(cls, event: Event) -> Self:
         """Read the record back from the stream (a malformed one raises ValidationError)."""
         return cls.model_validate(event.data)
+
+
+class TurnStarted(EventRecord):
+    """The turn holds its lease and begins; CTX-1's session counters as this turn saw them."""
+
+    kind: ClassVar[EventKind] = EventKind.TURN_STARTED
+
+    lease_token: int
+    user_turn: int          # this turn's place among the session's user turns
+    memory_review: bool     # whether the memory review came due with this turn
+
+
+class ToolProgress(EventRecord):
+    """DEL-1: one segment's results are durable (emitted only after they are)."""
+
+    kind: ClassVar[EventKind] = EventKind.TOOL_PROGRESS
+
+    calls: list[str]
+    parallel: bool
+    errors: int
 
 
 class ExitLine(EventRecord):

@@ -46,12 +46,10 @@ from hermes_ref.effects import (
 )
 from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.limits import Limits
-from hermes_ref.models import Event, EventKind, Lease, Message, Role, SessionRecord, ToolSpec
-from hermes_ref.outcomes import Completion, Ending, ExitLine, ExitReason, TurnResult
+from hermes_ref.models import Lease, Message, Role, SessionRecord, ToolSpec
+from hermes_ref.outcomes import Completion, Ending, ExitLine, ExitReason, TurnResult, TurnStarted
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.transcript import Transcript
-
-MEMORY_TOOL = "memory"  # the tool a memory review runs with (CTX-1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +173,7 @@ def _hydrate_nudges(cache: SessionCache, history: Transcript, limits: Limits) ->
 
 def _count_user_turn(cache: SessionCache, deps: PrologueDeps) -> bool:
     """CTX-1: count this turn on the session's counters; True when a memory review is due."""
-    offered = any(t.name == MEMORY_TOOL for t in deps.tools)
+    offered = any(t.keeps_memory for t in deps.tools)  # the review needs a memory tool
     return cache.nudges.count_user_turn(deps.limits.memory_nudge_interval, offered)
 
 
@@ -285,9 +283,9 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         state=TurnState(budget=IterationBudget(deps.limits.iteration_budget)),
         transcript=transcript,
     )
-    await Emit(Event(session_id=inp.session_id, turn_id=turn_id, kind=EventKind.TURN_STARTED,
-                     data={"lease_token": lease.token, "user_turn": cache.nudges.user_turns,
-                           "memory_review": review}, at=now))
+    started = TurnStarted(lease_token=lease.token, user_turn=cache.nudges.user_turns,
+                          memory_review=review)
+    await Emit(started.event(inp.session_id, turn_id).model_copy(update={"at": now}))
     if not await _write_opening(ctx, user, seeded=seed is not None):
         ctx.carried_input = user  # the message never became durable: hand it back (LEASE-5)
     return ctx

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import Emit, ExecuteTools, ResolvePaths, Site
 from hermes_ref.errors import InvariantBroken
-from hermes_ref.models import Event, EventKind, Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.models import Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
+from hermes_ref.outcomes import ExitReason, ToolProgress
 from hermes_ref.phases import Phase
 from hermes_ref.tool_specs import (
     call_problem,
@@ -173,9 +173,9 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
             ctx.state.unrecorded_calls.update(r.call_id for r in results)
             return False
         _track_mutations(ctx, segment.calls, results, specs)
-        await Emit(Event(session_id=ctx.session_id, turn_id=ctx.turn_id, kind=EventKind.TOOL_PROGRESS,
-                         data={"calls": [r.call_id for r in results], "parallel": segment.parallel,
-                               "errors": sum(r.is_error for r in results)}))
+        progress = ToolProgress(calls=[r.call_id for r in results], parallel=segment.parallel,
+                                errors=sum(r.is_error for r in results))
+        await Emit(progress.event(ctx.session_id, ctx.turn_id))
     if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):
         ctx.state.budget.refund()  # LOOP-2: a round of refundable tools costs no budget
     ctx.state.last_round_had_tools = True

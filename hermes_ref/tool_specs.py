@@ -145,6 +145,7 @@ MEMORY = ToolSpec(
         {"text": _string("Note text (append).")},
     ),
     kind=ToolKind.SEQUENTIAL,
+    keeps_memory=True,
 )
 EXECUTE_CODE = ToolSpec(
     name="execute_code",

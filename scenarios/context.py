@@ -4,13 +4,15 @@ history, the session-scoped nudge counters, and the one system prompt of a sessi
 from __future__ import annotations
 
 from hermes_ref.models import EventKind, Message, Role
+from hermes_ref.outcomes import TurnStarted
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
 
 
 def _started(s: Story, key: str) -> list[object]:
     """One field of every turn.started event, in the order the turns began."""
-    return [e.data.get(key) for e in s.world.stream if e.kind is EventKind.TURN_STARTED]
+    return [getattr(TurnStarted.of(e), key) for e in s.world.stream
+            if e.kind is EventKind.TURN_STARTED]
 
 
 @scenario("A caller's history seeds a new session and is sent first, and the caller's list "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hermes_ref.finalizer import NO_ANSWER_TEXT
 from hermes_ref.models import EventKind, Role, ToolCall
-from hermes_ref.outcomes import ExitReason, TurnResult
+from hermes_ref.outcomes import ExitLine, ExitReason, TurnResult
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
 
@@ -145,8 +145,8 @@ def open_tool_tail_logs_a_warning(s: Story) -> None:
     s.faults(fail_writes={"boundary": 1})
     s.script(tool_calls(("read_file", {"path": "a.txt"})))
     s.turn("Read a.txt.")
-    exits = [e for e in s.world.stream if e.kind == "turn.exit"]
-    s.expect(exits[-1].data["level"] == "WARNING" and exits[-1].data["last_role"] == "tool",
+    exits = [ExitLine.of(e) for e in s.world.stream if e.kind is EventKind.TURN_EXIT]
+    s.expect(exits[-1].level == "WARNING" and exits[-1].last_role == "tool",
              "the exit line is a WARNING naming the tool tail")
 
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hermes_ref.models import EventKind, Message, Role
-from sim.checkers.base import Observation, Violation, calls_by_turn, checker, offered
+from pydantic import ValidationError
+
+from hermes_ref.models import Event, EventKind, Message, Role
+from hermes_ref.outcomes import TurnStarted
+from sim.checkers.base import Observation, Violation, calls_by_turn, checker
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord, TurnRun
-
-MEMORY_TOOL = "memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +117,8 @@ def nudge_counters_follow_the_record(obs: Observation) -> list[Violation]:
             if row.turn_id is None:
                 continue  # a seeded message: it counts, but no turn of this engine wrote it
             event = started.get((session_id, row.turn_id))
-            data = event.data if event is not None else {}
-            problem = _count_problem(obs, data, ordinal, turn_calls.get(row.turn_id, []))
+            problem = _count_problem(obs, _started_record(event), ordinal,
+                                     turn_calls.get(row.turn_id, []))
             if problem is not None:
                 out.append(Violation("nudge_counters_follow_the_record", "CTX-1",
                                      f"turn {session_id}/{row.turn_id}, user row #{row.row_id}: "
@@ -125,19 +126,28 @@ def nudge_counters_follow_the_record(obs: Observation) -> list[Violation]:
     return out
 
 
-def _count_problem(obs: Observation, data: dict[str, object], ordinal: int,
+def _started_record(event: Event | None) -> TurnStarted | None:
+    if event is None:
+        return None
+    try:
+        return TurnStarted.of(event)
+    except ValidationError:
+        return None
+
+
+def _count_problem(obs: Observation, started: TurnStarted | None, ordinal: int,
                    calls: list[CallRecord]) -> str | None:
-    counted, review = data.get("user_turn"), data.get("memory_review")
-    if not isinstance(counted, int) or not isinstance(review, bool):
+    if started is None:
         return "its turn.started event does not say which user turn it counted and whether " \
                "the memory review was due"
+    counted, review = started.user_turn, started.memory_review
     if counted != ordinal:
         return (f"the turn counted itself user turn {counted}, the record makes it user turn "
                 f"{ordinal}: the session's counters were reset or never hydrated")
     if not calls:
         return None  # nothing says which tools the turn offered
     interval = obs.limits.memory_nudge_interval
-    due = interval > 0 and ordinal % interval == 0 and MEMORY_TOOL in offered(calls[0].request)
+    due = interval > 0 and ordinal % interval == 0 and any(t.keeps_memory for t in calls[0].request.tools)
     if review != due:
         state = "due" if due else "not due"
         return (f"user turn {ordinal} with memory_nudge_interval={interval}: the memory review "

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+from pydantic import ValidationError
+
 from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.models import EventKind, Role
+from hermes_ref.outcomes import ToolProgress
 from sim.checkers.base import Observation, TurnView, Violation, checker
 
 _END = [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED]
@@ -44,7 +47,12 @@ def _turn_problem(obs: Observation, view: TurnView, ended: bool) -> str | None:
     recorded = {m.tool_call_id for m in view.rows
                 if m.role is Role.TOOL and m.content not in CLOSING_TEXTS}
     for event in view.events:
-        calls = event.data.get("calls", []) if event.kind == EventKind.TOOL_PROGRESS else []
+        if event.kind != EventKind.TOOL_PROGRESS:
+            continue
+        try:
+            calls = ToolProgress.of(event).calls
+        except ValidationError as error:
+            return f"a malformed tool.progress event: {error.errors()[0]['msg']}"
         if any(c not in recorded for c in calls):
             return f"progress reported for results that were never recorded: {calls}"
     return _answer_problem(view)
