@@ -14,7 +14,9 @@ The third point is what keeps the proof honest. A scenario that merely fails und
 sabotage proves that something noticed; a violation of another id proves another rule; a
 scenario that already fails without the sabotage proves nothing. Each sabotage is one
 fault, so each credit says: this one break of this rule was seen by this rule's checker.
-A sabotage that lists several ids is credited only for the ids it was caught under.
+A sabotage that lists several ids is credited only for the ids it was caught under, and
+a run in which the engine raised credits none of the ids that demand a turn's ending
+(``ENDING_IDS``): a crash leaves every turn without one.
 
 Anything less is ``partial``; no scenario, no checker and no sabotage is ``missing``. The
 verdicts come from running things, never from a table someone keeps by hand.
@@ -31,6 +33,12 @@ from sim.harness import STORE_KINDS, ScenarioOutcome, ScenarioSpec, StoreKind, r
 from sim.sabotage import SABOTAGES, Sabotage
 
 Baseline = dict[tuple[str, StoreKind], ScenarioOutcome]
+
+# The ids whose checkers demand a turn's ending (its exit line, completion and reason). A
+# run in which the engine itself raised never reports an ending, so those findings follow
+# from any crash: such a run cannot credit these ids, or any break that crashes the engine
+# could be relabelled onto them.
+ENDING_IDS = frozenset({"LOOP-3", "FIN-7", "DEL-1"})
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,9 @@ def _judge_run(verdict: SabotageVerdict, spec: ScenarioSpec, kind: StoreKind,
     verdict.failed.append(where)
     verdict.collateral.update(v.invariant for v in outcome.findings
                               if v.invariant not in verdict.invariants)
+    raised = outcome.error is not None and not outcome.error.startswith("expectation failed")
     hits = [(inv, v) for inv in spec.invariants if inv in verdict.invariants
+            and not (raised and inv in ENDING_IDS)
             for v in causal_hits(outcome.findings, inv)]
     for invariant, violation in hits:
         verdict.catches.append(Catch(verdict.name, invariant, spec.name, kind, violation.checker,

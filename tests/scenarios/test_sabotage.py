@@ -101,3 +101,14 @@ def test_an_engine_that_never_reports_its_ending_fails_every_scenario() -> None:
         passing = [name for name, spec in REGISTRY.items()
                    if run_scenario(spec, "memory", trace=False).passed]
     assert passing == []
+
+
+def test_a_crash_earns_no_credit_for_the_ids_that_demand_an_ending() -> None:
+    """A break that makes the engine raise is not credited under LOOP-3, FIN-7 or DEL-1."""
+    from sim.sabotage import Sabotage
+
+    real = SABOTAGES["duplicate_tool_result"]  # the engine raises once the record disagrees
+    assert verify_sabotage(real, REGISTRY).caught
+    for invariant in ("LOOP-3", "FIN-7", "DEL-1"):
+        relabelled = Sabotage("relabelled", (invariant,), real.description, real.patches)
+        assert not verify_sabotage(relabelled, REGISTRY).caught, invariant
