@@ -82,6 +82,17 @@ def execute_code_round_is_refunded(s: Story) -> None:
              "two calls, one budget unit")
 
 
+@scenario("A round that mixes execute_code with another tool still costs its budget unit",
+          invariants=("LOOP-2",), stage="tool_round")
+def mixed_round_is_not_refunded(s: Story) -> None:
+    s.files({"a.txt": "6"})
+    s.script(tool_calls(("execute_code", {"code": "print(6 * 7)"}), ("read_file", {"path": "a.txt"})),
+             text("42, and a.txt says 6"))
+    result = s.turn("Compute 6 * 7 and read a.txt.")
+    s.expect(result is not None and result.api_calls == 2 and result.budget_used == 2,
+             "two calls, two budget units: only an all-refundable round is refunded")
+
+
 @scenario("A tool result the store refuses is never shown to the model, and the tail is still closed",
           invariants=("TOOL-8", "TOOL-3", "FIN-5", "LOOP-3", "DEL-1"), stage="tool_round")
 def refused_tool_result_is_not_sent(s: Story) -> None:
