@@ -115,7 +115,6 @@ class SessionCache:
     system_prompt: str
     system_message: Message
     history: Transcript = field(default_factory=Transcript)
-    last_row_id: int = 0
     last_lease_token: int = 0
     nudges: NudgeCounters = field(default_factory=NudgeCounters)
 

@@ -227,8 +227,6 @@ def _update_cache(ctx: TurnContext) -> None:
         return
     ctx.transcript.settle()
     cache.history = ctx.transcript
-    tail = ctx.transcript.durable_tail()
-    cache.last_row_id = tail.row_id or 0 if tail is not None else 0
     cache.last_lease_token = ctx.lease.token
 
 

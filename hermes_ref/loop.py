@@ -136,7 +136,6 @@ async def cleared_to_send(ctx: TurnContext) -> bool:
 
 async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
     """Route one reply: tool round, dropped-call re-prompt, empty ladder or final answer."""
-    state = ctx.state
     if reply.tool_calls and not _arguments_usable(ctx, reply):
         return
     if reply.tool_calls:
@@ -152,7 +151,6 @@ async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
     if not (reply.content or "").strip():
         _handle_empty(ctx)
         return
-    state.empty_retries = 0
     ctx.transcript.append(Message(
         role=Role.ASSISTANT, content=reply.content, finish_reason=reply.finish_reason,
         turn_id=ctx.turn_id,

@@ -156,7 +156,6 @@ async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> boo
         return False
     rows = await LoadMessages(cache.session_id, 0)
     cache.history = Transcript(rows)
-    cache.last_row_id = (rows[-1].row_id or 0) if rows else 0
     return True
 
 
