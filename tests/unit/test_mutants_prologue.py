@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from hermes_ref import effects as fx
 from hermes_ref import prologue
 from hermes_ref.context import SessionCache, TurnContext
-from hermes_ref.errors import PersistenceError
+from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import (
     EventKind,
@@ -21,6 +23,7 @@ from hermes_ref.models import (
     LeaseGrant,
     Message,
     Role,
+    ScaffoldFlag,
     ToolCall,
 )
 from hermes_ref.outcomes import ExitReason, TurnResult
@@ -260,3 +263,35 @@ def test_a_loaded_history_sets_the_user_turn_count() -> None:
     rig = Rig(OpenTurn=opened(4, created=False), LoadMessages=lambda e: rows)
     rig.run(prologue.build_turn_context(INPUT, d))
     assert (_started(rig)["user_turn"], _started(rig)["memory_review"]) == (4, True)
+
+
+def test_a_history_with_a_system_message_or_scaffolding_is_refused() -> None:
+    """The caller's history may not bring a prompt or scaffolding; the error says which."""
+    cases = ((Message(role=Role.SYSTEM, content="p"), "a system message"),
+             (Message(role=Role.USER, content="n", scaffold=ScaffoldFlag.EMPTY_RECOVERY),
+              "scaffolding"))
+    for bad, what in cases:
+        with pytest.raises(BadInput) as raised:
+            TurnInput("s", "hi", history=[Message(role=Role.USER, content="ok"), bad])
+        assert str(raised.value) == (
+            f"history message 1 of session 's' is {what}: the session's prompt is its own "
+            "and scaffolding is never stored")
+
+
+def test_every_foreign_id_of_a_seed_is_dropped() -> None:
+    """A seed message with only a row id, or only a turn id, loses it too."""
+    seed = [Message(role=Role.USER, content="a", row_id=3),
+            Message(role=Role.ASSISTANT, content="b", turn_id="x")]
+    rig = Rig(OpenTurn=opened(1))
+    begin(rig, inp=TurnInput("s", "hello", history=seed))
+    assert [(m.row_id, m.turn_id) for m in rig.of(fx.AppendMessages)[0].messages] == [
+        (None, None), (None, None)]
+
+
+def test_a_seed_that_cannot_be_written_hands_the_input_back() -> None:
+    """When the seed write fails, the user's message is carried back (LEASE-5)."""
+    seed = [Message(role=Role.USER, content="a"), Message(role=Role.ASSISTANT, content="b")]
+    ctx = begin(Rig(OpenTurn=opened(1), AppendMessages=failing()),
+                inp=TurnInput("s", "hello", history=seed))
+    assert isinstance(ctx, TurnContext) and ctx.carried_input is not None
+    assert ctx.carried_input.content == "hello"
