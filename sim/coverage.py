@@ -128,9 +128,8 @@ def _judge_run(verdict: SabotageVerdict, spec: ScenarioSpec, kind: StoreKind,
     verdict.failed.append(where)
     verdict.collateral.update(v.invariant for v in outcome.findings
                               if v.invariant not in verdict.invariants)
-    raised = outcome.error is not None and not outcome.error.startswith("expectation failed")
     hits = [(inv, v) for inv in spec.invariants if inv in verdict.invariants
-            and not (raised and inv in ENDING_IDS)
+            and not (outcome.raised and inv in ENDING_IDS)
             for v in causal_hits(outcome.findings, inv)]
     for invariant, violation in hits:
         verdict.catches.append(Catch(verdict.name, invariant, spec.name, kind, violation.checker,

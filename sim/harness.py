@@ -285,6 +285,7 @@ class ScenarioOutcome:
     timeline: str
     transcript: str
     findings: tuple[Violation, ...] = ()  # the violations as values: invariant, checker, text
+    raised: bool = False  # the story ended in an exception, not a failed expectation
 
     @property
     def passed(self) -> bool:
@@ -339,6 +340,7 @@ def _run_scenario(spec: ScenarioSpec, store_kind: StoreKind, workdir: Path | Non
     with _workdir(workdir) as tmp:
         story = Story(store_kind=store_kind, workdir=tmp, seed=seed, trace=trace)
         error: str | None = None
+        raised = False
         try:
             spec.story(story)
             story.check()
@@ -349,6 +351,7 @@ def _run_scenario(spec: ScenarioSpec, store_kind: StoreKind, workdir: Path | Non
             error = f"expectation failed: {failed}"
             story.check()
         except Exception as exc:  # a scenario must report, not explode
+            raised = True
             error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=6))
             story.check()  # the record still tells what the failure left behind
         verdict = "PASS" if not story.violations and error is None else "FAIL"
@@ -356,7 +359,7 @@ def _run_scenario(spec: ScenarioSpec, store_kind: StoreKind, workdir: Path | Non
         outcome = ScenarioOutcome(
             name=spec.name, title=spec.title, store_kind=store_kind, invariants=spec.invariants,
             violations=[str(v) for v in story.violations], findings=tuple(story.violations),
-            error=error,
+            error=error, raised=raised,
             timeline=story.world.timeline.render(), transcript=render_transcript(story),
         )
         story.world.store.close()
