@@ -1,0 +1,231 @@
+"""The admission door's coroutines: admit, drain, recover, reconcile, cancel.
+
+Theory of operation
+-------------------
+Each coroutine only awaits effects, so the simulator, the asyncio driver, or several
+simulated processes can run it. The rules they follow live in ``admission`` (pure); this
+module is the order of the steps, and the order is the contract:
+
+``admit``      check keys and normalize (no effect yet: bad input changes nothing durable)
+               → ``LoadBinding`` → authorize from the binding alone (ADM-2) → ``AdmitInput``
+               (idempotency check and insert, one transaction: ADM-3) → ``Acknowledge``.
+               The ack is sent only after ``AdmitInput`` returned, that is after the row is
+               committed (ADM-1). Every refusal is acknowledged too, as a ``Refusal`` that
+               carries the input back as it was given (ADM-6).
+``drain_step`` ``ClaimAdmission`` (FIFO, one in flight, paused on unknown: ADM-4) → the
+               turn, through ``Engine.run_turn`` → ``MoveAdmission(settle)`` with the
+               turn's id and outcome, fenced by the epoch. A settle that fails leaves the
+               row started; the next process's recovery makes it unknown.
+``recover``    ``BeginEpoch``: a new runtime epoch; started rows of older epochs become
+               unknown, queued rows stay queued (ADM-7). Nothing is re-run.
+``reconcile``  an operator's explicit verdict on an unknown row: terminal(interrupted).
+
+Internal events (a background completion, a cron tick, a subagent's report) are built
+into a ``Submission`` by ``internal_submission`` and go through ``admit`` like any other
+input; the binding of their principal must be of their kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_ref import admission
+from hermes_ref.admission import (
+    Ack,
+    AdmissionRefused,
+    AdmissionRow,
+    BindingRole,
+    EpochStart,
+    Intent,
+    Move,
+    Outcome,
+    PrincipalKind,
+    Refusal,
+)
+from hermes_ref.effects import (
+    Acknowledge,
+    AdmitInput,
+    BeginEpoch,
+    ClaimAdmission,
+    LoadBinding,
+    MintId,
+    MoveAdmission,
+    Now,
+)
+from hermes_ref.engine import Engine
+from hermes_ref.errors import PersistenceError
+from hermes_ref.limits import Limits
+from hermes_ref.outcomes import ExitReason, TurnResult
+from hermes_ref.prologue import TurnInput
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What a submitter handed the door, unchecked: any field may be malformed."""
+
+    principal_id: Any
+    session_id: Any
+    request_id: Any
+    payload: Any
+    intent: Any = "queue"
+    kind: PrincipalKind | None = None  # set for internal events: the binding must match
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    principal_id: str
+    session_id: str
+    request_id: str
+    payload: dict[str, Any]
+    intent: Intent
+
+
+@dataclass(frozen=True, slots=True)
+class DrainStep:
+    """One claim of the drain: the row as it was left, and its turn's result."""
+
+    admission: AdmissionRow | None
+    result: TurnResult | None = None
+    paused: bool = False
+    settle_error: str | None = None
+
+
+def refusal(sub: Submission, code: str, message: str) -> Refusal:
+    """A refusal that hands the input back exactly as it was given (ADM-6)."""
+    return Refusal(code=code, message=message, principal_id=sub.principal_id,
+                   session_id=sub.session_id, request_id=sub.request_id, carried=sub.payload)
+
+
+def prepare(sub: Submission, limits: Limits) -> Prepared | Refusal:
+    """Keys checked, payload normalized, intent parsed; no effect has happened yet."""
+    try:
+        principal = admission.check_key("principal_id", sub.principal_id, limits)
+        session = admission.check_key("session_id", sub.session_id, limits)
+        request = admission.check_key("request_id", sub.request_id, limits)
+        if sub.intent not in set(Intent):
+            raise AdmissionRefused("invalid_params", f"intent {sub.intent!r} is not one of "
+                                   f"{', '.join(i.value for i in Intent)}")
+        payload = admission.normalize_payload(sub.payload, limits)
+    except AdmissionRefused as refused:
+        return refusal(sub, refused.code, str(refused).split(": ", 1)[-1])
+    return Prepared(principal, session, request, payload, Intent(sub.intent))
+
+
+def _role(sub: Submission, ready: Prepared, binding: admission.Binding | None,
+          ) -> BindingRole | Refusal:
+    try:
+        role = admission.authorize(binding, ready.principal_id, ready.session_id, ready.intent)
+        if sub.kind is not None and (binding is None or binding.kind is not sub.kind):
+            raise AdmissionRefused("not_bound", f"{ready.principal_id!r} is not bound to "
+                                   f"{ready.session_id!r} as {sub.kind.value}")
+    except AdmissionRefused as refused:
+        return refusal(sub, refused.code, str(refused).split(": ", 1)[-1])
+    return role
+
+
+async def admit(sub: Submission, limits: Limits, epoch: int) -> Ack | Refusal:
+    """authorize → normalize → durable queued row → acknowledgement (ADM-1)."""
+    ready = prepare(sub, limits)
+    if isinstance(ready, Refusal):
+        await Acknowledge(ready)
+        return ready
+    binding = await LoadBinding(ready.principal_id, ready.session_id)
+    role = _role(sub, ready, binding)
+    if isinstance(role, Refusal):
+        await Acknowledge(role)
+        return role
+    assert binding is not None  # _role refuses a missing binding
+    now = await Now()
+    candidate = AdmissionRow(
+        admission_id=await MintId("adm"), principal_id=ready.principal_id,
+        principal_kind=binding.kind, session_id=ready.session_id, request_id=ready.request_id,
+        payload_json=admission.canonical_json(ready.payload),
+        payload_digest=admission.payload_digest(ready.session_id, ready.payload, ready.intent),
+        intent=ready.intent, role=role, owner_epoch=epoch, created_at=now, updated_at=now)
+    return await commit_then_ack(sub, candidate)
+
+
+async def commit_then_ack(sub: Submission, candidate: AdmissionRow) -> Ack | Refusal:
+    """The durable row first, then the answer: nothing is acknowledged uncommitted."""
+    failure: PersistenceError | None = None
+    try:
+        answer = await AdmitInput(candidate)
+    except PersistenceError as error:
+        failure = error
+    answered: Ack | Refusal
+    if failure is not None:
+        answered = refusal(sub, "unavailable", f"the store refused the row ({failure.cause})")
+    elif answer.verdict == "conflict":
+        answered = refusal(sub, "admission_conflict", f"request {candidate.request_id!r} was "
+                           "admitted before with another payload")
+    elif answer.verdict == "not_found" or answer.row is None:
+        answered = refusal(sub, "not_found", f"no session {candidate.session_id!r}")
+    else:
+        row = answer.row
+        answered = Ack(admission_id=row.admission_id, seq=row.seq, session_id=row.session_id,
+                       principal_id=row.principal_id, request_id=row.request_id,
+                       fresh=answer.verdict == "new")
+    await Acknowledge(answered)
+    return answered
+
+
+def internal_submission(kind: PrincipalKind, principal_id: str, session_id: str,
+                        event_id: str, text: str) -> Submission:
+    """A background completion, cron tick or subagent report, as a door submission."""
+    if kind not in admission.INTERNAL_KINDS:
+        raise AdmissionRefused("invalid_params", f"{kind.value} is not an internal event kind")
+    return Submission(principal_id=principal_id, session_id=session_id,
+                      request_id=f"{kind.value}:{event_id}",
+                      payload={"text": text, "source": kind.value, "event_id": event_id},
+                      kind=kind)
+
+
+def outcome_of(result: TurnResult) -> Outcome:
+    """How a turn's result settles its admission."""
+    if result.carried_input is not None:
+        return Outcome.REJECTED  # the input never became durable: handed back (LEASE-5)
+    if result.exit_reason is ExitReason.INTERRUPTED:
+        return Outcome.INTERRUPTED
+    return Outcome.FAILED if result.failed else Outcome.COMPLETED
+
+
+async def drain_step(engine: Engine, session_id: str, epoch: int) -> DrainStep:
+    """Claim the session's next admission, run its turn and settle it."""
+    claim = await ClaimAdmission(session_id, epoch, await Now())
+    row = claim.row
+    if row is None:
+        return DrainStep(None, paused=claim.paused)
+    result = await engine.run_turn(TurnInput(session_id=row.session_id, text=row.text))
+    failure: PersistenceError | None = None
+    try:
+        row = await MoveAdmission(row.admission_id, row.session_id, Move.SETTLE, epoch,
+                                  await Now(), outcome_of(result), result.turn_id)
+    except PersistenceError as error:
+        failure = error  # it stays started: the next epoch makes it unknown, never re-runs it
+    return DrainStep(row, result, settle_error=None if failure is None else failure.cause)
+
+
+async def recover() -> EpochStart:
+    """A process starts: a new epoch; started admissions of dead epochs become unknown."""
+    return await BeginEpoch(await Now())
+
+
+async def resolve(principal_id: str, session_id: str, admission_id: str, epoch: int,
+                  move: Move) -> AdmissionRow | Refusal:
+    """An explicit ``reconcile`` (operators) or ``cancel`` (owners and operators)."""
+    sub = Submission(principal_id, session_id, admission_id, None)
+    binding = await LoadBinding(principal_id, session_id)
+    allowed = {Move.RECONCILE: {BindingRole.OPERATOR},
+               Move.CANCEL: {BindingRole.OWNER, BindingRole.OPERATOR}}.get(move, set())
+    if binding is None or binding.role not in allowed:
+        return refusal(sub, "forbidden", f"{principal_id!r} may not {move.value} here")
+    outcome = Outcome.INTERRUPTED if move is Move.RECONCILE else Outcome.CANCELLED
+    failure: PersistenceError | None = None
+    try:
+        row = await MoveAdmission(admission_id, session_id, move, epoch, await Now(), outcome)
+    except PersistenceError as error:
+        failure = error
+    if failure is not None:
+        return refusal(sub, failure.cause, str(failure))
+    return row

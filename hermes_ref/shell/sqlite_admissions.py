@@ -1,0 +1,184 @@
+"""The admission door's SQL: plain synchronous functions over one connection.
+
+Theory of operation
+-------------------
+These functions follow ``sqlite_ops``' rules: each write is one ``BEGIN IMMEDIATE`` …
+``COMMIT`` (``sqlite_ops._write``) that also inserts the caller's pending events, and
+both SQLite stores call them (the async store on aiosqlite's worker thread, whole).
+
+The SQL stays dumb on purpose. Inside the write transaction each function reads the rows
+it needs, asks ``hermes_ref.admission`` what to do (``decide_admit``, ``next_claim``,
+``apply_move``, ``recover``, the functions ``MemoryStore`` asks too), and writes the
+answer. So the idempotency check and its insert are one transaction (ADM-3), the claim
+and its FIFO choice are one (ADM-4), and a fenced move cannot interleave with another
+writer: the write lock is taken before anything is read.
+
+``runtime_epoch`` is a singleton row: the current epoch and the admission clock
+(``tick``), which counts transitions so that checkers can order claims, orphanings and
+settlements without trusting anyone's clock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from hermes_ref import admission
+from hermes_ref.admission import (
+    AdmissionRow,
+    AdmitAnswer,
+    Binding,
+    ClaimAnswer,
+    EpochStart,
+    Move,
+    Outcome,
+)
+from hermes_ref.errors import PersistenceError
+from hermes_ref.shell import sqlite_ops as ops
+from hermes_ref.shell.sqlite_codec import (
+    ADMISSION_COLUMNS,
+    EventRow,
+    admission_values,
+    decode_admission,
+    decode_binding,
+)
+from hermes_ref.shell.sqlite_connect import StoreConnection
+
+_COLUMNS = ", ".join(ADMISSION_COLUMNS)
+_INSERT = (f"INSERT INTO admissions({_COLUMNS}) "
+           f"VALUES ({', '.join('?' for _ in ADMISSION_COLUMNS)})")
+_MUTABLE = ADMISSION_COLUMNS[ADMISSION_COLUMNS.index("status"):]
+_UPDATE = (f"UPDATE admissions SET {', '.join(f'{c} = ?' for c in _MUTABLE)} "
+           "WHERE admission_id = ?")
+_BY_KEY = (f"SELECT {_COLUMNS} FROM admissions "
+           "WHERE principal_id = ? AND session_id = ? AND request_id = ?")
+_BY_ID = f"SELECT {_COLUMNS} FROM admissions WHERE admission_id = ?"
+_OF_SESSION = f"SELECT {_COLUMNS} FROM admissions WHERE session_id = ? ORDER BY seq"
+_ALL = f"SELECT {_COLUMNS} FROM admissions ORDER BY seq"
+_NEXT_SEQ = "SELECT COALESCE(MAX(seq), 0) + 1 FROM admissions"
+_MARK = "SELECT COALESCE(MAX(seq), 0) FROM admissions"
+_SESSION_EXISTS = "SELECT 1 FROM sessions WHERE id = ?"
+_WATERMARK = "SELECT COALESCE(MAX(id), 0) FROM messages"
+_EPOCH = "SELECT epoch, tick FROM runtime_epoch WHERE singleton = 1"
+_SET_TICK = "UPDATE runtime_epoch SET tick = ? WHERE singleton = 1"
+_BEGIN_EPOCH = (
+    "INSERT INTO runtime_epoch(singleton, epoch, tick, started_at) VALUES (1, ?, ?, ?) "
+    "ON CONFLICT(singleton) DO UPDATE SET epoch = excluded.epoch, tick = excluded.tick, "
+    "started_at = excluded.started_at"
+)
+_BIND = (
+    "INSERT INTO session_bindings(principal_id, session_id, kind, role) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT(principal_id, session_id) DO UPDATE SET kind = excluded.kind, "
+    "role = excluded.role"
+)
+_BINDING = ("SELECT rowid, principal_id, session_id, kind, role FROM session_bindings "
+            "WHERE principal_id = ? AND session_id = ?")
+_BINDINGS = ("SELECT rowid, principal_id, session_id, kind, role FROM session_bindings "
+             "ORDER BY session_id, principal_id")
+
+
+def _epoch_tick(conn: sqlite3.Connection) -> tuple[int, int]:
+    found = conn.execute(_EPOCH).fetchone()
+    return (0, 0) if found is None else (int(found[0]), int(found[1]))
+
+
+def _update(conn: sqlite3.Connection, row: AdmissionRow) -> None:
+    values = admission_values(row)
+    conn.execute(_UPDATE, (*values[ADMISSION_COLUMNS.index("status"):], row.admission_id))
+
+
+def bind_principal(conn: StoreConnection, events: Sequence[EventRow], binding: Binding) -> None:
+    with ops._write(conn):
+        conn.execute(_BIND, (binding.principal_id, binding.session_id, binding.kind.value,
+                             binding.role.value))
+        ops._insert_events(conn, events)
+
+
+def get_binding(conn: sqlite3.Connection, principal_id: str, session_id: str) -> Binding | None:
+    with ops._read(conn):
+        found = conn.execute(_BINDING, (principal_id, session_id)).fetchone()
+    return None if found is None else decode_binding(found)
+
+
+def begin_epoch(conn: StoreConnection, events: Sequence[EventRow], now: float) -> EpochStart:
+    with ops._write(conn):
+        epoch, tick = _epoch_tick(conn)
+        rows = [decode_admission(r) for r in conn.execute(_ALL).fetchall()]
+        changed = admission.recover(rows, epoch + 1, now, tick)
+        for row in changed:
+            _update(conn, row)
+        conn.execute(_BEGIN_EPOCH, (epoch + 1, tick + len(changed), now))
+        ops._insert_events(conn, events)
+    return EpochStart(epoch=epoch + 1, orphaned=tuple(changed))
+
+
+def admit_input(conn: StoreConnection, events: Sequence[EventRow],
+                candidate: AdmissionRow) -> AdmitAnswer:
+    """The idempotency check and the insert in one transaction (ADM-3)."""
+    key = (candidate.principal_id, candidate.session_id, candidate.request_id)
+    with ops._write(conn):
+        found = conn.execute(_BY_KEY, key).fetchone()
+        existing = None if found is None else decode_admission(found)
+        verdict = admission.decide_admit(existing, candidate)
+        if verdict == "new" and conn.execute(
+                _SESSION_EXISTS, (candidate.session_id,)).fetchone() is None:
+            verdict = "not_found"
+        row = existing if verdict == "hit" else None
+        if verdict == "new":
+            row = candidate.model_copy(update={"seq": conn.execute(_NEXT_SEQ).fetchone()[0]})
+            conn.execute(_INSERT, admission_values(row))
+        ops._insert_events(conn, events)
+    return AdmitAnswer(verdict=verdict, row=row)
+
+
+def claim_admission(conn: StoreConnection, events: Sequence[EventRow], session_id: str,
+                    epoch: int, now: float) -> ClaimAnswer:
+    """The FIFO choice and the claim in one transaction (ADM-4)."""
+    with ops._write(conn):
+        rows = [decode_admission(r) for r in conn.execute(_OF_SESSION, (session_id,)).fetchall()]
+        answer = admission.next_claim(rows)
+        if answer.row is not None:
+            current, tick = _epoch_tick(conn)
+            mark = conn.execute(_WATERMARK).fetchone()[0]
+            claimed = admission.apply_move(answer.row, Move.CLAIM, epoch=epoch,
+                                           current_epoch=current, now=now, tick=tick + 1,
+                                           claim_mark=mark)
+            _update(conn, claimed)
+            conn.execute(_SET_TICK, (tick + 1,))
+            answer = ClaimAnswer(row=claimed)
+        ops._insert_events(conn, events)
+    return answer
+
+
+def move_admission(conn: StoreConnection, events: Sequence[EventRow], admission_id: str,
+                   session_id: str, move: Move, epoch: int, now: float,
+                   outcome: Outcome | None = None, turn_id: str | None = None) -> AdmissionRow:
+    """Settle, cancel or reconcile, fenced by the stored epoch (``admission.apply_move``)."""
+    with ops._write(conn):
+        found = conn.execute(_BY_ID, (admission_id,)).fetchone()
+        row = None if found is None else decode_admission(found)
+        if row is None or row.session_id != session_id:
+            raise PersistenceError(f"no admission {admission_id!r} in session {session_id!r}",
+                                   cause="not_found")
+        current, tick = _epoch_tick(conn)
+        moved = admission.apply_move(row, move, epoch=epoch, current_epoch=current, now=now,
+                                     tick=tick + 1, outcome=outcome, turn_id=turn_id)
+        _update(conn, moved)
+        conn.execute(_SET_TICK, (tick + 1,))
+        ops._insert_events(conn, events)
+    return moved
+
+
+def admission_mark(conn: sqlite3.Connection) -> int:
+    """The highest committed admission seq (0 when there is none)."""
+    with ops._read(conn):
+        value: int = conn.execute(_MARK).fetchone()[0]
+    return value
+
+
+def read_door(conn: sqlite3.Connection,
+              ) -> tuple[tuple[AdmissionRow, ...], tuple[Binding, ...], int]:
+    """Rows, bindings and epoch, for a snapshot (the caller holds the read transaction)."""
+    rows = tuple(decode_admission(r) for r in conn.execute(_ALL).fetchall())
+    bindings = tuple(decode_binding(r) for r in conn.execute(_BINDINGS).fetchall())
+    return rows, bindings, _epoch_tick(conn)[0]

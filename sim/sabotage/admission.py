@@ -1,0 +1,171 @@
+"""Broken admission doors: an ack before its commit, a role read from the payload, a digest
+ignored, a newest-first claim, a queue that does not pause, recovery that re-queues or
+suspects the queue, a refusal that drops the input, every turn settled as completed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from typing import Any
+from unittest import mock
+
+from hermes_ref import admission, door
+from hermes_ref.admission import (
+    Ack,
+    AdmissionRow,
+    AdmissionStatus,
+    BindingRole,
+    ClaimAnswer,
+    Outcome,
+    Refusal,
+    Verdict,
+)
+from hermes_ref.effects import Acknowledge, AdmitInput
+from hermes_ref.outcomes import TurnResult
+from sim.sabotage.base import sabotage
+
+# ---- ADM-1: the ack goes out before the row is committed ------------------------------------
+
+
+def _ack_before_commit() -> list[AbstractContextManager[Any]]:
+    async def optimistic(sub: door.Submission, candidate: AdmissionRow) -> Ack | Refusal:
+        provisional = Ack(admission_id=candidate.admission_id, seq=0,
+                          session_id=candidate.session_id, principal_id=candidate.principal_id,
+                          request_id=candidate.request_id, fresh=True)
+        await Acknowledge(provisional)  # "answer fast, the write is a formality"
+        await AdmitInput(candidate)
+        return provisional
+    return [mock.patch.object(door, "commit_then_ack", optimistic)]
+
+
+sabotage("ack_before_commit", ("ADM-1",),
+         "the door acknowledges a submission first and commits its row afterwards")(
+    _ack_before_commit)
+
+
+# ---- ADM-2: the role comes from the payload -------------------------------------------------
+
+
+def _role_from_payload() -> list[AbstractContextManager[Any]]:
+    original = door._role
+
+    def trusting(sub: door.Submission, ready: door.Prepared, binding: Any) -> Any:
+        claimed = ready.payload.get("role")
+        if claimed in set(BindingRole):  # "the client knows who it is"
+            return BindingRole(claimed)
+        return original(sub, ready, binding)
+    return [mock.patch.object(door, "_role", trusting)]
+
+
+sabotage("role_from_payload", ("ADM-2",),
+         "authorization takes the role a payload claims when it names one")(_role_from_payload)
+
+
+# ---- ADM-3: the idempotency check ignores the digest ---------------------------------------
+
+
+def _digest_ignored() -> list[AbstractContextManager[Any]]:
+    def by_key_only(existing: AdmissionRow | None, candidate: AdmissionRow) -> Verdict:
+        return "new" if existing is None else "hit"
+    return [mock.patch.object(admission, "decide_admit", by_key_only)]
+
+
+sabotage("digest_ignored", ("ADM-3",),
+         "a known request id is an idempotent hit whatever its payload")(_digest_ignored)
+
+
+# ---- ADM-4: the newest admission is claimed first ------------------------------------------
+
+
+def _newest_first() -> list[AbstractContextManager[Any]]:
+    def lifo(rows: Iterable[AdmissionRow]) -> ClaimAnswer:
+        rows = list(rows)
+        if any(r.status is AdmissionStatus.UNKNOWN for r in rows):
+            return ClaimAnswer(paused=True)
+        if any(r.status is AdmissionStatus.STARTED for r in rows):
+            return ClaimAnswer()
+        queued = [r for r in rows if r.status is AdmissionStatus.QUEUED]
+        return ClaimAnswer(row=max(queued, key=lambda r: r.seq)) if queued else ClaimAnswer()
+    return [mock.patch.object(admission, "next_claim", lifo)]
+
+
+sabotage("claim_newest_first", ("ADM-4",),
+         "the claim takes the session's newest queued admission (ORDER BY seq DESC)")(
+    _newest_first)
+
+
+# ---- ADM-5: the queue does not pause; recovery re-queues a started admission ---------------
+
+
+def _queue_not_paused() -> list[AbstractContextManager[Any]]:
+    original = admission.next_claim
+
+    def impatient(rows: Iterable[AdmissionRow]) -> ClaimAnswer:
+        return original(r for r in rows if r.status is not AdmissionStatus.UNKNOWN)
+    return [mock.patch.object(admission, "next_claim", impatient)]
+
+
+sabotage("queue_not_paused", ("ADM-5",),
+         "the claim skips unknown admissions instead of pausing the session's queue")(
+    _queue_not_paused)
+
+
+def _recovery_requeues() -> list[AbstractContextManager[Any]]:
+    def requeue(rows: Iterable[AdmissionRow], epoch: int, now: float,
+                tick: int) -> list[AdmissionRow]:
+        return [r.model_copy(update={"status": AdmissionStatus.QUEUED, "updated_at": now})
+                for r in rows if admission.orphaned(r, epoch)]  # "just try it again"
+    return [mock.patch.object(admission, "recover", requeue)]
+
+
+sabotage("recovery_requeues_started", ("ADM-5",),
+         "recovery puts a dead epoch's started admissions back in the queue, so they run again")(
+    _recovery_requeues)
+
+
+def _settles_completed() -> list[AbstractContextManager[Any]]:
+    def optimistic(result: TurnResult) -> Outcome:
+        return Outcome.COMPLETED
+    return [mock.patch.object(door, "outcome_of", optimistic)]
+
+
+sabotage("every_turn_settles_completed", ("ADM-5",),
+         "the drain settles every admission as completed, whatever its turn came to")(
+    _settles_completed)
+
+
+# ---- ADM-6: a refusal drops the input -------------------------------------------------------
+
+
+def _refusal_drops_input() -> list[AbstractContextManager[Any]]:
+    def bare(sub: door.Submission, code: str, message: str) -> Refusal:
+        return Refusal(code=code, message=message, principal_id=sub.principal_id,
+                       session_id=sub.session_id, request_id=sub.request_id, carried=None)
+    return [mock.patch.object(door, "refusal", bare)]
+
+
+sabotage("refusal_drops_input", ("ADM-6",),
+         "a refused submission is answered with the reason only; its input is dropped")(
+    _refusal_drops_input)
+
+
+# ---- ADM-7: recovery suspects the whole queue ----------------------------------------------
+
+
+def _restart_suspects_queue() -> list[AbstractContextManager[Any]]:
+    def suspicious(rows: Iterable[AdmissionRow], epoch: int, now: float,
+                   tick: int) -> list[AdmissionRow]:
+        changed = []
+        for row in rows:  # "anything a dead epoch left open is suspect"
+            if row.status in (AdmissionStatus.QUEUED, AdmissionStatus.STARTED) \
+                    and row.owner_epoch != epoch:
+                tick += 1
+                changed.append(row.model_copy(update={
+                    "status": AdmissionStatus.UNKNOWN, "unknown_tick": tick, "updated_at": now}))
+        return changed
+    return [mock.patch.object(admission, "recover", suspicious)]
+
+
+sabotage("restart_suspects_queue", ("ADM-7",),
+         "recovery makes every open admission of a dead epoch unknown, queued ones too")(
+    _restart_suspects_queue)

@@ -1,0 +1,262 @@
+"""The admission door's pure rules and coroutines: table, digest, authority, FIFO, fencing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hermes_ref import admission, door
+from hermes_ref import effects as fx
+from hermes_ref.admission import (
+    Ack,
+    AdmissionRefused,
+    AdmissionRow,
+    AdmissionStatus,
+    AdmitAnswer,
+    Binding,
+    BindingRole,
+    Intent,
+    Move,
+    Outcome,
+    PrincipalKind,
+    Refusal,
+)
+from hermes_ref.errors import BadInput, PersistenceError
+from hermes_ref.limits import Limits
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+LIMITS = Limits()
+
+
+def row(seq: int = 1, status: AdmissionStatus = AdmissionStatus.QUEUED, **kw: Any) -> AdmissionRow:
+    payload = {"text": f"input {seq}"}
+    values: dict[str, Any] = {
+        "admission_id": f"adm-{seq}", "seq": seq, "principal_id": "alice",
+        "principal_kind": PrincipalKind.USER, "session_id": "s-1", "request_id": f"r-{seq}",
+        "payload_json": admission.canonical_json(payload),
+        "payload_digest": admission.payload_digest("s-1", payload, Intent.QUEUE),
+        "intent": Intent.QUEUE, "role": BindingRole.MEMBER, "status": status,
+        "owner_epoch": 1, "created_at": 0.0, "updated_at": 0.0}
+    values.update(kw)
+    return AdmissionRow(**values)
+
+
+def binding(role: BindingRole = BindingRole.MEMBER,
+            kind: PrincipalKind = PrincipalKind.USER) -> Binding:
+    return Binding(principal_id="alice", kind=kind, session_id="s-1", role=role)
+
+
+# ---- the status machine ----------------------------------------------------------------
+
+
+def test_the_docs_carry_the_rendered_status_machine() -> None:
+    """docs/admission.md holds render_mermaid()'s output verbatim (regenerate it if this fails)."""
+    assert admission.render_mermaid() in (DOCS / "admission.md").read_text(encoding="utf-8")
+
+
+def test_unknown_is_left_only_by_reconcile_and_nothing_returns_to_queued() -> None:
+    """No move leads back to queued, and the only way out of unknown is a reconcile."""
+    assert AdmissionStatus.QUEUED not in admission.TRANSITIONS.values()
+    exits = {move for (source, move) in admission.TRANSITIONS if source is AdmissionStatus.UNKNOWN}
+    assert exits == {Move.RECONCILE}
+    assert not any(source is AdmissionStatus.TERMINAL for source, _ in admission.TRANSITIONS)
+
+
+@given(st.sampled_from(list(AdmissionStatus)), st.sampled_from(list(Move)),
+       st.sampled_from([None, *Outcome]))
+def test_apply_move_follows_the_table_exactly(status: AdmissionStatus, move: Move,
+                                              outcome: Outcome | None) -> None:
+    """A move is applied iff the table allows it with an outcome of its own; else nothing moves."""
+    before = row(status=status)
+    allowed = admission.MOVE_OUTCOMES.get(move, frozenset())
+    legal = (status, move) in admission.TRANSITIONS and (
+        outcome in allowed if allowed else outcome is None)
+    try:
+        after = admission.apply_move(before, move, epoch=1, current_epoch=1, now=5.0, tick=9,
+                                     outcome=outcome)
+    except PersistenceError as error:
+        assert not legal and error.cause == "illegal_move"
+        return
+    assert legal
+    assert after.status is admission.TRANSITIONS[(status, move)]
+    assert after.outcome == (outcome if allowed else None)
+    assert after.claims == before.claims + (move is Move.CLAIM)
+
+
+def test_a_stale_epoch_moves_nothing() -> None:
+    """Settle is fenced by the stored epoch and by the epoch that claimed the row."""
+    started = row(status=AdmissionStatus.STARTED, owner_epoch=1)
+    for epoch, current in ((1, 2), (2, 2)):
+        with pytest.raises(PersistenceError) as info:
+            admission.apply_move(started, Move.SETTLE, epoch=epoch, current_epoch=current,
+                                 now=1.0, tick=1, outcome=Outcome.COMPLETED)
+        assert info.value.cause == "stale_epoch"
+
+
+def test_recovery_makes_only_dead_epochs_started_rows_unknown() -> None:
+    """Queued rows and the current epoch's started rows are left as they are (ADM-7)."""
+    rows = [row(1, AdmissionStatus.STARTED, owner_epoch=1), row(2, owner_epoch=1),
+            row(3, AdmissionStatus.STARTED, owner_epoch=2)]
+    changed = admission.recover(rows, 2, 3.0, 10)
+    assert [(r.admission_id, r.status, r.unknown_tick) for r in changed] == [
+        ("adm-1", AdmissionStatus.UNKNOWN, 11)]
+
+
+# ---- FIFO -------------------------------------------------------------------------------
+
+
+def test_the_claim_is_the_lowest_seq_and_waits_for_the_one_in_flight() -> None:
+    """Lowest seq queued; none while one is started; paused while one is unknown (ADM-4/5)."""
+    queued = [row(3), row(1), row(2)]
+    answer = admission.next_claim(queued)
+    assert answer.row is not None and answer.row.seq == 1
+    assert admission.next_claim([*queued, row(9, AdmissionStatus.STARTED)]).row is None
+    paused = admission.next_claim([*queued, row(9, AdmissionStatus.UNKNOWN)])
+    assert paused.row is None and paused.paused
+    assert admission.next_claim([row(1, AdmissionStatus.TERMINAL)]).row is None
+
+
+# ---- digest and normalization ----------------------------------------------------------
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
+
+
+@given(st.dictionaries(st.text(max_size=5), JSON, max_size=4), st.randoms())
+def test_the_digest_ignores_key_order(extra: dict[str, Any], rnd: Any) -> None:
+    """Equal payloads built in any key order have one canonical JSON and one digest."""
+    payload = {"text": "hi", **extra}
+    keys = list(payload)
+    rnd.shuffle(keys)
+    shuffled = {k: payload[k] for k in keys}
+    assert admission.canonical_json(shuffled) == admission.canonical_json(payload)
+    assert admission.payload_digest("s", shuffled, Intent.QUEUE) == \
+        admission.payload_digest("s", payload, Intent.QUEUE)
+
+
+@given(st.text(min_size=1, max_size=20).filter(str.strip))
+def test_the_digest_binds_target_and_intent(text: str) -> None:
+    """Another session or another intent is another request, with another digest."""
+    payload = {"text": text}
+    one = admission.payload_digest("s-1", payload, Intent.QUEUE)
+    assert one != admission.payload_digest("s-2", payload, Intent.QUEUE)
+    assert one != admission.payload_digest("s-1", payload, Intent.STEER)
+    body = {"payload": {"input": payload, "intent": "queue"}, "target": "s-1"}
+    import hashlib
+    expected = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                         ensure_ascii=False).encode()).hexdigest()
+    assert one == expected
+
+
+@pytest.mark.parametrize("payload", [
+    "{not json", [1, 2], {"text": ""}, {"text": "   "}, {"note": "no text"},
+    {"text": float("nan")}, {"text": "x" * 70_000}, {"text": "hi", "bad": {1, 2}},
+])
+def test_unusable_payloads_are_invalid_params(payload: Any) -> None:
+    """A payload that is not a JSON object with text, or too large, is refused in one line."""
+    with pytest.raises(AdmissionRefused) as info:
+        admission.normalize_payload(payload, LIMITS)
+    assert info.value.code == "invalid_params" and "\n" not in str(info.value)
+    assert isinstance(info.value, BadInput)
+
+
+def test_a_json_text_payload_normalizes_like_its_object() -> None:
+    """JSON text and the object it encodes are one payload; line ends become \\n."""
+    as_text = admission.normalize_payload('{"text": "a\\r\\nb", "k": 1}', LIMITS)
+    assert as_text == admission.normalize_payload({"k": 1, "text": "a\nb"}, LIMITS)
+
+
+@pytest.mark.parametrize("key", ["", None, 7, "x" * 1025, "tab\there"])
+def test_malformed_keys_are_refused(key: Any) -> None:
+    """Ids are non-empty printable strings within the bound."""
+    with pytest.raises(AdmissionRefused):
+        admission.check_key("request_id", key, LIMITS)
+
+
+# ---- authority --------------------------------------------------------------------------
+
+
+def test_the_role_is_the_bindings_whatever_the_payload_says() -> None:
+    """ADM-2: authorize reads the binding only; intents follow the role."""
+    assert admission.authorize(binding(), "alice", "s-1", Intent.QUEUE) is BindingRole.MEMBER
+    with pytest.raises(AdmissionRefused) as info:
+        admission.authorize(binding(), "alice", "s-1", Intent.REDIRECT)
+    assert info.value.code == "forbidden"
+    with pytest.raises(AdmissionRefused) as info:
+        admission.authorize(None, "alice", "s-1", Intent.QUEUE)
+    assert info.value.code == "not_bound"
+    operator = binding(BindingRole.OPERATOR)
+    assert admission.authorize(operator, "alice", "s-1", Intent.REDIRECT) is BindingRole.OPERATOR
+
+
+def test_idempotency_is_judged_by_the_digest() -> None:
+    """Same key: same digest is a hit, another a conflict (ADM-3)."""
+    first = row(1)
+    assert admission.decide_admit(None, first) == "new"
+    assert admission.decide_admit(first, first.model_copy(update={"admission_id": "x"})) == "hit"
+    assert admission.decide_admit(first, first.model_copy(update={"payload_digest": "0"})) \
+        == "conflict"
+
+
+# ---- the coroutines, stepped by hand -----------------------------------------------------
+
+
+def drive(coro: Any, answers: dict[type, Any]) -> tuple[Any, list[Any]]:
+    """Run a door coroutine, answering each effect from ``answers``; returns result and effects."""
+    seen: list[Any] = []
+    value: Any = None
+    while True:
+        try:
+            effect = coro.send(value)
+        except StopIteration as stop:
+            return stop.value, seen
+        seen.append(effect)
+        answer = answers.get(type(effect))
+        value = answer(effect) if callable(answer) else answer
+
+
+def test_admit_acknowledges_only_after_the_commit() -> None:
+    """The ack is the last effect, after AdmitInput returned the committed row (ADM-1)."""
+    def commit(effect: fx.AdmitInput) -> AdmitAnswer:
+        return AdmitAnswer(verdict="new", row=effect.candidate.model_copy(update={"seq": 4}))
+    sub = door.Submission("alice", "s-1", "r-1", {"text": "hi", "role": "operator"})
+    result, seen = drive(door.admit(sub, LIMITS, 1), {
+        fx.LoadBinding: binding(), fx.Now: 1.0, fx.MintId: "adm-1", fx.AdmitInput: commit})
+    kinds = [type(e) for e in seen]
+    assert kinds[-2:] == [fx.AdmitInput, fx.Acknowledge]
+    assert isinstance(result, Ack) and result.seq == 4 and result.fresh
+    assert seen[-2].candidate.role is BindingRole.MEMBER  # the payload's claim gained nothing
+
+
+def test_bad_input_is_refused_before_any_effect_but_the_answer() -> None:
+    """A malformed submission performs nothing durable: its only effect is the refusal."""
+    payload = "{broken"
+    result, seen = drive(door.admit(door.Submission("alice", "s-1", "r", payload), LIMITS, 1), {})
+    assert [type(e) for e in seen] == [fx.Acknowledge]
+    assert isinstance(result, Refusal) and result.carried is payload
+    assert result.code == "invalid_params" and isinstance(result.error(), BadInput)
+
+
+def test_a_conflict_is_refused_with_the_input_handed_back() -> None:
+    """admission_conflict carries the submitted payload back (ADM-3, ADM-6)."""
+    payload = {"text": "other"}
+    result, _ = drive(door.admit(door.Submission("alice", "s-1", "r", payload), LIMITS, 1), {
+        fx.LoadBinding: binding(), fx.Now: 1.0, fx.MintId: "adm-1",
+        fx.AdmitInput: AdmitAnswer(verdict="conflict")})
+    assert isinstance(result, Refusal) and result.code == "admission_conflict"
+    assert result.carried is payload
+
+
+def test_an_internal_event_needs_a_binding_of_its_kind() -> None:
+    """A cron tick from a principal bound as a user is refused (ADM-2)."""
+    sub = door.internal_submission(PrincipalKind.CRON, "alice", "s-1", "run-1", "tick")
+    result, _ = drive(door.admit(sub, LIMITS, 1), {fx.LoadBinding: binding()})
+    assert isinstance(result, Refusal) and result.code == "not_bound"
+    with pytest.raises(AdmissionRefused):
+        door.internal_submission(PrincipalKind.USER, "alice", "s-1", "e", "not internal")
