@@ -30,7 +30,12 @@ tool-call deltas are grouped by their ``index`` (id and name arrive once, argume
 in fragments), and the last ``finish_reason`` and ``usage`` seen win. Text is cleaned once
 it is whole, so a surrogate pair that a server split across two deltas is joined into its
 one character, not kept as two lone halves. A stream must end
-with ``data: [DONE]``; a stream that just stops is malformed, not a short answer.
+with ``data: [DONE]``; a stream that just stops is malformed, not a short answer. (A
+stream *cut* by the connection, before its last chunk, never reaches the fold: the
+transport reports it, and ``HttpProvider`` maps it to a transient server error.) A byte-order
+mark at the start of a stream is dropped, as the SSE format says. Choices are taken by
+their ``index``, never by their position: the reply is choice 0's, in a whole body or a
+stream, and the deltas of other choices are ignored.
 """
 
 from __future__ import annotations
@@ -192,7 +197,7 @@ def parse_completion(payload: object) -> ProviderReply:
     if not isinstance(choices, list) or not choices:
         got = "empty" if choices == [] else f"{_json_kind(choices)}, not a non-empty array"
         raise MalformedReply(f"choices is missing or empty (got {got})")
-    choice = _object(choices[0], "choices[0]")
+    choice = _object(_first_choice(choices, "choices"), "choices[0]")
     message = _object(choice.get("message"), "choices[0].message")
     calls = _tool_calls(message.get("tool_calls"), "choices[0].message.tool_calls")
     finish = _optional_str(choice.get("finish_reason"), "choices[0].finish_reason")
@@ -204,6 +209,19 @@ def parse_completion(payload: object) -> ProviderReply:
         usage=_usage(body.get("usage")),
         model=_optional_str(body.get("model"), "model") or "",
     ))
+
+
+def _first_choice(choices: list[Any], path: str) -> object:
+    """The choice whose ``index`` is 0, wherever it stands in the array.
+
+    A server may list choices in any order (``n`` > 1, or a stream that interleaves them);
+    a choice without an ``index`` counts as its position, as in the oldest servers.
+    """
+    for position, choice in enumerate(choices):
+        index = choice.get("index", position) if isinstance(choice, dict) else position
+        if index == 0:
+            return choice
+    raise MalformedReply(f"{path} has no choice with index 0")
 
 
 def _tool_calls(value: object, path: str) -> tuple[ToolCall, ...]:
@@ -283,6 +301,8 @@ class StreamAssembler:
 
     def feed_line(self, line: str) -> None:
         self._line_no += 1
+        if self._line_no == 1 and line.startswith("\ufeff"):
+            line = line[1:]  # the SSE format strips one byte-order mark at the stream's start
         if not line:
             self._dispatch()
             return
@@ -341,7 +361,9 @@ class StreamAssembler:
             return  # e.g. the trailing usage-only chunk
         if not isinstance(choices, list):
             raise MalformedReply(f"{where}: choices is not an array (got {_json_kind(choices)})")
-        choice = _object(choices[0], f"{where}: choices[0]")
+        choice = _stream_choice(choices, where)
+        if choice is None:
+            return  # deltas of another choice (n > 1): the engine reads choice 0 only
         finish = _optional_str(choice.get("finish_reason"), f"{where}: choices[0].finish_reason")
         self._finish = finish or self._finish
         delta = choice.get("delta")
@@ -349,6 +371,7 @@ class StreamAssembler:
             self._apply_delta(_object(delta, f"{where}: choices[0].delta"), where)
 
     def _apply_delta(self, delta: dict[str, Any], where: str) -> None:
+        """Fold one delta of choice 0 into the reply being assembled."""
         path = f"{where}: choices[0].delta"
         content = _optional_str(delta.get("content"), f"{path}.content")
         if content is not None:
@@ -389,6 +412,15 @@ class StreamAssembler:
             name=_required_str(partial.name, f"{path}.function.name"),
             arguments="".join(partial.arguments),
         )
+
+
+def _stream_choice(choices: list[Any], where: str) -> dict[str, Any] | None:
+    """The chunk's choice with ``index`` 0 (a missing index counts as 0), or None."""
+    for position, choice in enumerate(choices):
+        item = _object(choice, f"{where}: choices[{position}]")
+        if item.get("index", 0) == 0:
+            return item
+    return None
 
 
 def _once(current: str | None, new: str | None, path: str) -> str | None:
