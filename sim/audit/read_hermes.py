@@ -10,8 +10,10 @@ transcript the next call replays, so it is counted but not paired. ``tool_calls`
 the wire objects plus ``call_id`` and ``response_item_id``; ``tool_call_ids`` reads them.
 
 Scaffolding leaves no flag in this schema (flags are dictionary keys that are never
-columns), so a row is judged scaffolding when its text is one of the synthetic retry
-messages this project knows, as in ``read_ref``. Newer schemas carry durable leases
+columns), so a row is judged scaffolding by its text: one of the synthetic retry
+messages this project knows (as in ``read_ref``), or a user row that opens with
+``[System:``, the prefix Hermes Agent gives the messages it writes in the user's place
+(0.19.0 stores one after a stream is cut, asking the model to continue). Newer schemas carry durable leases
 (``session_turn_leases``); where that table exists it is read too.
 """
 
@@ -50,7 +52,8 @@ def _rows(conn: sqlite3.Connection) -> Iterator[Row]:
     marks = ", ".join("?" for _ in SCAFFOLDING_TEXTS)
     cursor = conn.execute(
         "SELECT session_id, id, role, tool_calls, tool_call_id, "
-        f"(role IN ('user', 'system') AND content IN ({marks})) FROM messages {where} "
+        f"(role IN ('user', 'system') AND (content IN ({marks}) OR substr(content, 1, 8) = "
+        f"'[System:')) FROM messages {where} "
         "ORDER BY id", SCAFFOLDING_TEXTS)
     cursor.arraysize = 4096
     while batch := cursor.fetchmany():

@@ -11,8 +11,9 @@ server answers 500 and counts a harness error.
 
 ``Cursor.report()`` is the summary's raw material: per route, the steps consumed and the
 steps never (or not fully) used, and the requests that came past the end. A script is
-*consumed exactly* when no step is left (an ``always`` step counts as used once it has
-answered) and no request came past the end or was answered by ``when_exhausted``.
+*consumed exactly* when no step is left (an ``always`` step is never left: it answers
+any number of requests, none included) and no request came past the end or was
+answered by ``when_exhausted``.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Cursor:
 
     @property
     def remaining(self) -> int:
-        """Steps not yet started or not fully repeated (an ``always`` step in play counts 0)."""
+        """Steps not yet started or not fully repeated (``always`` steps never count)."""
         return len(self.report().unused)
 
     def report(self) -> Report:
@@ -118,8 +119,8 @@ class Cursor:
                 consumed += queue.used_steps
                 for i, step in enumerate(queue.route.steps[queue.position:], queue.position):
                     started = i == queue.position and queue.used > 0
-                    if step.repeat is None and started:
-                        continue
+                    if step.repeat is None:
+                        continue  # "always" answers any number of requests, none included
                     left = (step.repeat or 1) - (queue.used if started else 0)
                     unused.append(step.label if left == (step.repeat or 1)
                                   else f"{step.label} ({left} of {step.repeat} left)")

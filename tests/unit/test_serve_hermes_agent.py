@@ -1,0 +1,37 @@
+"""The real Hermes Agent 0.19.0 against the served simulator (nox -s hermes_agent).
+
+Skipped unless HERMES_AGENT_BIN names a ``hermes`` executable (its own venv: nox makes it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sim.audit.cli import audit
+from sim.serve.hermes_agent import CASES, HERMES_BIN_ENV, PROMPT, case_script, run
+
+HERMES = os.environ.get(HERMES_BIN_ENV, "")
+pytestmark = pytest.mark.skipif(
+    not HERMES or not Path(HERMES).exists(),
+    reason=f"set {HERMES_BIN_ENV} to a Hermes Agent 0.19.0 'hermes' (run: nox -s hermes_agent)")
+
+ANSWERS = {"happy": "tool-ok", "rate_limited": "tool-ok", "stream_cut": "tool-ok"}
+FINDINGS = {"stream_cut": ["SCAF-1"], "context_overflow": ["FIN-5"], "rejected": ["FIN-5"]}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_hermes_meets_each_fault_and_its_database_audits(tmp_path: Path, name: str) -> None:
+    """Hermes answers (or fails) as it does against a real provider; its state.db audits."""
+    result = run(HERMES, case_script(name), tmp_path, PROMPT)
+    assert result.exit_code == 0, result.stderr
+    posts = [r for r in result.records if r["method"] == "POST"]
+    assert all(r["status"] != 400 or r.get("step") for r in posts), "a valid request refused"
+    if name in ANSWERS:
+        assert result.stdout.strip() == ANSWERS[name]
+        assert result.usage["completed"] is True
+    if name == "rate_limited":
+        assert posts[1]["gap_s"] >= 0.9  # Retry-After: 1 was honoured
+    assert [f.invariant for f in audit(result.state_db).findings] == FINDINGS.get(name, [])
