@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 Real HTTP clients (``HttpProvider``, and through it the asyncio driver) reach a fake from
-``sim.provider`` through this module, and ``hermes-ref fake-provider serve`` serves one
-with it: the fake stays the only model and HTTP is only its wire. Two conversions:
+``sim.provider`` through this module: the fake stays the only model and HTTP is only its
+wire. Two conversions:
 
 * **wire → request**: ``request_from_wire`` rebuilds the ``ProviderRequest`` a
   chat-completions body encodes, refusing anything the engine would never send
@@ -23,6 +23,10 @@ Three shells reuse it:
 * ``fake_transport(provider)``: an ``httpx.MockTransport`` for an ``httpx.AsyncClient``;
 * ``install_respx(router, provider, base_url)``: the same handler behind respx routes;
 * ``serve_fake_provider(provider)``: a real ``ThreadingHTTPServer`` on 127.0.0.1.
+
+``hermes-ref sim serve`` (and its alias ``fake-provider serve``) is the served simulator of
+``sim.serve``, which plays script files with every wire fault; this module stays the HTTP
+face of the in-process fakes, strict on purpose (it refuses non-wire keys, WIRE-3).
 
 A ``ScriptError`` from the fake is never an HTTP answer: the in-process shells let it
 propagate, and the real server answers 500 and keeps it in ``harness_errors``.
@@ -334,6 +338,7 @@ class FakeProviderServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    request_queue_size = 1024  # the stdlib's 5 turns a burst of connections into a 1 s tail
 
     def __init__(self, address: tuple[str, int], provider: Provider, stall_s: float) -> None:
         super().__init__(address, _FakeProviderHandler)

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import TextIO
 
+from hermes_ref.errors import BadInput
 from sim.serve import script as script_file
 from sim.serve.cursor import Report
 from sim.serve.journal import Journal, open_journal
@@ -37,7 +38,7 @@ from sim.serve.server import Simulator, start
 def add_arguments(parser: argparse.ArgumentParser, *, alias: bool = False) -> None:
     parser.add_argument("--script", required=True, help="the script file (docs/test-your-own-agent.md)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=0, help="port (default 0: any free port)")
+    parser.add_argument("--port", default="0", help="port (default 0: any free port)")
     parser.add_argument("--journal", help="write a JSONL record of every request to this new file")
     if alias:
         parser.add_argument("--keep", action="store_true", help="keep serving after the script ends")
@@ -49,20 +50,21 @@ def add_arguments(parser: argparse.ArgumentParser, *, alias: bool = False) -> No
 
 
 def _port(text: str) -> int:
+    """A port from the command line; ``BadInput`` (one line, exit 2) when it is not a number."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    return value
+        raise BadInput(f"--port {text!r} is not a port number (0 to 65535)") from None
 
 
 def main(args: argparse.Namespace, out: TextIO) -> int:
     """Run the command; ``BadInput`` propagates to the caller's one-line error."""
+    port = _port(args.port)
     script = script_file.load(args.script)
     journal = Journal(open_journal(args.journal)) if args.journal else Journal(None)
     simulator = Simulator(script, journal)
     try:
-        server = start(simulator, args.host, args.port)
+        server = start(simulator, args.host, port)
     except BaseException:
         _discard_journal(journal, args.journal)
         raise
