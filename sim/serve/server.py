@@ -207,6 +207,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._serve("POST")
 
+    def do_PUT(self) -> None:
+        self._serve("PUT")  # the API's 404 in JSON, not the stdlib's HTML 501
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
     def _serve(self, method: str) -> None:
         simulator = self.server.simulator
         arrival = simulator.arrive()
