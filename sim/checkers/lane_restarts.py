@@ -1,0 +1,105 @@
+"""Restart recovery of session lanes (SES-7), judged from the lane log and the route revisions.
+
+Theory of operation
+-------------------
+The lane log says when each process started (with or without the clean-exit marker) and
+stopped (with the keys whose turns were still running). The event log says which turns
+completed. From those alone this checker derives, for every start, which lanes it owed a
+resume_pending mark (a start without the marker: lanes active within
+``restart_resume_window_s``, neither suspended nor pending) and which it owed a
+suspension (still running across ``stuck_restart_threshold`` graceful stops in a row, with
+no successful turn between), and demands exactly those revisions at that start: a mark
+missing is a violation as much as one too many.
+
+Entries at one instant are ordered completions, then stops, then starts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hermes_ref.models import EventKind
+from hermes_ref.session import Route
+from sim.checkers.base import Observation, Violation, checker
+
+_PASS = ("restart_interrupted", "stuck")
+
+
+def _timeline(obs: Observation) -> list[tuple[float, int, int, str, str]]:
+    """(at, rank, seq, kind, key): successful turns, stops, running keys, starts."""
+    keys = {r.session_id: r.key for r in obs.record.routes}
+    items: list[tuple[float, int, int, str, str]] = []
+    for seq, event in enumerate(obs.record.events):
+        if event.kind == EventKind.TURN_COMPLETED and event.data.get("failed") is False \
+                and event.session_id in keys:
+            items.append((event.at or 0.0, 0, seq, "ok", keys[event.session_id]))
+    for seq, entry in enumerate(obs.record.lane_log):
+        rank = {"stop": 1, "running": 1, "start_clean": 2, "start_unclean": 2}.get(entry.kind)
+        if rank is not None:
+            items.append((entry.at, rank, seq, entry.kind, entry.key))
+    return sorted(items)
+
+
+def _before(revisions: list[Route], at: float) -> Route | None:
+    """The key's revision in force as a start at ``at`` began."""
+    found = None
+    for route in revisions:
+        if route.at < at or (route.at == at and route.cause.value not in _PASS):
+            found = route
+    return found
+
+
+def _judge_start(obs: Observation, at: float, clean: bool, streak: dict[str, int],
+                 revisions: dict[str, list[Route]]) -> list[Violation]:
+    out: list[Violation] = []
+    window, threshold = obs.limits.restart_resume_window_s, obs.limits.stuck_restart_threshold
+    for key, routes in sorted(revisions.items()):
+        pre = _before(routes, at)
+        if pre is None:
+            continue
+        done = {r.cause.value for r in routes if r.at == at and r.cause.value in _PASS}
+        active = (not pre.suspended and not pre.resume_pending and not pre.expiry_finalized
+                  and pre.updated_at >= at - window)
+        want_mark = not clean and active
+        if want_mark != ("restart_interrupted" in done):
+            out.append(Violation("restart_marking", "SES-7", f"start at {at:g} ("
+                                 f"{'clean' if clean else 'no clean-exit marker'}): {key} "
+                                 f"{'owed' if want_mark else 'got'} a resume_pending mark "
+                                 f"(last active {at - pre.updated_at:g} s before)"))
+        want_stuck = streak[key] >= threshold and not pre.suspended and not pre.expiry_finalized
+        if want_stuck != ("stuck" in done):
+            out.append(Violation("restart_marking", "SES-7", f"start at {at:g}: {key} was "
+                                 f"running across {streak[key]} restarts and "
+                                 f"{'was not' if want_stuck else 'was'} suspended"))
+        if "stuck" in done:
+            streak[key] = 0
+    return out
+
+
+@checker("restart_marking", ("SES-7",),
+         "a start without the clean-exit marker marks the recently active lanes "
+         "resume_pending; a lane running across the threshold of restarts is suspended")
+def restart_marking(obs: Observation) -> list[Violation]:
+    revisions: dict[str, list[Route]] = defaultdict(list)
+    for route in sorted(obs.record.routes, key=lambda r: (r.key, r.revision)):
+        revisions[route.key].append(route)
+    streak: dict[str, int] = defaultdict(int)
+    running: set[str] | None = None
+    out: list[Violation] = []
+    for at, _, _, kind, key in _timeline(obs):
+        if kind != "running" and running is not None:  # the stop's running keys are all in
+            for other in list(streak):
+                if other not in running:
+                    streak[other] = 0
+            for name in running:
+                streak[name] += 1
+            running = None
+        if kind == "ok":
+            streak[key] = 0
+        elif kind == "stop":
+            running = set()
+        elif kind == "running" and running is not None:
+            running.add(key)
+        elif kind.startswith("start"):
+            out += _judge_start(obs, at, kind == "start_clean", streak, revisions)
+    return out

@@ -1,0 +1,119 @@
+"""Broken session lanes: threads split per user, short ids, the released order in the
+reference's place, a notice on every message, a finalized row closed as an eviction, a
+closed row revived, background processes ignored, a restart window read in minutes and a
+stuck threshold off by one (SES-1..SES-7)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import Any
+from unittest import mock
+
+from hermes_ref import lane_restart, router, session
+from hermes_ref.session import Order, Route, SessionSource, Situation
+from sim.sabotage.base import sabotage
+
+
+def _threads_per_user() -> list[AbstractContextManager[Any]]:
+    original = session.build_session_key
+
+    def split(source: SessionSource, *, group_per_user: bool = True,
+              thread_per_user: bool = False) -> str:
+        return original(source, group_per_user=group_per_user, thread_per_user=True)
+    return [mock.patch.object(session, "build_session_key", split)]
+
+
+sabotage("threads_split_per_user", ("SES-1",),
+         "the key builder ignores the thread setting: every participant of a thread gets "
+         "a lane of their own")(_threads_per_user)
+
+
+def _six_hex_ids() -> list[AbstractContextManager[Any]]:
+    def short(now_s: float, bits: int) -> str:
+        stamp = datetime.fromtimestamp(now_s, tz=UTC).strftime("%Y%m%d_%H%M%S")
+        return f"{stamp}_{bits & 0xFFFFFF:06x}"  # the agent-side format
+    return [mock.patch.object(session, "incarnation_id", short)]
+
+
+sabotage("six_hex_incarnation_ids", ("SES-2",),
+         "incarnation ids take the agent-side 6 hex digits instead of 8")(_six_hex_ids)
+
+
+def _released_order_in_reference() -> list[AbstractContextManager[Any]]:
+    swapped = ("stale", "suspended", "policy", "resume_pending", "keep")
+    return [mock.patch.dict(session.PRIORITY, {Order.REFERENCE: swapped})]
+
+
+sabotage("policy_before_resume_pending", ("SES-3",),
+         "the reference order evaluates the reset policy before resume_pending, as 0.19.0 "
+         "does")(_released_order_in_reference)
+
+
+def _notice_every_time() -> list[AbstractContextManager[Any]]:
+    def always(route: Route, has_rows: bool) -> bool:
+        return route.was_auto_reset and not route.notice_delivered
+    return [mock.patch.object(session, "notice_due", always)]
+
+
+sabotage("notice_on_every_message", ("SES-4",),
+         "an automatic reset's notice is injected until the flag is set, not only before "
+         "the first row")(_notice_every_time)
+
+
+def _finalized_as_closed() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(router, "FINALIZED_END_REASON", "agent_close")]
+
+
+sabotage("finalized_row_closed_not_reset", ("SES-5",),
+         "expiry finalization ends the row as agent_close (an evicted agent), not as a "
+         "reset")(_finalized_as_closed)
+
+
+def _stale_by_flag_only() -> list[AbstractContextManager[Any]]:
+    def flag_only(s: Situation) -> str | None:
+        return "session_reset" if s.route.expiry_finalized else None
+    return [mock.patch.dict(session.RULES, {"stale": (flag_only, session.Action.NEW)})]
+
+
+sabotage("stale_route_revives_closed_row", ("SES-5",),
+         "routing trusts the route's flags and never looks at the session row, so a row "
+         "closed elsewhere is written to again")(_stale_by_flag_only)
+
+
+def _background_ignored() -> list[AbstractContextManager[Any]]:
+    def policy_only(policy: session.ResetPolicy, updated_at: float, now: float,
+                    background_live: bool) -> str | None:
+        return session.policy_reason(policy, updated_at, now)
+    return [mock.patch.object(session, "expiry_reason", policy_only)]
+
+
+sabotage("background_process_ignored", ("SES-6",),
+         "expiry reads the policy alone: a lane with a live background process expires "
+         "too")(_background_ignored)
+
+
+def _window_in_minutes() -> list[AbstractContextManager[Any]]:
+    original = lane_restart.recently_active
+
+    def minutes(route: Route, now: float, window_s: float) -> bool:
+        return original(route, now, window_s * 60)
+    return [mock.patch.object(lane_restart, "recently_active", minutes)]
+
+
+sabotage("restart_window_in_minutes", ("SES-7",),
+         "the restart resume window is read as minutes, so lanes idle for an hour are "
+         "marked resume_pending")(_window_in_minutes)
+
+
+def _threshold_off_by_one() -> list[AbstractContextManager[Any]]:
+    original = lane_restart.suspend_stuck
+
+    def strict(routes: Any, counts: Any, threshold: int, now: float) -> list[Route]:
+        return original(routes, counts, threshold + 1, now)
+    return [mock.patch.object(lane_restart, "suspend_stuck", strict)]
+
+
+sabotage("stuck_threshold_off_by_one", ("SES-7",),
+         "a lane is suspended only after more restarts than the threshold (> for >=)")(
+    _threshold_off_by_one)
