@@ -51,9 +51,9 @@ def restart_counts(markers: Mapping[str, float]) -> dict[str, int]:
 
 
 def recently_active(route: Route, now: float, window_s: float) -> bool:
-    """Active within the window, neither suspended nor pending nor finalized."""
+    """Active within the window, neither suspended nor pending nor finalized nor pruned."""
     return (not route.suspended and not route.resume_pending and not route.expiry_finalized
-            and route.updated_at >= now - window_s)
+            and not route.retired and route.updated_at >= now - window_s)
 
 
 def mark_recently_active(routes: Iterable[Route], now: float, window_s: float) -> list[Route]:
@@ -68,7 +68,7 @@ def suspend_stuck(routes: Iterable[Route], counts: Mapping[str, int], threshold:
     """The suspensions of keys still running across ``threshold`` restarts."""
     return [route.revise(Cause.SUSPENDED, now, suspended=True) for route in routes
             if counts.get(route.key, 0) >= threshold and not route.suspended
-            and not route.expiry_finalized]
+            and not route.expiry_finalized and not route.retired]
 
 
 def shutdown_markers(markers: Mapping[str, float], running: Iterable[str],

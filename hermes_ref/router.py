@@ -19,7 +19,8 @@ sent inside the first user message of the new incarnation and is durable there (
 row's ``api_content``, WIRE-1) and nowhere else. Whether it is still due is read from the
 record: due until the incarnation has a stored row (``session.notice_due``).
 
-``finalize_expired`` is the expiry watcher's pass (SES-5); ``start`` and ``shutdown`` are
+``watch`` is the expiry watcher's pass: ``finalize_expired`` (SES-5), then
+``prune_idle`` (SES-6); ``start`` and ``shutdown`` are
 the restart rules (SES-7, ``lane_restart``). The turn itself still takes a ``TurnInput``;
 ``turn_input`` makes one from a ``Routed``.
 """
@@ -51,6 +52,7 @@ from hermes_ref.session import Action, Cause, Order, ResetMode, ResetPolicy, Rou
 
 ID_DRAWS_MAX = 3  # fresh ids drawn before giving up on a collision (practically never)
 FINALIZED_END_REASON = "session_reset"  # how the expiry watcher ends a row (SES-5)
+PRUNED_END_REASON = "pruned"  # how a pruned lane's row is ended (SES-6)
 
 
 class Routed(Frozen):
@@ -184,6 +186,20 @@ async def lane_of(key: str) -> Route:
 # ---- the expiry watcher (SES-5, SES-6) ---------------------------------------------------
 
 
+class Watch(Frozen):
+    """What one pass of the watcher did: the keys it finalized and the keys it pruned."""
+
+    finalized: tuple[str, ...] = ()
+    pruned: tuple[str, ...] = ()
+
+
+async def watch(limits: Limits) -> Watch:
+    """One pass of the expiry watcher: finalize what expired, then retire what is idle past
+    the prune age. Neither touches a lane with a live background process (SES-6)."""
+    finalized = await finalize_expired(limits)
+    return Watch(finalized=finalized, pruned=await prune_idle(limits))
+
+
 async def finalize_expired(limits: Limits) -> tuple[str, ...]:
     """Finalize every expired live incarnation once: flag it and end its row (session_reset)."""
     now = await Now()
@@ -191,7 +207,8 @@ async def finalize_expired(limits: Limits) -> tuple[str, ...]:
     live = await LiveBackground()
     policy, done = policy_of(limits), []
     for current in routes:
-        if not session.finalization_due(current, policy, now, current.key in live):
+        if current.retired or not session.finalization_due(current, policy, now,
+                                                           current.key in live):
             continue
         record = await LoadSession(current.session_id)
         if record is not None and record.ended_at is not None:
@@ -199,6 +216,23 @@ async def finalize_expired(limits: Limits) -> tuple[str, ...]:
         revised = current.revise(Cause.FINALIZED, now, expiry_finalized=True,
                                  order=limits.session_resolution_order)
         if await PutRoute(revised, current.session_id, FINALIZED_END_REASON):
+            done.append(current.key)
+    return tuple(done)
+
+
+async def prune_idle(limits: Limits) -> tuple[str, ...]:
+    """Retire every lane idle past ``session_prune_after_s``; its row is ended ``pruned``."""
+    now = await Now()
+    routes = await LoadRoutes()
+    live = await LiveBackground()
+    done = []
+    for current in routes:
+        if not session.prune_due(current, now, limits.session_prune_after_s,
+                                 current.key in live):
+            continue
+        revised = current.revise(Cause.PRUNED, now, retired=True,
+                                 order=limits.session_resolution_order)
+        if await PutRoute(revised, current.session_id, PRUNED_END_REASON):
             done.append(current.key)
     return tuple(done)
 

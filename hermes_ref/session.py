@@ -168,6 +168,7 @@ class Cause(StrEnum):
     MARKED = "restart_interrupted"  # start without a clean-exit marker
     SUSPENDED = "stuck"            # active across too many restarts
     FINALIZED = "expiry_finalized"  # the expiry watcher ended the incarnation
+    PRUNED = "pruned"              # the watcher retired a lane idle past the prune age
 
 
 class Route(Frozen):
@@ -189,6 +190,7 @@ class Route(Frozen):
     auto_reset_reason: str | None = None
     is_fresh_reset: bool = False
     expiry_finalized: bool = False
+    retired: bool = False  # pruned: the route no longer routes (the next message starts anew)
     notice_delivered: bool = False
     order: str = "reference"  # the resolution order in force when this revision was written
 
@@ -227,6 +229,13 @@ def finalization_due(route: Route, policy: ResetPolicy, now: float,
         expiry_reason(policy, route.updated_at, now, background_live) is not None
 
 
+def prune_due(route: Route, now: float, prune_after_s: float, background_live: bool) -> bool:
+    """SES-6: a lane idle past the prune age is retired, unless it is suspended or has a live
+    background process; a prune age of 0 or less never prunes."""
+    return (prune_after_s > 0 and not route.retired and not route.suspended
+            and not background_live and route.updated_at < now - prune_after_s)
+
+
 def reset_notice(route: Route) -> str:
     return RESET_NOTICE.format(reason=route.auto_reset_reason or "reset")
 
@@ -263,7 +272,9 @@ class Decision(Frozen):
 
 
 def _stale(s: Situation) -> str | None:
-    return s.ended_reason or ("session_reset" if s.route.expiry_finalized else None)
+    route = s.route
+    return s.ended_reason or ("session_reset" if route.expiry_finalized else None) or (
+        "pruned" if route.retired else None)
 
 
 def _suspended(s: Situation) -> str | None:
@@ -325,10 +336,13 @@ class LaneState(StrEnum):
     RESUME_PENDING = "resume_pending"
     SUSPENDED = "suspended"
     FINALIZED = "expiry_finalized"
+    PRUNED = "pruned"
     ENDED = "ended"
 
 
 def state_of(route: Route) -> LaneState:
+    if route.retired:
+        return LaneState.PRUNED
     if route.expiry_finalized:
         return LaneState.FINALIZED
     if route.suspended:
@@ -344,16 +358,21 @@ TRANSITIONS: tuple[LaneMove, ...] = (
     (LaneState.LIVE, Cause.FINALIZED, LaneState.FINALIZED),
     (LaneState.LIVE, Cause.RESET, LaneState.ENDED),
     (LaneState.LIVE, Cause.USER_RESET, LaneState.ENDED),
+    (LaneState.LIVE, Cause.PRUNED, LaneState.PRUNED),
     (LaneState.RESUME_PENDING, Cause.RESUMED, LaneState.LIVE),
     (LaneState.RESUME_PENDING, Cause.SUSPENDED, LaneState.SUSPENDED),
     (LaneState.RESUME_PENDING, Cause.FINALIZED, LaneState.FINALIZED),
     (LaneState.RESUME_PENDING, Cause.RESET, LaneState.ENDED),
     (LaneState.RESUME_PENDING, Cause.USER_RESET, LaneState.ENDED),
+    (LaneState.RESUME_PENDING, Cause.PRUNED, LaneState.PRUNED),
     (LaneState.SUSPENDED, Cause.FINALIZED, LaneState.FINALIZED),
     (LaneState.SUSPENDED, Cause.RESET, LaneState.ENDED),
     (LaneState.SUSPENDED, Cause.USER_RESET, LaneState.ENDED),
     (LaneState.FINALIZED, Cause.RESET, LaneState.ENDED),
     (LaneState.FINALIZED, Cause.USER_RESET, LaneState.ENDED),
+    (LaneState.FINALIZED, Cause.PRUNED, LaneState.PRUNED),
+    (LaneState.PRUNED, Cause.RESET, LaneState.ENDED),
+    (LaneState.PRUNED, Cause.USER_RESET, LaneState.ENDED),
 )
 _MOVES = frozenset(TRANSITIONS)
 

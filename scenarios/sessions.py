@@ -224,7 +224,7 @@ def background_process_keeps_the_lane(s: Story) -> None:
     first = _sid(s, DM)
     s.background(DM, live=True)
     s.advance(2 * 3600)
-    s.expect(s.expiry_watch() == (), "the watcher leaves the lane alone")
+    s.expect(s.expiry_watch().finalized == (), "the watcher leaves the lane alone")
     s.message(DM, "Is it done?")
     s.expect(_sid(s, DM) == first, "two idle hours, same incarnation")
     s.advance(60)
@@ -248,3 +248,25 @@ def unclean_start_marks_recent_lanes(s: Story) -> None:
     s.advance(30)
     clean = s.lane_restart(graceful=True)
     s.expect(clean.clean and clean.marked == (), "a clean exit marks nothing")
+
+
+@scenario("A lane with a live background process is never pruned; an idle one is retired",
+          invariants=("SES-6",), stage="session")
+def background_process_is_never_pruned(s: Story) -> None:
+    s.limits(session_prune_after_s=24 * 3600.0)
+    _answers(s, 4)
+    s.message(DM, "Watch the deploy.")
+    s.message(OTHER_DM, "Nothing running here.")
+    kept, gone = _sid(s, DM), _sid(s, OTHER_DM)
+    s.background(DM, live=True)
+    s.advance(25 * 3600)
+    watched = s.expiry_watch()
+    s.expect(watched.pruned == (_key(s, OTHER_DM),), "only the lane without a process is pruned")
+    s.message(DM, "Still deploying?")
+    s.expect(_sid(s, DM) == kept, "the lane with the live process keeps its incarnation")
+    s.message(OTHER_DM, "Hello again.")
+    route = s.route_of(OTHER_DM)
+    s.expect(route is not None and route.session_id != gone and not route.was_auto_reset,
+             "a pruned lane starts a plain new incarnation, with no notice")
+    old = s.world.store.get_session(gone)
+    s.expect(old is not None and old.end_reason == "pruned", "the pruned row is ended, kept")

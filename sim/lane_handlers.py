@@ -57,7 +57,8 @@ class LaneHandlers:
                                   effect.end_reason)
         if self.world.timeline.enabled:
             flags = [name for name in ("suspended", "resume_pending", "was_auto_reset",
-                                       "is_fresh_reset", "expiry_finalized", "notice_delivered")
+                                       "is_fresh_reset", "expiry_finalized", "retired",
+                                       "notice_delivered")
                      if getattr(route, name)]
             ended = (f" ends {effect.end_session_id} ({effect.end_reason})"
                      if effect.end_session_id and effect.end_reason else "")

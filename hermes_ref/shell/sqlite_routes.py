@@ -34,15 +34,13 @@ from hermes_ref.shell.sqlite_codec import EventRow
 from hermes_ref.shell.sqlite_connect import StoreConnection
 from hermes_ref.shell.sqlite_ops import _insert_events, _read, _write
 
-_FLAGS = ("suspended", "resume_pending", "was_auto_reset", "is_fresh_reset",
-          "expiry_finalized", "notice_delivered")
 _COLUMNS = (
     "key, revision, session_id, cause, at, platform, chat_type, chat_id, thread_id, "
     "participant, created_at, updated_at, suspended, resume_pending, resume_reason, "
     "resume_marked_at, was_auto_reset, auto_reset_reason, is_fresh_reset, expiry_finalized, "
-    "notice_delivered, resolution_order"
+    "retired, notice_delivered, resolution_order"
 )
-_INSERT_ROUTE = f"INSERT INTO session_routes({_COLUMNS}) VALUES ({', '.join('?' * 22)})"
+_INSERT_ROUTE = f"INSERT INTO session_routes({_COLUMNS}) VALUES ({', '.join('?' * 23)})"
 _HEAD_REVISION = "SELECT COALESCE(MAX(revision), 0) FROM session_routes WHERE key = ?"
 _SELECT_HEAD = (f"SELECT rowid, {_COLUMNS} FROM session_routes WHERE key = ? "
                 "ORDER BY revision DESC LIMIT 1")
@@ -77,14 +75,15 @@ def route_row(route: Route) -> tuple[Any, ...]:
             source.participant, route.created_at, route.updated_at, int(route.suspended),
             int(route.resume_pending), route.resume_reason, route.resume_marked_at,
             int(route.was_auto_reset), route.auto_reset_reason, int(route.is_fresh_reset),
-            int(route.expiry_finalized), int(route.notice_delivered), route.order)
+            int(route.expiry_finalized), int(route.retired), int(route.notice_delivered),
+            route.order)
 
 
 def decode_route(row: Sequence[Any]) -> Route:
     """A stored revision (``rowid`` first) back as the exact ``Route``; BadInput if not."""
     (rowid, key, revision, session_id, cause, at, platform, chat_type, chat_id, thread_id,
      participant, created_at, updated_at, suspended, resume_pending, resume_reason,
-     resume_marked_at, auto, auto_reason, fresh, finalized, delivered, order) = row
+     resume_marked_at, auto, auto_reason, fresh, finalized, retired, delivered, order) = row
     try:
         source = SessionSource(platform=platform, chat_type=chat_type, chat_id=chat_id,
                                thread_id=thread_id, participant=participant)
@@ -94,6 +93,7 @@ def decode_route(row: Sequence[Any]) -> Route:
                      resume_reason=resume_reason, resume_marked_at=resume_marked_at,
                      was_auto_reset=bool(auto), auto_reset_reason=auto_reason,
                      is_fresh_reset=bool(fresh), expiry_finalized=bool(finalized),
+                     retired=bool(retired),
                      notice_delivered=bool(delivered), order=order)
     except (ValidationError, BadInput) as error:
         raise BadInput(f"stored row does not decode: session_routes rowid {rowid}: "

@@ -59,14 +59,15 @@ def _judge_start(obs: Observation, at: float, clean: bool, streak: dict[str, int
             continue
         done = {r.cause.value for r in routes if r.at == at and r.cause.value in _PASS}
         active = (not pre.suspended and not pre.resume_pending and not pre.expiry_finalized
-                  and pre.updated_at >= at - window)
+                  and not pre.retired and pre.updated_at >= at - window)
         want_mark = not clean and active
         if want_mark != ("restart_interrupted" in done):
             out.append(Violation("restart_marking", "SES-7", f"start at {at:g} ("
                                  f"{'clean' if clean else 'no clean-exit marker'}): {key} "
                                  f"{'owed' if want_mark else 'got'} a resume_pending mark "
                                  f"(last active {at - pre.updated_at:g} s before)"))
-        want_stuck = streak[key] >= threshold and not pre.suspended and not pre.expiry_finalized
+        want_stuck = (streak[key] >= threshold and not pre.suspended
+                      and not pre.expiry_finalized and not pre.retired)
         if want_stuck != ("stuck" in done):
             out.append(Violation("restart_marking", "SES-7", f"start at {at:g}: {key} was "
                                  f"running across {streak[key]} restarts and "

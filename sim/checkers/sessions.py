@@ -172,7 +172,7 @@ def resolution_priority(obs: Observation) -> list[Violation]:
         if p is None or r.cause.value not in _ROUTED:
             continue
         ended_at = sessions.get(p.session_id, (None, None))[0]
-        stale = p.expiry_finalized or (ended_at is not None and ended_at < r.at)
+        stale = p.expiry_finalized or p.retired or (ended_at is not None and ended_at < r.at)
         want, reason = _expected(obs, p, r, stale, _live_at(spans.get(r.key, []), r.at))
         got = {"reset": "new", "resumed": "resume", "touched": "keep"}[r.cause.value]
         if r.session_id != p.session_id and got != "new":
@@ -261,7 +261,7 @@ def expiry_finalized_once(obs: Observation) -> list[Violation]:
         if p is None or p.session_id != r.session_id or r.cause.value not in _ROUTED:
             continue
         ended_at = sessions.get(p.session_id, (None, None))[0]
-        if p.expiry_finalized or (ended_at is not None and ended_at < r.at):
+        if p.expiry_finalized or p.retired or (ended_at is not None and ended_at < r.at):
             out.append(Violation(name, "SES-5", f"{r.key} r{r.revision} routes a message to "
                                  f"ended incarnation {r.session_id}"))
     for sid, count in sorted(counts.items()):
@@ -271,16 +271,17 @@ def expiry_finalized_once(obs: Observation) -> list[Violation]:
 
 
 @checker("background_never_expires", ("SES-6",),
-         "no lane expires, is finalized or is reset by policy while it has a live "
+         "no lane expires, is finalized, pruned or reset by policy while it has a live "
          "background process")
 def background_never_expires(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     spans = _background(obs)
     for _, r in _pairs(obs):
-        expired = r.cause.value == "expiry_finalized" or (
+        expired = r.cause.value in ("expiry_finalized", "pruned") or (
             r.cause.value == "reset" and r.auto_reset_reason in ("idle", "daily"))
         if expired and _live_at(spans.get(r.key, []), r.at):
-            what = "finalized" if r.cause.value == "expiry_finalized" else "reset"
+            what = {"expiry_finalized": "finalized", "pruned": "pruned"}.get(r.cause.value,
+                                                                           "reset")
             out.append(Violation("background_never_expires", "SES-6",
                                  f"{r.key} was {what} by its policy while a background "
                                  "process was live"))

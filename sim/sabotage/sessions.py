@@ -1,7 +1,7 @@
 """Broken session lanes: threads split per user, short ids, the released order in the
 reference's place, a notice on every message, a finalized row closed as an eviction, a
-closed row revived, background processes ignored, a restart window read in minutes and a
-stuck threshold off by one (SES-1..SES-7)."""
+closed row revived, background processes ignored by expiry and by pruning, a restart
+window read in minutes and a stuck threshold off by one (SES-1..SES-7)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,19 @@ sabotage("notice_on_every_message", ("SES-4",),
          "the first row")(_notice_every_time)
 
 
+def _notice_dropped() -> list[AbstractContextManager[Any]]:
+    original = router.turn_input
+
+    def silent(routed: router.Routed, text: str, **extra: Any) -> Any:
+        return original(routed.model_copy(update={"notice": None}), text, **extra)
+    return [mock.patch.object(router, "turn_input", silent)]
+
+
+sabotage("reset_notice_never_sent", ("SES-4",),
+         "the turn is built from the route alone and the automatic reset's notice is never "
+         "sent")(_notice_dropped)
+
+
 def _finalized_as_closed() -> list[AbstractContextManager[Any]]:
     return [mock.patch.object(router, "FINALIZED_END_REASON", "agent_close")]
 
@@ -91,6 +104,19 @@ def _background_ignored() -> list[AbstractContextManager[Any]]:
 sabotage("background_process_ignored", ("SES-6",),
          "expiry reads the policy alone: a lane with a live background process expires "
          "too")(_background_ignored)
+
+
+def _prune_ignores_background() -> list[AbstractContextManager[Any]]:
+    original = session.prune_due
+
+    def age_only(route: Route, now: float, prune_after_s: float, background_live: bool) -> bool:
+        return original(route, now, prune_after_s, False)
+    return [mock.patch.object(session, "prune_due", age_only)]
+
+
+sabotage("prune_ignores_background", ("SES-6",),
+         "pruning looks at the lane's age alone and retires a lane whose background "
+         "process is still running")(_prune_ignores_background)
 
 
 def _window_in_minutes() -> list[AbstractContextManager[Any]]:

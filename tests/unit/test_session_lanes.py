@@ -197,6 +197,21 @@ def test_both_checks_idle_first_and_none_never_resets() -> None:
     assert session.policy_reason(ResetPolicy(), 0.0, 10 ** 9) is None
 
 
+def test_pruning_spares_suspended_lanes_and_live_background_processes() -> None:
+    """Idle past the prune age → pruned, unless suspended, backed by a live process, or off."""
+    assert session.prune_due(route(), 100.0, 50.0, background_live=False)
+    assert not session.prune_due(route(), 100.0, 50.0, background_live=True)
+    assert not session.prune_due(route(suspended=True), 100.0, 50.0, background_live=False)
+    assert not session.prune_due(route(), 100.0, 0.0, background_live=False)
+    assert not session.prune_due(route(updated_at=60.0), 100.0, 50.0, background_live=False)
+
+
+def test_a_pruned_route_is_stale() -> None:
+    """A retired route resolves to a plain new incarnation (reason pruned, no notice)."""
+    assert decide(route(retired=True), 1.0, mode="none") == ("new", "pruned")
+    assert "pruned" not in session.AUTO_RESET_REASONS
+
+
 # ---- SES-7: restart rules ---------------------------------------------------------------------------
 
 
