@@ -17,6 +17,7 @@ Entries at one instant are ordered completions, then stops, then starts.
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC, datetime
 
 from hermes_ref.models import EventKind
 from hermes_ref.session import Route
@@ -38,6 +39,10 @@ def _timeline(obs: Observation) -> list[tuple[float, int, int, str, str]]:
         if rank is not None:
             items.append((entry.at, rank, seq, entry.kind, entry.key))
     return sorted(items)
+
+
+def _when(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _before(revisions: list[Route], at: float) -> Route | None:
@@ -62,14 +67,14 @@ def _judge_start(obs: Observation, at: float, clean: bool, streak: dict[str, int
                   and not pre.retired and pre.updated_at >= at - window)
         want_mark = not clean and active
         if want_mark != ("restart_interrupted" in done):
-            out.append(Violation("restart_marking", "SES-7", f"start at {at:g} ("
+            out.append(Violation("restart_marking", "SES-7", f"start at {_when(at)} ("
                                  f"{'clean' if clean else 'no clean-exit marker'}): {key} "
                                  f"{'owed' if want_mark else 'got'} a resume_pending mark "
                                  f"(last active {at - pre.updated_at:g} s before)"))
         want_stuck = (streak[key] >= threshold and not pre.suspended
                       and not pre.expiry_finalized and not pre.retired)
         if want_stuck != ("stuck" in done):
-            out.append(Violation("restart_marking", "SES-7", f"start at {at:g}: {key} was "
+            out.append(Violation("restart_marking", "SES-7", f"start at {_when(at)}: {key} was "
                                  f"running across {streak[key]} restarts and "
                                  f"{'was not' if want_stuck else 'was'} suspended"))
         if "stuck" in done:

@@ -346,3 +346,31 @@ def session_record(sid: str, lane: str) -> Any:
     from hermes_ref.models import SessionRecord
 
     return SessionRecord(id=sid, key=lane, system_prompt="p", started_at=0.0)
+
+
+def test_the_asyncio_driver_routes_through_the_sqlite_store(tmp_path: Path) -> None:
+    """The shell's handlers perform the router: a lane is created, marked after an unclean
+    start, resumed, and its revisions read back from the file."""
+    import asyncio
+
+    from hermes_ref.shell.driver import AsyncDriver
+    from hermes_ref.shell.sqlite_store import AsyncSqliteStore
+
+    async def story() -> tuple[Any, ...]:
+        store = await AsyncSqliteStore.open(tmp_path / "lanes.db")
+        clock = iter([100.0, 130.0, 130.0, 140.0])
+        driver = AsyncDriver(store=store, provider=None, tools=None,  # type: ignore[arg-type]
+                             clock=lambda: next(clock))
+        source, limits = SessionSource(platform="telegram", chat_id="99"), Limits()
+        first = await driver.run(router.route(source, limits))
+        startup = await driver.run(router.start(limits))
+        again = await driver.run(router.route(source, limits))
+        routes = (await store.snapshot()).routes
+        await store.close()
+        return first, startup, again, routes
+
+    first, startup, again, routes = asyncio.run(story())
+    assert session.INCARNATION_ID.match(first.route.session_id)
+    assert startup.marked == (first.route.key,) and not startup.clean
+    assert again.rule == "resume_pending" and again.route.session_id == first.route.session_id
+    assert [r.cause for r in routes] == [Cause.CREATED, Cause.MARKED, Cause.RESUMED]
