@@ -23,6 +23,7 @@ These are not timed rows of the engine but probes of the machine and of the turn
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
@@ -32,13 +33,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
+from hermes_ref.shell.group_commit import Outcome, Write
+from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from sim.bench.rig import AsyncRig, Sizes, check_turn
 
 # The repository root: the fsync child runs ``python -m sim.bench`` from there.
@@ -129,16 +132,26 @@ class AioCeiling:
 # -- fsyncs (strace) ----------------------------------------------------------------------
 
 
-async def fsync_probe(turns: int, directory: Path) -> dict[str, int]:
-    """The child side: open, run ``turns`` durable turns, close; report commits."""
+async def fsync_probe(turns: int, directory: Path, sessions: int = 1) -> dict[str, int]:
+    """The child side: open, run ``turns`` durable turns over ``sessions`` lanes, close.
+
+    Reports the turns run and the commits made (with ``sessions`` > 1 the lanes run
+    concurrently, so their writes are group-committed).
+    """
     rig = await AsyncRig.open(directory / "probe.db")
+    per_lane = -(-turns // max(1, sessions)) if turns else 0
+
+    async def lane(k: int) -> int:
+        for i in range(per_lane):
+            check_turn(await rig.turn(f"p{k}-{i}"))
+        return per_lane
+
     try:
-        for i in range(turns):
-            check_turn(await rig.turn(f"p{i}"))
+        ran = sum(await asyncio.gather(*(lane(k) for k in range(max(1, sessions)))))
         commits = rig.store.commits
     finally:
         await rig.close()
-    return {"turns": turns, "commits": commits}
+    return {"turns": ran, "commits": commits}
 
 
 def parse_strace_counts(summary_text: str) -> int:
@@ -151,12 +164,13 @@ def parse_strace_counts(summary_text: str) -> int:
     return total
 
 
-def _run_probe(strace: str, turns: int, sizes: Sizes) -> tuple[int, int]:
-    """(fsyncs, commits) of one child process under strace."""
+def _run_probe(strace: str, turns: int, sizes: Sizes, sessions: int = 1) -> tuple[int, int, int]:
+    """(fsyncs, commits, turns) of one child process under strace."""
     with tempfile.TemporaryDirectory(prefix="hermes-bench-probe-") as tmp:
         summary_file = Path(tmp) / "strace.txt"
         cmd = [strace, "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", str(summary_file),
-               sys.executable, "-m", "sim.bench", "--fsync-probe", str(turns), "--dir", tmp]
+               sys.executable, "-m", "sim.bench", "--fsync-probe", str(turns), "--dir", tmp,
+               "--sessions", str(sessions)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
@@ -168,25 +182,27 @@ def _run_probe(strace: str, turns: int, sizes: Sizes) -> tuple[int, int]:
         if not summary_file.exists():
             raise RuntimeError("strace wrote no summary")
         reported = json.loads(proc.stdout.strip().splitlines()[-1])
-        return parse_strace_counts(summary_file.read_text()), int(reported["commits"])
+        return (parse_strace_counts(summary_file.read_text()), int(reported["commits"]),
+                int(reported["turns"]))
 
 
-def count_fsyncs(sizes: Sizes) -> tuple[float | None, float | None, str]:
-    """(fsyncs per turn, fsyncs per commit, note)."""
+def count_fsyncs(sizes: Sizes, sessions: int = 1) -> tuple[float | None, float | None, str]:
+    """(fsyncs per turn, fsyncs per commit, note), with ``sessions`` lanes in flight."""
     strace = shutil.which("strace")
     if strace is None:
         return None, None, "not measured: strace is not on PATH"
-    turns = max(1, sizes.fsync_turns)
+    turns = max(sessions, sizes.fsync_turns)
     try:
-        base_fsyncs, base_commits = _run_probe(strace, 0, sizes)
-        fsyncs, commits = _run_probe(strace, turns, sizes)
+        base_fsyncs, base_commits, _ = _run_probe(strace, 0, sizes)
+        fsyncs, commits, ran = _run_probe(strace, turns, sizes, sessions)
     except (OSError, RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as exc:
         return None, None, f"not measured: {exc}"
     extra_fsyncs, extra_commits = fsyncs - base_fsyncs, commits - base_commits
     per_commit = extra_fsyncs / extra_commits if extra_commits else None
-    note = (f"strace -f -c: {fsyncs} fsync+fdatasync over {turns} turns minus {base_fsyncs} "
-            f"for open+close alone; {extra_commits} commits")
-    return extra_fsyncs / turns, per_commit, note
+    lanes = f", {sessions} sessions in flight" if sessions > 1 else ""
+    note = (f"strace -f -c: {fsyncs} fsync+fdatasync over {ran} turns{lanes} minus "
+            f"{base_fsyncs} for open+close alone; {extra_commits} commits")
+    return extra_fsyncs / ran, per_commit, note
 
 
 # -- where the durable turn's time goes: store hops ---------------------------------------
@@ -222,11 +238,52 @@ class _Breakdown:
         }
 
 
+def _timed(out: _Breakdown, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` timed where it runs (the worker thread), under ``name``."""
+    def timed_op(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            out.op_s[name] += time.perf_counter() - started
+    return timed_op
+
+
+def _instrument(store: AsyncSqliteStore, out: _Breakdown) -> None:
+    """Time every hop: reads through ``_hop``, write batches through the group commit's start."""
+    real_hop, real_start = store._hop, store.group_commit.start
+
+    async def timed_hop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        name = getattr(fn, "__name__", "op")
+        started = time.perf_counter()
+        try:
+            return await real_hop(_timed(out, name, fn), *args, **kwargs)
+        finally:
+            out.hop_s[name] += time.perf_counter() - started
+            out.hops[name] += 1
+
+    def timed_start(writes: Sequence[Write]) -> asyncio.Future[Sequence[Outcome]]:
+        name = writes[0].op.__name__ if len(writes) == 1 else "batch"
+        started = time.perf_counter()
+        timed = [replace(w, op=_timed(out, name, w.op)) for w in writes]
+        pending = real_start(timed)
+
+        def done(_: object) -> None:
+            out.hop_s[name] += time.perf_counter() - started
+            out.hops[name] += 1
+        pending.add_done_callback(done)
+        return pending
+
+    setattr(store, "_hop", timed_hop)  # noqa: B010  (an instance override on purpose)
+    store.group_commit.start = timed_start
+
+
 async def durable_breakdown(tmp: Path, turns: int) -> dict[str, Any]:
     """Hops per turn and where the durable turn's time goes (fresh session per turn).
 
-    A separate run with a timing wrapper set on the store instance's ``_hop`` (private;
-    every store method goes through it), so the timed rows are not slowed. For each hop:
+    A separate run with timing wrappers on the store instance (private: reads go through
+    ``_hop``, writes through the group commit's ``start``, one hop per batch; one session
+    makes every batch a single write), so the timed rows are not slowed. For each hop:
     the wall time the loop waits (``hop``) and the time the op itself runs on aiosqlite's
     worker thread (``op``: SQL, COMMIT and its fsync). ``hop - op`` is the thread-hop
     overhead (queue, wake-ups); the rest of the turn is the engine and driver on the loop.
@@ -236,26 +293,7 @@ async def durable_breakdown(tmp: Path, turns: int) -> dict[str, Any]:
     try:
         for i in range(10):
             check_turn(await rig.turn(f"w{i}"))
-        real = rig.store._hop
-
-        async def timed_hop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            name = getattr(fn, "__name__", "op")
-
-            def timed_op(*inner_args: Any, **inner_kwargs: Any) -> Any:
-                started = time.perf_counter()
-                try:
-                    return fn(*inner_args, **inner_kwargs)
-                finally:
-                    out.op_s[name] += time.perf_counter() - started
-
-            started = time.perf_counter()
-            try:
-                return await real(timed_op, *args, **kwargs)
-            finally:
-                out.hop_s[name] += time.perf_counter() - started
-                out.hops[name] += 1
-
-        setattr(rig.store, "_hop", timed_hop)  # noqa: B010  (an instance override on purpose)
+        _instrument(rig.store, out)
         started = time.perf_counter()
         for i in range(turns):
             check_turn(await rig.turn(f"b{i}"))

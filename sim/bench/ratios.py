@@ -16,7 +16,10 @@ of two figures measured in the same process, where the machine's speed cancels o
   in pairs (below);
 * ``memory_growth_late_over_early`` / ``durable_growth_late_over_early``: late over early
   turn time of one long session;
-* ``bytes_late_over_early``: late over early SQL bytes written per turn.
+* ``bytes_late_over_early``: late over early SQL bytes written per turn;
+* ``durable_sessions_16_over_1``: aggregate durable turns/s with 16 sessions in flight over
+  1 session, both in the same repetition on the same rig, interleaved
+  (``sim.bench.sessions``): the group commit's gain.
 
 A share takes the numerator's median, min and max over the denominator's *median*
 (``share_of``), so its spread is the numerator's own. The commit shares are **paired**
@@ -84,6 +87,9 @@ TARGETS: dict[str, Target] = {
     "memory_growth_late_over_early": Target("<=", 1.3, "turn time, late / early, one session"),
     "durable_growth_late_over_early": Target("<=", 1.3, "turn time, late / early, one session"),
     "bytes_late_over_early": Target("<=", 1.1, "SQL bytes written per turn, late / early"),
+    "durable_sessions_16_over_1": Target(
+        ">=", 5.0,
+        "aggregate durable turns/s, 16 sessions in flight / 1 session, same rig and rep"),
 }
 
 

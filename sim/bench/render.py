@@ -25,6 +25,8 @@ def _fmt(value: float | None) -> str:
         return f"{value:,.0f}"
     if abs(value) >= 10:
         return f"{value:.1f}"
+    if 0 < abs(value) < 0.01:
+        return f"{value:.2g}"  # a small share keeps two significant digits
     return f"{value:.2f}"
 
 
@@ -54,6 +56,23 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("durable_commit_share_of_ceiling", "per pair: commits/s / aiosqlite ceiling beside it"),
     ("durable_turns_per_s_commit_bound", "aiosqlite ceiling / commits per turn"),
     ("durable_gc_share", "share of wall time in the cyclic GC"),
+    ("durable_sessions_1_turns_per_s", "1 session in flight, AsyncDriver, group commit"),
+    ("durable_sessions_4_turns_per_s", "4 sessions in flight, aggregate"),
+    ("durable_sessions_16_turns_per_s", "16 sessions in flight, aggregate"),
+    ("durable_sessions_16_over_1", "per rep: 16-session turns/s / 1-session turns/s"),
+    ("durable_sessions_1_share_of_calibration", "turns/s / calibration turns/s"),
+    ("durable_sessions_16_share_of_calibration", "turns/s / calibration turns/s"),
+    ("durable_sessions_1_commits_per_turn", "commits = fsync-bearing transactions"),
+    ("durable_sessions_4_commits_per_turn", ""),
+    ("durable_sessions_16_commits_per_turn", ""),
+    ("durable_sessions_4_writes_per_commit", "store writes per COMMIT (batch size)"),
+    ("durable_sessions_16_writes_per_commit", ""),
+    ("durable_sessions_16_fsyncs_per_turn", "strace -f -c, counted, 16 in flight"),
+    ("durable_sessions_16_fsyncs_per_commit", "strace -f -c, counted, 16 in flight"),
+    ("durable_six_commits_turns_per_s", "1 session, the store as it is (6 commits/turn)"),
+    ("durable_min_commits_turns_per_s", "1 session, what-if: 4 commits/turn (boundaries.py)"),
+    ("durable_min_commits_per_turn", "grant+user row, call row, results, final row+release"),
+    ("durable_min_commits_gain", "per rep: 4-commit turns/s / 6-commit turns/s"),
     ("memory_growth_late_over_early", "one session, late/early turn time"),
     ("memory_turn_ms_early", ""),
     ("memory_turn_ms_late", ""),
@@ -133,6 +152,27 @@ def _ratios(report: dict[str, Any]) -> list[str]:
     fsync_note = report["notes"].get("durable_fsyncs_per_turn")
     if fsync_note:
         lines.append(f"fsyncs: {fsync_note}")
+    lines.extend(_sessions(report))
+    return lines
+
+
+def _sessions(report: dict[str, Any]) -> list[str]:
+    """The many-sessions row: its per-rep ratios and each chunk, in time order."""
+    figure = report.get("durable_sessions_16_over_1")
+    if not figure:
+        return []
+    lines = ["durable_sessions_16_over_1 per rep: "
+             + " ".join(_fmt(value) for value in figure["reps"])]
+    note = report["notes"].get("durable_sessions_16_fsyncs_per_turn")
+    if note:
+        lines.append(f"fsyncs, 16 sessions: {note}")
+    lines.append("sessions chunks (in flight: turns/s, commits/turn, writes/commit), in time order:")
+    chunks = report.get("sessions_chunks", [])
+    per_rep = max(1, len(chunks) // max(1, int(report["sizes"]["reps"])))
+    for start in range(0, len(chunks), per_rep):
+        cells = "  ".join(f"{c['sessions']}: {_fmt(c['turns_per_s'])} {c['commits_per_turn']:.2f} "
+                          f"{c['writes_per_commit']:.1f}" for c in chunks[start:start + per_rep])
+        lines.append(f"  rep {start // per_rep + 1}: {cells}")
     return lines
 
 

@@ -58,6 +58,7 @@ class Sizes:
     fsync_timeout_s: float = 120.0
     pair_chunks: int = 10        # chunks of a paired rep (SQLite rows), a ceiling slice between
     ceiling_slice_s: float = 0.02  # seconds of each commit ceiling slice
+    sessions_chunk_s: float = 0.15  # seconds of each chunk of the many-sessions row
 
 
 # -- the scripted turn --------------------------------------------------------------------

@@ -63,7 +63,7 @@ from typing import Any, TextIO
 
 import aiosqlite
 
-from sim.bench import calibration, probes, profiling, rows
+from sim.bench import boundaries, calibration, probes, profiling, rows, sessions
 from sim.bench.ratios import TARGETS, judge, one, paired, share_of, summary
 from sim.bench.render import render
 from sim.bench.rig import Sizes
@@ -76,10 +76,10 @@ SIZES_ENV = "HERMES_REF_BENCH_SIZES"
 
 FULL = Sizes()
 QUICK = Sizes(name="quick", reps=2, rep_s=0.25, warmup_turns=30, scaling_reps=2,
-              fsync_turns=50, profile_turns=300, pair_chunks=5)
+              fsync_turns=50, profile_turns=300, pair_chunks=5, sessions_chunk_s=0.1)
 TINY = Sizes(name="tiny", reps=2, rep_s=0.01, warmup_turns=1, scaling_turns=8, scaling_window=2,
              scaling_reps=1, fsync_turns=2, profile_turns=5, schedule_turns=2,
-             pair_chunks=2, ceiling_slice_s=0.002)
+             pair_chunks=2, ceiling_slice_s=0.002, sessions_chunk_s=0.002)
 _BY_NAME = {s.name: s for s in (FULL, QUICK, TINY)}
 
 # -- the row groups: each runs one family of measurements and returns its figures --------
@@ -189,6 +189,17 @@ def _sqlite_rows(tmp: Path, sizes: Sizes, progress: TextIO | None) -> dict[str, 
     return out
 
 
+def _sessions_rows(tmp: Path, sizes: Sizes, progress: TextIO | None,
+                   calibration_rate: dict[str, float]) -> dict[str, Any]:
+    """Aggregate durable turns/s with 1, 4 and 16 sessions in flight (group commit)."""
+    _progress(progress, "durable_sessions_{1,4,16}_turns_per_s (group commit)")
+    row = asyncio.run(sessions.sessions_throughput(tmp, sizes))
+    out = sessions.report_rows(row, calibration_rate)
+    _progress(progress, "durable_min_commits_turns_per_s (4 commits per turn, a what-if)")
+    out.update(boundaries.report_rows(asyncio.run(boundaries.min_commit_throughput(tmp, sizes))))
+    return out
+
+
 def _scaling_rows(tmp: Path, sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
     """One long session: late over early turn time, HTTP encoding, SQL bytes per turn."""
     _progress(progress, "scaling (one session)")
@@ -218,11 +229,17 @@ def _probe_rows(sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
     """Counted fsyncs (strace), the memory profile and the objects a turn keeps alive."""
     _progress(progress, "fsyncs (strace)")
     per_turn, per_commit, fsync_note = probes.count_fsyncs(sizes)
+    many = sessions.LEVELS[-1]
+    many_turn, many_commit, many_note = probes.count_fsyncs(sizes, sessions=many)
     _progress(progress, "profile")
     return {
         "durable_fsyncs_per_turn": None if per_turn is None else one(per_turn),
         "durable_fsyncs_per_commit": None if per_commit is None else one(per_commit),
         "fsync_note": fsync_note,
+        f"durable_sessions_{many}_fsyncs_per_turn": None if many_turn is None else one(many_turn),
+        f"durable_sessions_{many}_fsyncs_per_commit":
+            None if many_commit is None else one(many_commit),
+        "sessions_fsync_note": many_note,
         "profile": profiling.profile(sizes),
         "memory_gc_tracked_objects_per_turn": one(
             profiling.retained_objects(max(1, min(1000, sizes.profile_turns)))),
@@ -242,10 +259,19 @@ def _memory_bound(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _notes(sizes: Sizes, fsync_note: str) -> dict[str, str]:
+def _notes(sizes: Sizes, fsync_note: str, sessions_fsync_note: str) -> dict[str, str]:
     w, n = sizes.scaling_window, sizes.scaling_turns
+    many = sessions.LEVELS[-1]
     return {
         "durable_fsyncs_per_turn": fsync_note,
+        f"durable_sessions_{many}_fsyncs_per_turn": sessions_fsync_note,
+        "sessions": (
+            f"one AsyncRig per rep, 1/4/16 lanes of back-to-back turns in chunks of "
+            f"{sizes.sessions_chunk_s:g} s in the order {'/'.join(map(str, sessions.ORDER))}; "
+            f"{many}_over_1 is per rep (pooled chunks), median [min-max] of {sizes.reps} reps"),
+        "durable_min_commits": (
+            "one session, FourCommitStore (grant + user row, final row + release in one "
+            "commit each) vs the store as it is, chunks alternating 6/4/4/6; gain per rep"),
         "bytes_per_turn": (
             f"expanded INSERT/UPDATE SQL text per turn (trace callback on SqliteStore._conn), "
             f"turns 1-{w} vs {n - w + 1}-{n} of one session"),
@@ -279,13 +305,14 @@ def measure(sizes: Sizes, progress: TextIO | None = None) -> dict[str, Any]:
         tmp = Path(tmp_name)
         report = _memory_rows(sizes, progress)
         report.update(_sqlite_rows(tmp, sizes, progress))
+        report.update(_sessions_rows(tmp, sizes, progress, report["calibration_turns_per_s"]))
         report.update(_scaling_rows(tmp, sizes, progress))
     report.update(_probe_rows(sizes, progress))
     report["memory_bound"] = _memory_bound(report)
     report["ratios"] = judge(report)
     report["machine"] = _machine()
     report["sizes"] = asdict(sizes)
-    report["notes"] = _notes(sizes, report.pop("fsync_note"))
+    report["notes"] = _notes(sizes, report.pop("fsync_note"), report.pop("sessions_fsync_note"))
     return report
 
 
@@ -323,10 +350,12 @@ def cli(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fsync-probe", type=int, metavar="N",
                         help="(internal) run N durable turns for the strace fsync count")
     parser.add_argument("--dir", type=Path, help="(internal) directory for the probe database")
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="(internal) sessions in flight in the fsync probe")
     args = parser.parse_args(argv)
     if args.fsync_probe is not None:
         directory: Path = args.dir or Path(tempfile.mkdtemp(prefix="hermes-bench-probe-"))
-        result = asyncio.run(probes.fsync_probe(args.fsync_probe, directory))
+        result = asyncio.run(probes.fsync_probe(args.fsync_probe, directory, args.sessions))
         sys.stdout.write(json.dumps(result) + "\n")
         return 0
     return main(quick=args.quick, as_json=args.json, out=sys.stdout)

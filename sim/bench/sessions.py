@@ -1,0 +1,154 @@
+"""Durable throughput with many sessions in flight: group commit through the asyncio driver.
+
+Theory of operation
+-------------------
+One process, one ``AsyncRig`` (``AsyncSqliteStore`` with ``synchronous=FULL`` on a file,
+``AsyncDriver``, the engine, the bench's fake model and tools), and N sessions in flight:
+N *lanes*, each running the scripted turn of ``sim.bench.rig`` on its own session, back to
+back, each turn on a fresh session as in the throughput rows. Every boundary stays durable
+before the effect that depends on it; the store's group commit (``hermes_ref.shell.
+group_commit``) lets the boundaries of concurrent turns share one COMMIT and one fsync.
+
+A *chunk* runs N lanes for ``sessions_chunk_s`` seconds: when the time is up, no lane
+starts another turn, and the chunk ends when the last turn in flight has ended. Its figures
+are turns/s (aggregate over the lanes), commits per turn (the store's ``commits``: in WAL
+with ``synchronous=FULL`` every COMMIT of a write transaction is one fsync-bearing
+transaction, which ``sim.bench.probes.count_fsyncs`` counts for 16 sessions), and writes
+per commit (store writes over batches, from the group commit's counters).
+
+Each repetition opens a fresh database, warms it up, then runs the levels in the order
+``1, 4, 16, 16, 4, 1``: a drift of the machine's speed through the rep, linear in time,
+weighs on every level alike, so it cancels in the ratio of two levels. A level's rep
+figure is its two chunks pooled (turns over seconds). The target is on
+``durable_sessions_16_over_1``, one ratio per rep of the 16-session rate over the
+1-session rate of that same rep; the report also gives every level's turns/s as a share of
+the calibration, like the memory row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.bench.ratios import share_of, summary
+from sim.bench.rig import AsyncRig, Sizes, check_turn
+
+__all__ = ["LEVELS", "ORDER", "Chunk", "SessionsRow", "report_rows", "run_lanes",
+           "sessions_throughput"]
+
+LEVELS = (1, 4, 16)
+ORDER = (1, 4, 16, 16, 4, 1)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """N lanes for a while: turns, seconds, and what the store did meanwhile."""
+
+    sessions: int
+    turns: int
+    elapsed_s: float
+    commits: int
+    writes: int
+    batches: int
+
+
+@dataclass
+class SessionsRow:
+    """Per level, one pooled figure per rep; the 16/1 ratio per rep."""
+
+    rates: dict[int, list[float]] = field(default_factory=lambda: {n: [] for n in LEVELS})
+    commits_per_turn: dict[int, list[float]] = field(
+        default_factory=lambda: {n: [] for n in LEVELS})
+    writes_per_commit: dict[int, list[float]] = field(
+        default_factory=lambda: {n: [] for n in LEVELS})
+    over_1: list[float] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)
+
+    def add_rep(self, chunks: list[Chunk]) -> None:
+        self.chunks.extend(chunks)
+        rate: dict[int, float] = {}
+        for n in LEVELS:
+            mine = [c for c in chunks if c.sessions == n]
+            turns = sum(c.turns for c in mine)
+            commits = sum(c.commits for c in mine)
+            rate[n] = turns / sum(c.elapsed_s for c in mine)
+            self.rates[n].append(rate[n])
+            self.commits_per_turn[n].append(commits / turns)
+            self.writes_per_commit[n].append(sum(c.writes for c in mine) / max(1, commits))
+        self.over_1.append(rate[LEVELS[-1]] / rate[1])
+
+
+async def run_lanes(rig: AsyncRig, sessions: int, seconds: float, tag: str) -> Chunk:
+    """``sessions`` lanes of back-to-back turns until ``seconds`` have passed."""
+    store, group = rig.store, rig.store.group_commit
+    commits0, writes0, batches0 = store.commits, group.writes, group.batches
+    turns = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    async def lane(k: int) -> None:
+        nonlocal turns
+        i = 0
+        while True:
+            check_turn(await rig.turn(f"{tag}-{k}-{i}"))
+            i += 1
+            turns += 1
+            if time.perf_counter() >= deadline:
+                return
+
+    await asyncio.gather(*(lane(k) for k in range(sessions)))
+    elapsed = time.perf_counter() - start
+    return Chunk(sessions, turns, elapsed, store.commits - commits0, group.writes - writes0,
+                 group.batches - batches0)
+
+
+async def _warm_up(rig: AsyncRig, sizes: Sizes, tag: str) -> None:
+    """``warmup_turns`` untimed turns, spread over 16 lanes, then a few alone."""
+    lanes = LEVELS[-1]
+    per_lane = max(1, sizes.warmup_turns // lanes)
+
+    async def lane(k: int) -> None:
+        for i in range(per_lane):
+            check_turn(await rig.turn(f"{tag}-w{k}-{i}"))
+
+    await asyncio.gather(*(lane(k) for k in range(lanes)))
+    for i in range(max(1, sizes.warmup_turns // 10)):
+        check_turn(await rig.turn(f"{tag}-w1-{i}"))
+
+
+async def sessions_throughput(tmp: Path, sizes: Sizes) -> SessionsRow:
+    """``reps`` fresh databases, each timed in the chunks of ``ORDER``."""
+    out = SessionsRow()
+    for rep in range(sizes.reps):
+        rig = await AsyncRig.open(tmp / f"sessions-{rep}.db")
+        try:
+            await _warm_up(rig, sizes, f"r{rep}")
+            gc.collect()
+            chunks = [await run_lanes(rig, n, sizes.sessions_chunk_s, f"r{rep}-c{k}")
+                      for k, n in enumerate(ORDER)]
+        finally:
+            await rig.close()
+        out.add_rep(chunks)
+    return out
+
+
+def report_rows(row: SessionsRow, calibration: dict[str, float]) -> dict[str, Any]:
+    """The row's figures: per level turns/s, its share of the calibration, commits, batches."""
+    out: dict[str, Any] = {}
+    for n in LEVELS:
+        rate = summary(row.rates[n])
+        out[f"durable_sessions_{n}_turns_per_s"] = rate
+        out[f"durable_sessions_{n}_share_of_calibration"] = share_of(rate, calibration)
+        out[f"durable_sessions_{n}_commits_per_turn"] = summary(row.commits_per_turn[n])
+        out[f"durable_sessions_{n}_writes_per_commit"] = summary(row.writes_per_commit[n])
+    out[f"durable_sessions_{LEVELS[-1]}_over_1"] = {
+        **summary(row.over_1), "reps": list(row.over_1)}
+    out["sessions_chunks"] = [
+        {"sessions": c.sessions, "turns": c.turns, "turns_per_s": c.turns / c.elapsed_s,
+         "commits_per_turn": c.commits / c.turns, "writes_per_commit": c.writes / max(1, c.commits)}
+        for c in row.chunks]
+    return out
