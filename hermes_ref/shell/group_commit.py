@@ -13,12 +13,14 @@ callers are settled and the next batch starts, in arrival order.
 
 When to start a batch, as PostgreSQL's ``commit_siblings`` asks "are enough others about
 to commit?": with the worker idle, a batch starts at once, inside the submitting caller's
-step, when ``target`` writes are queued; ``target`` is half the writers the last batch saw
-(its own plus those that queued while it ran), rounded up. With fewer queued, the start
+step, when ``target`` writes are queued; ``target`` is the number of writers the last
+batch saw (its own plus those that queued while it ran). With fewer queued, the start
 waits for the end of the current loop round (``call_soon``): every turn that was ready has
 then run up to its next write, so nobody waits for a writer that is not coming, and there
-is no timer. One writer alone has a target of 1 and starts at once. Many writers settle
-into two halves: one half commits while the loop runs the turns the other half released.
+is no timer. One writer alone has a target of 1 and starts at once; N turns in flight
+that all write between two model calls share one COMMIT per round. (Splitting them in two
+halves, so that one half commits while the loop runs the other, measured no faster: the
+worker's SQL needs the GIL between statements, so it runs when the loop is idle anyway.)
 
 ``start(writes)`` (the store's thread hop, started synchronously) returns a future of one
 ``Outcome`` per write, in order; if that future fails, every write of the batch fails
@@ -119,8 +121,8 @@ class GroupCommit(Generic[W]):
 
     @property
     def target(self) -> int:
-        """How many queued writes start a batch at once: half the writers last seen, rounded up."""
-        return max(1, (self._writers + 1) // 2)
+        """How many queued writes start a batch at once: as many writers as the last one saw."""
+        return max(1, self._writers)
 
     def _start_or_wait(self, loop: asyncio.AbstractEventLoop) -> None:
         """The worker is idle: start now if enough writes queued, else after this loop round."""
