@@ -270,3 +270,20 @@ def background_process_is_never_pruned(s: Story) -> None:
              "a pruned lane starts a plain new incarnation, with no notice")
     old = s.world.store.get_session(gone)
     s.expect(old is not None and old.end_reason == "pruned", "the pruned row is ended, kept")
+
+
+@scenario("A daily policy resets a lane last active before the reset hour, not one after it",
+          invariants=("SES-3", "SES-4"), stage="session")
+def daily_policy_resets_at_the_hour(s: Story) -> None:
+    s.limits(session_reset_mode="daily", session_reset_at_hour=4)
+    _answers(s, 3)
+    s.message(DM, "Just after midnight.")
+    first = _sid(s, DM)
+    s.advance(3 * 3600)
+    s.message(DM, "At three.")
+    s.expect(_sid(s, DM) == first, "03:00: the 04:00 boundary has not passed since")
+    s.advance(2 * 3600)
+    s.message(DM, "At five.")
+    route = s.route_of(DM)
+    s.expect(route is not None and route.session_id != first
+             and route.auto_reset_reason == "daily", "05:00: last active before 04:00, reset")

@@ -11,7 +11,10 @@ suspension (still running across ``stuck_restart_threshold`` graceful stops in a
 no successful turn between), and demands exactly those revisions at that start: a mark
 missing is a violation as much as one too many.
 
-Entries at one instant are ordered completions, then stops, then starts.
+Entries at one instant are ordered completions, then stops, then starts; the revisions a
+start owed are those at its instant with the start pass's causes, and the state it judged
+is the last revision before the first one written by the start pass or the watcher pass
+that follows it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from hermes_ref.session import Route
 from sim.checkers.base import Observation, Violation, checker
 
 _PASS = ("restart_interrupted", "stuck")
+_AFTER_START = (*_PASS, "expiry_finalized", "pruned")  # the start pass, then the watcher
 
 
 def _timeline(obs: Observation) -> list[tuple[float, int, int, str, str]]:
@@ -46,11 +50,13 @@ def _when(at: float) -> str:
 
 
 def _before(revisions: list[Route], at: float) -> Route | None:
-    """The key's revision in force as a start at ``at`` began."""
+    """The key's revision in force as a start at ``at`` began: the last one before the
+    first revision at ``at`` that a start pass or its watcher pass wrote."""
     found = None
     for route in revisions:
-        if route.at < at or (route.at == at and route.cause.value not in _PASS):
-            found = route
+        if route.at > at or (route.at == at and route.cause.value in _AFTER_START):
+            break
+        found = route
     return found
 
 

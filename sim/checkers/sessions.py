@@ -234,7 +234,8 @@ def reset_notice_once(obs: Observation) -> list[Violation]:
         carried = [m for m in rows if m.api_content and _NOTICE in m.api_content]
         if any(m.content and _NOTICE in m.content for m in rows):
             out.append(Violation(name, "SES-4", f"{sid}: a reset notice is stored as user text"))
-        if len(sent) != 1 or len(carried) != 1 or carried[0] is not rows[0]:
+        asked = any(call.session_id == sid for call in obs.calls)  # sent once there is a call
+        if len(sent) != (1 if asked else 0) or len(carried) != 1 or carried[0] is not rows[0]:
             out.append(Violation(name, "SES-4", f"automatic reset {sid}: the notice went out in "
                                  f"{len(sent)} user messages and is in {len(carried)} rows "
                                  "(exactly one, the first)"))

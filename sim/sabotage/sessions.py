@@ -1,7 +1,8 @@
 """Broken session lanes: threads split per user, short ids, the released order in the
-reference's place, a notice on every message, a finalized row closed as an eviction, a
-closed row revived, background processes ignored by expiry and by pruning, a restart
-window read in minutes and a stuck threshold off by one (SES-1..SES-7)."""
+reference's place, a daily reset at midnight, a notice on every message or never, a
+finalized row closed as an eviction, a closed row revived, background processes ignored
+by expiry and by pruning, a restart window read in minutes and a stuck threshold off by
+one (SES-1..SES-7)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,18 @@ def _released_order_in_reference() -> list[AbstractContextManager[Any]]:
 sabotage("policy_before_resume_pending", ("SES-3",),
          "the reference order evaluates the reset policy before resume_pending, as 0.19.0 "
          "does")(_released_order_in_reference)
+
+
+def _daily_at_midnight() -> list[AbstractContextManager[Any]]:
+    original = session.policy_reason
+
+    def midnight(policy: session.ResetPolicy, updated_at: float, now: float) -> str | None:
+        return original(policy.model_copy(update={"at_hour": 0}), updated_at, now)
+    return [mock.patch.object(session, "policy_reason", midnight)]
+
+
+sabotage("daily_reset_at_midnight", ("SES-3",),
+         "the daily policy resets at midnight whatever the configured hour")(_daily_at_midnight)
 
 
 def _notice_every_time() -> list[AbstractContextManager[Any]]:
