@@ -17,8 +17,8 @@ fires wins. The reference order is the documented one (stale > suspended > resum
 resume_pending and adds a freshness gate (``Order.RELEASED_0_19``). ``stale`` is a guard in
 front of both: a route whose incarnation is already ended never revives it (SES-5).
 
-The route's states and the only moves between them are ``TRANSITIONS``; ``check_move``
-refuses any other (an engine bug), and docs/sessions.md is ``render_mermaid``'s output.
+The route's states and the only moves between them are ``lane_states.TRANSITIONS``;
+``Route.revise`` refuses any other move (an engine bug).
 Restart recovery (SES-7) lives in ``hermes_ref.lane_restart``; the coroutines that perform
 all of this through effects live in ``hermes_ref.router``.
 """
@@ -34,6 +34,9 @@ from typing import Any
 from pydantic import model_validator
 
 from hermes_ref.errors import BadInput, IllegalTransition
+from hermes_ref.lane_states import Cause as Cause  # re-exported: part of the route's vocabulary
+from hermes_ref.lane_states import LaneState as LaneState
+from hermes_ref.lane_states import check_move, state_of
 from hermes_ref.models import Frozen
 
 NAMESPACE = "agent:main"
@@ -155,20 +158,6 @@ def expiry_reason(policy: ResetPolicy, updated_at: float, now: float,
 
 
 # ---- the route: one revision of a key's entry ----------------------------------------------
-
-
-class Cause(StrEnum):
-    """Why a route revision was written."""
-
-    CREATED = "created"            # first incarnation of the key
-    RESET = "reset"                # a new incarnation replaced the old one (see reason)
-    USER_RESET = "user_reset"      # the user asked for a new conversation
-    TOUCHED = "touched"            # keep and touch
-    RESUMED = "resumed"            # resume_pending cleared, same id
-    MARKED = "restart_interrupted"  # start without a clean-exit marker
-    SUSPENDED = "stuck"            # active across too many restarts
-    FINALIZED = "expiry_finalized"  # the expiry watcher ended the incarnation
-    PRUNED = "pruned"              # the watcher retired a lane idle past the prune age
 
 
 class Route(Frozen):
@@ -326,71 +315,6 @@ def resolve(situation: Situation, order: Order = Order.REFERENCE) -> Decision:
         if reason is not None:
             return Decision(rule=name, action=action, reason=reason)
     raise IllegalTransition(f"no rule of order {order.value} decided")  # "keep" always fires
-
-
-# ---- the state machine -------------------------------------------------------------------------
-
-
-class LaneState(StrEnum):
-    LIVE = "live"
-    RESUME_PENDING = "resume_pending"
-    SUSPENDED = "suspended"
-    FINALIZED = "expiry_finalized"
-    PRUNED = "pruned"
-    ENDED = "ended"
-
-
-def state_of(route: Route) -> LaneState:
-    if route.retired:
-        return LaneState.PRUNED
-    if route.expiry_finalized:
-        return LaneState.FINALIZED
-    if route.suspended:
-        return LaneState.SUSPENDED
-    return LaneState.RESUME_PENDING if route.resume_pending else LaneState.LIVE
-
-
-LaneMove = tuple[LaneState, str, LaneState]
-TRANSITIONS: tuple[LaneMove, ...] = (
-    (LaneState.LIVE, Cause.TOUCHED, LaneState.LIVE),
-    (LaneState.LIVE, Cause.MARKED, LaneState.RESUME_PENDING),
-    (LaneState.LIVE, Cause.SUSPENDED, LaneState.SUSPENDED),
-    (LaneState.LIVE, Cause.FINALIZED, LaneState.FINALIZED),
-    (LaneState.LIVE, Cause.RESET, LaneState.ENDED),
-    (LaneState.LIVE, Cause.USER_RESET, LaneState.ENDED),
-    (LaneState.LIVE, Cause.PRUNED, LaneState.PRUNED),
-    (LaneState.RESUME_PENDING, Cause.RESUMED, LaneState.LIVE),
-    (LaneState.RESUME_PENDING, Cause.SUSPENDED, LaneState.SUSPENDED),
-    (LaneState.RESUME_PENDING, Cause.FINALIZED, LaneState.FINALIZED),
-    (LaneState.RESUME_PENDING, Cause.RESET, LaneState.ENDED),
-    (LaneState.RESUME_PENDING, Cause.USER_RESET, LaneState.ENDED),
-    (LaneState.RESUME_PENDING, Cause.PRUNED, LaneState.PRUNED),
-    (LaneState.SUSPENDED, Cause.FINALIZED, LaneState.FINALIZED),
-    (LaneState.SUSPENDED, Cause.RESET, LaneState.ENDED),
-    (LaneState.SUSPENDED, Cause.USER_RESET, LaneState.ENDED),
-    (LaneState.FINALIZED, Cause.RESET, LaneState.ENDED),
-    (LaneState.FINALIZED, Cause.USER_RESET, LaneState.ENDED),
-    (LaneState.FINALIZED, Cause.PRUNED, LaneState.PRUNED),
-    (LaneState.PRUNED, Cause.RESET, LaneState.ENDED),
-    (LaneState.PRUNED, Cause.USER_RESET, LaneState.ENDED),
-)
-_MOVES = frozenset(TRANSITIONS)
-
-
-def check_move(old: LaneState, new: LaneState, cause: str) -> None:
-    """Refuse a move the table does not list (an engine bug, never handled)."""
-    if (old, cause, new) not in _MOVES:
-        raise IllegalTransition(f"a lane in state {old.value} cannot move to {new.value} "
-                                f"by {cause}")
-
-
-def render_mermaid() -> str:
-    """``TRANSITIONS`` as a mermaid state diagram (docs/sessions.md carries it verbatim)."""
-    lines = ["stateDiagram-v2", "    [*] --> live: created"]
-    for old, cause, new in TRANSITIONS:
-        lines.append(f"    {old.value} --> {new.value}: {cause}")
-    lines.append("    ended --> [*]")
-    return "\n".join(lines)
 
 
 def render_priority() -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hermes_ref import effects as fx
-from hermes_ref import lane_restart, router, session
+from hermes_ref import lane_restart, lane_states, router, session
 from hermes_ref.errors import BadInput, IllegalTransition
 from hermes_ref.limits import Limits
 from hermes_ref.session import (
@@ -270,7 +270,7 @@ def test_a_move_the_table_does_not_list_is_an_engine_bug() -> None:
 def test_docs_carry_the_rendered_state_machine_and_priority_table() -> None:
     """docs/sessions.md holds render_mermaid() and render_priority() verbatim."""
     text = (DOCS / "sessions.md").read_text(encoding="utf-8")
-    assert session.render_mermaid() in text
+    assert lane_states.render_mermaid() in text
     assert session.render_priority() in text
 
 
