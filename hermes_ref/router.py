@@ -133,11 +133,17 @@ async def _begin(current: Route | None, source: SessionSource, key: str, limits:
     new = session.first_route(key, source, await _fresh_id(now), now, previous=current,
                               cause=cause, reason=reason,
                               order=limits.session_resolution_order)
-    ends = current.session_id if current is not None and end is not None else None
-    if not await PutRoute(new, ends, end if ends else None):
+    if not await PutRoute(new, *ending(current, end)):
         return None
     notice = session.reset_notice(new) if session.notice_due(new, has_rows=False) else None
     return Routed(route=new, rule=rule, notice=notice)
+
+
+def ending(current: Route | None, reason: str | None) -> tuple[str | None, str | None]:
+    """The row a new incarnation's write ends, and why: the old one (SES-2), if it is live."""
+    if current is None or reason is None:
+        return None, None
+    return current.session_id, reason
 
 
 async def _continue(current: Route, decision: session.Decision, limits: Limits,

@@ -1,4 +1,4 @@
-"""Broken session lanes: threads split per user, short ids, the released order in the
+"""Broken session lanes: threads split per user, short ids, an old row left open, the released order in the
 reference's place, a daily reset at midnight, a notice on every message or never, a
 finalized row closed as an eviction, a closed row revived, background processes ignored
 by expiry and by pruning, a restart window read in minutes and a stuck threshold off by
@@ -39,6 +39,17 @@ def _six_hex_ids() -> list[AbstractContextManager[Any]]:
 
 sabotage("six_hex_incarnation_ids", ("SES-2",),
          "incarnation ids take the agent-side 6 hex digits instead of 8")(_six_hex_ids)
+
+
+def _old_row_left_open() -> list[AbstractContextManager[Any]]:
+    def nothing(current: Route | None, reason: str | None) -> tuple[str | None, str | None]:
+        return None, None
+    return [mock.patch.object(router, "ending", nothing)]
+
+
+sabotage("reset_leaves_the_old_row_open", ("SES-2",),
+         "a reset writes the new incarnation's route but never ends the old session row")(
+    _old_row_left_open)
 
 
 def _released_order_in_reference() -> list[AbstractContextManager[Any]]:
