@@ -6,9 +6,10 @@ Each coroutine only awaits effects, so the simulator, the asyncio driver, or sev
 simulated processes can run it. The rules they follow live in ``admission`` (pure); this
 module is the order of the steps, and the order is the contract:
 
-``admit``      check keys and normalize (no effect yet: bad input changes nothing durable)
-               → ``LoadBinding`` → authorize from the binding alone (ADM-2) → ``AdmitInput``
-               (idempotency check and insert, one transaction: ADM-3) → ``Acknowledge``.
+``admit``      check the ids (no effect yet) → ``LoadBinding`` → authorize from the
+               binding alone (ADM-2) → normalize the payload → ``AdmitInput`` (idempotency
+               check and insert, one transaction: ADM-3) → ``Acknowledge``. Bad input is
+               refused before the one write, so it changes nothing durable.
                The ack is sent only after ``AdmitInput`` returned, that is after the row is
                committed (ADM-1). Every refusal is acknowledged too, as a ``Refusal`` that
                carries the input back as it was given (ADM-6).
@@ -73,11 +74,12 @@ class Submission:
 
 
 @dataclass(frozen=True, slots=True)
-class Prepared:
+class Keys:
+    """A submission's checked identity: who, to which session, which request, which intent."""
+
     principal_id: str
     session_id: str
     request_id: str
-    payload: dict[str, Any]
     intent: Intent
 
 
@@ -97,8 +99,8 @@ def refusal(sub: Submission, code: str, message: str) -> Refusal:
                    session_id=sub.session_id, request_id=sub.request_id, carried=sub.payload)
 
 
-def prepare(sub: Submission, limits: Limits) -> Prepared | Refusal:
-    """Keys checked, payload normalized, intent parsed; no effect has happened yet."""
+def check_keys(sub: Submission, limits: Limits) -> Keys | Refusal:
+    """Ids and intent checked; no effect has happened yet."""
     try:
         principal = admission.check_key("principal_id", sub.principal_id, limits)
         session = admission.check_key("session_id", sub.session_id, limits)
@@ -106,44 +108,63 @@ def prepare(sub: Submission, limits: Limits) -> Prepared | Refusal:
         if sub.intent not in set(Intent):
             raise AdmissionRefused("invalid_params", f"intent {sub.intent!r} is not one of "
                                    f"{', '.join(i.value for i in Intent)}")
-        payload = admission.normalize_payload(sub.payload, limits)
     except AdmissionRefused as refused:
-        return refusal(sub, refused.code, str(refused).split(": ", 1)[-1])
-    return Prepared(principal, session, request, payload, Intent(sub.intent))
+        return _refused(sub, refused)
+    return Keys(principal, session, request, Intent(sub.intent))
 
 
-def _role(sub: Submission, ready: Prepared, binding: admission.Binding | None,
+def _role(sub: Submission, keys: Keys, binding: admission.Binding | None,
           ) -> BindingRole | Refusal:
+    """The binding's role, if it lets this principal (of this kind) use this intent."""
     try:
-        role = admission.authorize(binding, ready.principal_id, ready.session_id, ready.intent)
+        role = admission.authorize(binding, keys.principal_id, keys.session_id, keys.intent)
         if sub.kind is not None and (binding is None or binding.kind is not sub.kind):
-            raise AdmissionRefused("not_bound", f"{ready.principal_id!r} is not bound to "
-                                   f"{ready.session_id!r} as {sub.kind.value}")
+            raise AdmissionRefused("not_bound", f"{keys.principal_id!r} is not bound to "
+                                   f"{keys.session_id!r} as {sub.kind.value}")
     except AdmissionRefused as refused:
-        return refusal(sub, refused.code, str(refused).split(": ", 1)[-1])
+        return _refused(sub, refused)
     return role
+
+
+def normalized(sub: Submission, limits: Limits) -> dict[str, Any] | Refusal:
+    """The canonical payload, or the refusal that hands it back."""
+    try:
+        return admission.normalize_payload(sub.payload, limits)
+    except AdmissionRefused as refused:
+        return _refused(sub, refused)
+
+
+def _refused(sub: Submission, error: AdmissionRefused) -> Refusal:
+    return refusal(sub, error.code, str(error).split(": ", 1)[-1])
 
 
 async def admit(sub: Submission, limits: Limits, epoch: int) -> Ack | Refusal:
     """authorize → normalize → durable queued row → acknowledgement (ADM-1)."""
-    ready = prepare(sub, limits)
-    if isinstance(ready, Refusal):
-        await Acknowledge(ready)
-        return ready
-    binding = await LoadBinding(ready.principal_id, ready.session_id)
-    role = _role(sub, ready, binding)
+    keys = check_keys(sub, limits)
+    if isinstance(keys, Refusal):
+        return await answer(keys)
+    binding = await LoadBinding(keys.principal_id, keys.session_id)
+    role = _role(sub, keys, binding)
     if isinstance(role, Refusal):
-        await Acknowledge(role)
-        return role
+        return await answer(role)
+    payload = normalized(sub, limits)
+    if isinstance(payload, Refusal):
+        return await answer(payload)
     assert binding is not None  # _role refuses a missing binding
     now = await Now()
     candidate = AdmissionRow(
-        admission_id=await MintId("adm"), principal_id=ready.principal_id,
-        principal_kind=binding.kind, session_id=ready.session_id, request_id=ready.request_id,
-        payload_json=admission.canonical_json(ready.payload),
-        payload_digest=admission.payload_digest(ready.session_id, ready.payload, ready.intent),
-        intent=ready.intent, role=role, owner_epoch=epoch, created_at=now, updated_at=now)
+        admission_id=await MintId("adm"), principal_id=keys.principal_id,
+        principal_kind=binding.kind, session_id=keys.session_id, request_id=keys.request_id,
+        payload_json=admission.canonical_json(payload),
+        payload_digest=admission.payload_digest(keys.session_id, payload, keys.intent),
+        intent=keys.intent, role=role, owner_epoch=epoch, created_at=now, updated_at=now)
     return await commit_then_ack(sub, candidate)
+
+
+async def answer(given: Refusal) -> Refusal:
+    """Hand a refusal to the submitter: no row was written for it."""
+    await Acknowledge(given)
+    return given
 
 
 async def commit_then_ack(sub: Submission, candidate: AdmissionRow) -> Ack | Refusal:

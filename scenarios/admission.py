@@ -125,7 +125,7 @@ def started_admission_is_never_rerun(s: Story) -> None:
 
 
 @scenario("Queued admissions survive a crash and run in order after the restart",
-          invariants=("ADM-7", "ADM-4"), stage="admission")
+          invariants=("ADM-7", "ADM-4", "ADM-5"), stage="admission")
 def queued_admissions_survive_a_crash(s: Story) -> None:
     s.bind("alice")
     s.bind("olga", role="operator", kind="operator")

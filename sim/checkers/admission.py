@@ -75,7 +75,7 @@ def _by_id(obs: Observation) -> dict[str, AdmissionRow]:
 # ---- ADM-1: acknowledged only after the commit ---------------------------------------------
 
 
-@checker("acked_after_commit", ("ADM-1", "ADM-7"),
+@checker("acked_after_commit", ("ADM-1",),
          "every ack names a durable row committed before the ack (seq within the store's "
          "mark at that instant); every submission gets an answer")
 def acked_after_commit(obs: Observation) -> list[Violation]:
@@ -91,7 +91,7 @@ def acked_after_commit(obs: Observation) -> list[Violation]:
             continue
         row = rows.get(answer.admission_id)
         if row is None:
-            out.append(Violation("acked_after_commit", "ADM-7",
+            out.append(Violation("acked_after_commit", "ADM-1",
                                  f"acknowledged admission {answer.admission_id} has no row"))
         elif row.seq > rec.mark or answer.seq != row.seq:
             out.append(Violation("acked_after_commit", "ADM-1",

@@ -49,11 +49,11 @@ sabotage("ack_before_commit", ("ADM-1",),
 def _role_from_payload() -> list[AbstractContextManager[Any]]:
     original = door._role
 
-    def trusting(sub: door.Submission, ready: door.Prepared, binding: Any) -> Any:
-        claimed = ready.payload.get("role")
+    def trusting(sub: door.Submission, keys: door.Keys, binding: Any) -> Any:
+        claimed = sub.payload.get("role") if isinstance(sub.payload, dict) else None
         if claimed in set(BindingRole):  # "the client knows who it is"
             return BindingRole(claimed)
-        return original(sub, ready, binding)
+        return original(sub, keys, binding)
     return [mock.patch.object(door, "_role", trusting)]
 
 

@@ -234,13 +234,22 @@ def test_admit_acknowledges_only_after_the_commit() -> None:
     assert seen[-2].candidate.role is BindingRole.MEMBER  # the payload's claim gained nothing
 
 
-def test_bad_input_is_refused_before_any_effect_but_the_answer() -> None:
-    """A malformed submission performs nothing durable: its only effect is the refusal."""
+def test_bad_input_is_refused_before_any_write() -> None:
+    """A malformed payload is refused after the binding read and before any write."""
     payload = "{broken"
-    result, seen = drive(door.admit(door.Submission("alice", "s-1", "r", payload), LIMITS, 1), {})
-    assert [type(e) for e in seen] == [fx.Acknowledge]
+    result, seen = drive(door.admit(door.Submission("alice", "s-1", "r", payload), LIMITS, 1),
+                         {fx.LoadBinding: binding()})
+    assert [type(e) for e in seen] == [fx.LoadBinding, fx.Acknowledge]
     assert isinstance(result, Refusal) and result.carried is payload
     assert result.code == "invalid_params" and isinstance(result.error(), BadInput)
+
+
+def test_a_malformed_key_is_refused_before_any_effect() -> None:
+    """An empty request id is refused with no read and no write at all."""
+    result, seen = drive(door.admit(door.Submission("alice", "s-1", "", {"text": "hi"}), LIMITS,
+                                    1), {})
+    assert [type(e) for e in seen] == [fx.Acknowledge]
+    assert isinstance(result, Refusal) and result.code == "invalid_params"
 
 
 def test_a_conflict_is_refused_with_the_input_handed_back() -> None:
@@ -260,3 +269,42 @@ def test_an_internal_event_needs_a_binding_of_its_kind() -> None:
     assert isinstance(result, Refusal) and result.code == "not_bound"
     with pytest.raises(AdmissionRefused):
         door.internal_submission(PrincipalKind.USER, "alice", "s-1", "e", "not internal")
+
+
+# ---- the production driver ---------------------------------------------------------------
+
+
+async def test_the_asyncio_driver_runs_the_door_on_sqlite(tmp_path: Path) -> None:
+    """Admit, an idempotent retry, drain and recovery through AsyncDriver on AsyncSqliteStore."""
+    import httpx
+
+    from hermes_ref.engine import Engine
+    from hermes_ref.models import SessionRecord
+    from hermes_ref.shell.driver import AsyncDriver
+    from hermes_ref.shell.http_provider import HttpProvider
+    from hermes_ref.shell.sqlite_store import AsyncSqliteStore
+    from sim.provider import ScriptedProvider, text
+    from sim.provider_http import fake_transport
+    from sim.tools import SimTools
+
+    script = ScriptedProvider([text("Hello back.")])
+    store = await AsyncSqliteStore.open(tmp_path / "door.db")
+    acks: list[Ack | Refusal] = []
+    async with httpx.AsyncClient(transport=fake_transport(script)) as client:
+        driver = AsyncDriver(store=store, provider=HttpProvider("http://p.test/v1", client=client),
+                             tools=SimTools({}), on_ack=acks.append)
+        await store.create_session(SessionRecord(id="s-1", key="k", system_prompt="p",
+                                                 started_at=0.0))
+        await store.bind_principal(binding())
+        epoch = (await driver.run(door.recover())).epoch
+        sub = door.Submission("alice", "s-1", "r-1", {"text": "Hello!"})
+        first = await driver.run(door.admit(sub, LIMITS, epoch))
+        again = await driver.run(door.admit(sub, LIMITS, epoch))
+        assert isinstance(first, Ack) and isinstance(again, Ack) and not again.fresh
+        assert acks == [first, again]
+        step = await driver.run(door.drain_step(Engine(), "s-1", epoch))
+        assert step.admission is not None and step.admission.outcome is Outcome.COMPLETED
+        record = await store.snapshot()
+        assert [m.content for m in record.transcript("s-1")] == ["Hello!", "Hello back."]
+        assert record.admissions[0].turn_id == step.admission.turn_id
+    await store.close()
