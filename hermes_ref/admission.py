@@ -185,9 +185,10 @@ class AdmitAnswer(Frozen):
 
 
 class ClaimAnswer(Frozen):
-    """The claimed row, or none; ``paused`` when an unknown admission holds the queue."""
+    """The claimed row, or none: ``busy`` while one is in flight, ``paused`` on an unknown."""
 
     row: AdmissionRow | None = None
+    busy: bool = False
     paused: bool = False
 
 
@@ -254,7 +255,11 @@ def normalize_payload(payload: object, limits: Limits) -> dict[str, Any]:
     if not isinstance(payload, Mapping):
         raise AdmissionRefused("invalid_params", "payload must be a JSON object")
     text = canonical_json(payload)
-    if len(text.encode("utf-8", "surrogatepass")) > limits.admission_payload_bytes_max:
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as error:  # a lone surrogate: no store could keep it
+        raise AdmissionRefused("invalid_params", "payload is not valid Unicode") from error
+    if size > limits.admission_payload_bytes_max:
         raise AdmissionRefused("invalid_params", "payload is larger than "
                                f"{limits.admission_payload_bytes_max} bytes")
     plain: dict[str, Any] = json.loads(text)
@@ -268,7 +273,7 @@ def normalize_payload(payload: object, limits: Limits) -> dict[str, Any]:
 def payload_digest(session_id: str, payload: Mapping[str, Any], intent: Intent) -> str:
     """SHA-256 of the canonical JSON ``{target, payload: {input, intent}}`` (ADM-3)."""
     body = {"target": session_id, "payload": {"input": dict(payload), "intent": intent.value}}
-    return hashlib.sha256(canonical_json(body).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 
 # ---- decisions ------------------------------------------------------------------------
@@ -299,7 +304,7 @@ def next_claim(rows: Iterable[AdmissionRow]) -> ClaimAnswer:
         if row.status is AdmissionStatus.UNKNOWN:
             return ClaimAnswer(paused=True)
         if row.status is AdmissionStatus.STARTED:
-            return ClaimAnswer()
+            return ClaimAnswer(busy=True)
         if row.status is AdmissionStatus.QUEUED:
             queued.append(row)
     return ClaimAnswer(row=min(queued, key=lambda r: r.seq)) if queued else ClaimAnswer()

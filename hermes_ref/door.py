@@ -89,7 +89,8 @@ class DrainStep:
 
     admission: AdmissionRow | None
     result: TurnResult | None = None
-    paused: bool = False
+    busy: bool = False    # nothing claimed: another admission of the session is in flight
+    paused: bool = False  # nothing claimed: an unknown admission holds the queue
     settle_error: str | None = None
 
 
@@ -216,7 +217,7 @@ async def drain_step(engine: Engine, session_id: str, epoch: int) -> DrainStep:
     claim = await ClaimAdmission(session_id, epoch, await Now())
     row = claim.row
     if row is None:
-        return DrainStep(None, paused=claim.paused)
+        return DrainStep(None, busy=claim.busy, paused=claim.paused)
     result = await engine.run_turn(TurnInput(session_id=row.session_id, text=row.text))
     failure: PersistenceError | None = None
     try:

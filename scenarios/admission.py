@@ -229,3 +229,27 @@ def refused_turn_settles_as_rejected(s: Story) -> None:
     _acked(s.submit("alice", "r-2", {"text": "Are you free?"}))
     s.drain()
     s.expect(s.admissions()[1].outcome is Outcome.COMPLETED, "the resubmission ran")
+
+
+@scenario("A settle the store refuses leaves the admission started until recovery finds it",
+          invariants=("ADM-5", "ADM-4"), stage="admission")
+def failed_settle_waits_for_recovery(s: Story) -> None:
+    s.bind("alice")
+    s.bind("olga", role="operator", kind="operator")
+    s.script(text("First answered."), text("Second answered."))
+    first = _acked(s.submit("alice", "a-1", {"text": "First."}))
+    _acked(s.submit("alice", "a-2", {"text": "Second."}))
+    s.faults(fail_writes={"settle": 1})
+    step = s.drain(steps=1)[0]
+    s.expect(step.settle_error == "injected_io_error", "the settle was refused")
+    s.faults()
+    idle = s.drain()
+    s.expect(len(idle) == 1 and idle[0].busy and idle[0].admission is None,
+             "nothing is claimed while the first is still started")
+    s.restart()
+    s.recover()
+    s.expect(s.admissions()[0].status is AdmissionStatus.UNKNOWN,
+             "the next epoch made it unknown: whether it finished is not on record")
+    s.reconcile("olga", first.admission_id)
+    s.drain()
+    s.expect(s.admissions()[1].outcome is Outcome.COMPLETED, "the queue moved on")

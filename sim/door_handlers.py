@@ -84,7 +84,8 @@ class AdmissionHandlers:
                                           effect.epoch, effect.now)
         row = answer.row
         what = (f"{row.admission_id} seq={row.seq}" if row is not None
-                else "paused: an admission is unknown" if answer.paused else "nothing queued")
+                else "paused: an admission is unknown" if answer.paused
+                else "busy: an admission is in flight" if answer.busy else "nothing queued")
         self.world.timeline.add("write", f"claim     {effect.session_id} {what}")
         return answer
 

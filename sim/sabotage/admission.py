@@ -83,7 +83,7 @@ def _newest_first() -> list[AbstractContextManager[Any]]:
         if any(r.status is AdmissionStatus.UNKNOWN for r in rows):
             return ClaimAnswer(paused=True)
         if any(r.status is AdmissionStatus.STARTED for r in rows):
-            return ClaimAnswer()
+            return ClaimAnswer(busy=True)
         queued = [r for r in rows if r.status is AdmissionStatus.QUEUED]
         return ClaimAnswer(row=max(queued, key=lambda r: r.seq)) if queued else ClaimAnswer()
     return [mock.patch.object(admission, "next_claim", lifo)]

@@ -115,7 +115,8 @@ def test_the_claim_is_the_lowest_seq_and_waits_for_the_one_in_flight() -> None:
     queued = [row(3), row(1), row(2)]
     answer = admission.next_claim(queued)
     assert answer.row is not None and answer.row.seq == 1
-    assert admission.next_claim([*queued, row(9, AdmissionStatus.STARTED)]).row is None
+    assert admission.next_claim([*queued, row(9, AdmissionStatus.STARTED)]) == \
+        admission.ClaimAnswer(busy=True)
     paused = admission.next_claim([*queued, row(9, AdmissionStatus.UNKNOWN)])
     assert paused.row is None and paused.paused
     assert admission.next_claim([row(1, AdmissionStatus.TERMINAL)]).row is None
@@ -157,6 +158,7 @@ def test_the_digest_binds_target_and_intent(text: str) -> None:
 @pytest.mark.parametrize("payload", [
     "{not json", [1, 2], {"text": ""}, {"text": "   "}, {"note": "no text"},
     {"text": float("nan")}, {"text": "x" * 70_000}, {"text": "hi", "bad": {1, 2}},
+    {"text": "lone \ud800 surrogate"},
 ])
 def test_unusable_payloads_are_invalid_params(payload: Any) -> None:
     """A payload that is not a JSON object with text, or too large, is refused in one line."""
