@@ -253,3 +253,23 @@ def failed_settle_waits_for_recovery(s: Story) -> None:
     s.reconcile("olga", first.admission_id)
     s.drain()
     s.expect(s.admissions()[1].outcome is Outcome.COMPLETED, "the queue moved on")
+
+
+@scenario("An owner may withdraw a queued input; a member may not, and nothing else moves",
+          invariants=("ADM-2", "ADM-5"), stage="admission")
+def owner_cancels_a_queued_input(s: Story) -> None:
+    s.bind("alice", role="owner")
+    s.bind("bob")
+    s.script(text("First answered."))
+    _acked(s.submit("alice", "a-1", {"text": "First."}))
+    second = _acked(s.submit("bob", "b-1", {"text": "Never mind this."}))
+    refused = s.cancel("bob", second.admission_id)
+    s.expect(isinstance(refused, Refusal) and refused.code == "forbidden",
+             "a member cannot cancel, even its own input")
+    s.cancel("alice", second.admission_id)
+    s.drain()
+    rows = s.admissions()
+    s.expect([r.outcome for r in rows] == [Outcome.COMPLETED, Outcome.CANCELLED],
+             "the first ran, the withdrawn one never did")
+    s.expect([m.content for m in s.transcript() if m.role == "user"] == ["First."],
+             "only the first input reached the transcript")
