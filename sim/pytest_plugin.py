@@ -50,9 +50,12 @@ class ServedSim:
 
     @property
     def records(self) -> list[dict[str, Any]]:
+        """The journal so far, once every request in flight has been journaled."""
+        self.simulator.settle()
         return self.simulator.journal.records
 
     def report(self) -> Report:
+        self.simulator.settle()
         return self.simulator.cursor.report()
 
     @property

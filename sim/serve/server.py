@@ -108,15 +108,27 @@ class Simulator:
                headers: list[tuple[str, str]], body: bytes, plan: wire.Plan,
                fields: dict[str, Any], outcome: str) -> None:
         t0 = arrival.pop("_t0")
-        with self._lock:
-            self.in_flight -= 1
-            self._last_activity = self._clock()
         self.journal.write({
             **arrival, "method": method, "path": path, "headers": masked(headers),
             "body": body_value(body) if body else None, **fields, "status": plan.status,
             "outcome": outcome, "reply": plan.summary,
             "duration_s": round(self._clock() - t0, 6),
         })
+        with self._lock:  # after the write: settle() means every record is in the journal
+            self.in_flight -= 1
+            self._last_activity = self._clock()
+
+    def settle(self, timeout_s: float = 5.0) -> bool:
+        """Wait until no request is in flight (a client may read its answer before the
+        handler has journaled it); False if one still is after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                if not self.in_flight:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
 
     def httpx_handler(self, request: httpx.Request) -> httpx.Response:
         """Answer an httpx request in process (``httpx.MockTransport`` or respx)."""
@@ -166,11 +178,14 @@ class SimServer(ThreadingHTTPServer):
         self._thread.start()
 
     def stop(self) -> None:
+        """Release stalled handlers, stop accepting, close, and let answers in flight be
+        journaled (for up to a second)."""
         self.stopping.set()
         self.shutdown()
         self.server_close()
         if self._thread is not None:
             self._thread.join()
+        self.simulator.settle(1.0)
 
 
 class _Server6(SimServer):

@@ -54,6 +54,7 @@ def test_openai_client_retries_a_429_and_the_journal_shows_the_gap(
     client = openai.OpenAI(base_url=server.url, api_key="sk-test", max_retries=1)
     reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert reply.choices[0].message.content == "after"
+    assert server.simulator.settle()
     records = server.simulator.journal.records
     assert [r["status"] for r in sorted(records, key=lambda r: r["seq"])] == [429, 200]
     assert max(r["gap_s"] or 0 for r in records) >= 0.25

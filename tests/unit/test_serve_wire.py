@@ -44,6 +44,7 @@ def test_every_shape_the_api_accepts_is_accepted(server: SimServer, messages: li
     reply = post(server, {"model": "m", "messages": messages, "temperature": 0.2,
                           "unheard_of": True})
     assert reply.status_code == 200, reply.text
+    assert server.simulator.settle()
     record = server.simulator.journal.records[-1]
     assert "unheard_of" in record["unknown"]
 
