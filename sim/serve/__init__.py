@@ -16,8 +16,14 @@ provider fault the catalogue knows, over a real socket. The pieces, one concern 
   delays, stalls and cuts), deterministic per seed;
 * ``journal``: one JSONL record per request, with the gap since the last one;
 * ``server``: the threaded HTTP server that plays a plan on a socket, and the httpx
-  handler that plays it in process; ``summary`` the closing report and exit code;
-* ``cli``: the ``sim serve`` command (and its alias ``fake-provider serve``).
+  handler that plays it in process;
+* ``cli``: the ``sim serve`` command (and its alias ``fake-provider serve``), its
+  signals, the closing summary and the exit code;
+* ``strategies``: the fault catalogue as hypothesis strategies of steps and scripts;
+* ``hermes_agent``: a run of the real Hermes Agent (its own venv) against a script.
+
+``sim.pytest_plugin`` offers all of it to other projects' tests; the user's guide is
+``docs/test-your-own-agent.md``.
 """
 
 from __future__ import annotations
