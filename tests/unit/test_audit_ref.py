@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from hermes_ref.shell.runtime import open_runtime
 from hermes_ref.shell.sqlite_connect import open_connection
@@ -99,3 +102,35 @@ def test_reads_a_wal_left_by_a_killed_writer_without_touching_a_byte(tmp_path: P
     assert main(["audit", str(path)], out=out) == 0
     assert "100 message(s)" in out.getvalue()
     assert snapshot(tmp_path) == before
+
+
+REF_CASES = {
+    # rows (role, answered id, call ids), then the findings expected of the ended session
+    "clean": ([("user", None, ()), ("assistant", None, ("c1",)), ("tool", "c1", ()),
+               ("assistant", None, ())], []),
+    "orphan-result": ([("user", None, ()), ("tool", "c9", ()), ("assistant", None, ())],
+                      ["TOOL-3"]),
+    "out-of-order": ([("user", None, ()), ("assistant", None, ("c1", "c2")), ("tool", "c2", ()),
+                      ("tool", "c1", ()), ("assistant", None, ())], ["TOOL-5"]),
+    "user-after-tool": ([("user", None, ()), ("assistant", None, ("c1",)), ("tool", "c1", ()),
+                         ("user", None, ()), ("assistant", None, ())], ["FIN-5"]),
+    "ended-on-call": ([("user", None, ()), ("assistant", None, ("c1",))], ["FIN-4"]),
+}
+
+
+@pytest.mark.parametrize("name", list(REF_CASES))
+def test_the_ref_reader_feeds_the_same_judges(tmp_path: Path, name: str) -> None:
+    """Rows of this project's schema are judged exactly as a Hermes database's are."""
+    spec, expected = REF_CASES[name]
+    path = tmp_path / "ref.db"
+    conn = open_connection(path)
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO sessions (id, key, platform, chat_type, system_prompt, started_at,"
+                 " ended_at, end_reason) VALUES ('s', 'k', 'cli', 'dm', 'p', 0, 1, 'done')")
+    for role, answered, calls in spec:
+        stored = json.dumps([{"id": c, "name": "f", "arguments": "{}"} for c in calls]) or None
+        conn.execute("INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id)"
+                     " VALUES ('s', ?, 'x', ?, ?)", (role, stored if calls else None, answered))
+    conn.execute("COMMIT")
+    conn.close()
+    assert [f.invariant for f in audit(path).findings] == expected
