@@ -310,3 +310,77 @@ async def test_the_asyncio_driver_runs_the_door_on_sqlite(tmp_path: Path) -> Non
         assert [m.content for m in record.transcript("s-1")] == ["Hello!", "Hello back."]
         assert record.admissions[0].turn_id == step.admission.turn_id
     await store.close()
+
+
+# ---- what each move writes -----------------------------------------------------------------
+
+
+def test_a_claim_counts_marks_and_takes_the_claiming_epoch() -> None:
+    """A claim records the count, the message mark, its tick and the epoch that claimed it."""
+    claimed = admission.apply_move(row(owner_epoch=1), Move.CLAIM, epoch=3, current_epoch=3,
+                                   now=7.0, tick=4, claim_mark=12)
+    assert (claimed.status, claimed.claims, claimed.claim_mark, claimed.claimed_tick,
+            claimed.owner_epoch, claimed.updated_at) == (
+        AdmissionStatus.STARTED, 1, 12, 4, 3, 7.0)
+    assert claimed.settled_tick is None and claimed.unknown_tick is None
+
+
+def test_a_settle_records_how_when_and_which_turn() -> None:
+    """Settle writes outcome, turn, the move, the epoch and the tick; orphan only its tick."""
+    started = row(status=AdmissionStatus.STARTED, owner_epoch=2)
+    done = admission.apply_move(started, Move.SETTLE, epoch=2, current_epoch=2, now=9.0,
+                                tick=6, outcome=Outcome.FAILED, turn_id="turn-4")
+    assert (done.outcome, done.turn_id, done.settled_via, done.settled_epoch, done.settled_tick) \
+        == (Outcome.FAILED, "turn-4", Move.SETTLE, 2, 6)
+    lost = admission.apply_move(started, Move.ORPHAN, epoch=3, current_epoch=3, now=9.0, tick=7)
+    assert (lost.status, lost.unknown_tick, lost.outcome, lost.settled_via) == (
+        AdmissionStatus.UNKNOWN, 7, None, None)
+    ended = admission.apply_move(lost.model_copy(update={"turn_id": "turn-4"}), Move.RECONCILE,
+                                 epoch=3, current_epoch=3, now=10.0, tick=8,
+                                 outcome=Outcome.INTERRUPTED)
+    assert ended.turn_id == "turn-4" and ended.settled_via is Move.RECONCILE
+
+
+def test_authorize_needs_this_principal_and_this_session() -> None:
+    """A binding of another principal or session authorizes nothing."""
+    for principal, session_id in (("bob", "s-1"), ("alice", "s-2")):
+        with pytest.raises(AdmissionRefused) as info:
+            admission.authorize(binding(), principal, session_id, Intent.QUEUE)
+        assert info.value.code == "not_bound"
+    owner = binding(BindingRole.OWNER)
+    assert admission.authorize(owner, "alice", "s-1", Intent.STEER) is BindingRole.OWNER
+    with pytest.raises(AdmissionRefused):
+        admission.authorize(owner, "alice", "s-1", Intent.REDIRECT)
+
+
+def test_keys_at_the_bound_pass_and_one_more_fails() -> None:
+    """admission_key_chars_max is inclusive."""
+    assert admission.check_key("k", "x" * 1024, LIMITS) == "x" * 1024
+    with pytest.raises(AdmissionRefused):
+        admission.check_key("k", "x" * 1025, LIMITS)
+
+
+def test_normalization_keeps_other_fields_and_fixes_only_line_ends() -> None:
+    """Extra fields pass through as plain JSON; a lone CR becomes LF; text is not stripped."""
+    plain = admission.normalize_payload({"text": " a\rb ", "tags": ("x", 1)}, LIMITS)
+    assert plain == {"text": " a\nb ", "tags": ["x", 1]}
+    size = len(admission.canonical_json({"text": "hi"}).encode())
+    assert admission.normalize_payload({"text": "hi"}, Limits(admission_payload_bytes_max=size))
+    with pytest.raises(AdmissionRefused):
+        admission.normalize_payload({"text": "hi"}, Limits(admission_payload_bytes_max=size - 1))
+
+
+def test_the_outcome_of_a_turn() -> None:
+    """Handed back is rejected, interrupted stays interrupted, failed is failed, else completed."""
+    from hermes_ref.models import Message, Role
+    from hermes_ref.outcomes import ExitReason, TurnResult
+
+    base = TurnResult(session_id="s", turn_id="t", final_response="ok",
+                      exit_reason=ExitReason.TEXT_RESPONSE, completed=True)
+    handed = base.model_copy(update={"carried_input": Message(role=Role.USER, content="q"),
+                                     "failed": True})
+    assert door.outcome_of(base) is Outcome.COMPLETED
+    assert door.outcome_of(handed) is Outcome.REJECTED
+    assert door.outcome_of(base.model_copy(update={"failed": True})) is Outcome.FAILED
+    interrupted = base.model_copy(update={"exit_reason": ExitReason.INTERRUPTED, "failed": True})
+    assert door.outcome_of(interrupted) is Outcome.INTERRUPTED
