@@ -14,7 +14,7 @@ that measured the calibration:
   messages audited per calibration turn (audit rate / calibration turns/s).
   The default run uses ``AUDIT_MESSAGES_DEFAULT`` messages (the row says how many);
   ``HERMES_REF_AUDIT_MESSAGES=1000000`` (``nox -s audit_bench``) or
-  ``python -m sim.bench.tooling --messages 1000000`` measures the full size.
+  ``python -m sim.bench.tooling_cli --messages 1000000`` measures the full size.
 * ``serve_latency_ms_p50`` / ``_p99``: 20 client threads, each opening a new connection
   per request (the case a small listen backlog punishes), against the served simulator
   answering a text step in a child process; beside it (full size only) the same load
@@ -25,7 +25,6 @@ that measured the calibration:
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -49,7 +48,7 @@ CLIENTS = 20
 REQUESTS_PER_CLIENT = 15
 
 
-def _stat(values: list[float]) -> dict[str, float]:
+def stat(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
@@ -111,8 +110,8 @@ def audit_rows(reps: int, messages: int, calibration: dict[str, float] | None,
         assert result.messages == messages and not result.violations
     out: dict[str, Any] = {
         "audit_messages": {"median": messages, "min": messages, "max": messages},
-        "audit_messages_per_s": _stat(rates),
-        "audit_scan_rows_per_s": _stat(scans),
+        "audit_messages_per_s": stat(rates),
+        "audit_scan_rows_per_s": stat(scans),
     }
     out["audit_share_of_scan"] = {k: out["audit_messages_per_s"][k] / out[
         "audit_scan_rows_per_s"]["median"] for k in ("median", "min", "max")}
@@ -237,33 +236,3 @@ def _say(progress: TextIO | None, message: str) -> None:
     if progress is not None:
         progress.write(f"bench: {message}\n")
         progress.flush()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sim.bench.tooling",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    from sim.bench import calibration as calib
-
-    tape = calib.record()
-    rates = calib.calibration_throughput(tape, _quick_sizes()).rates
-    report: dict[str, Any] = {"calibration_turns_per_s": _stat(list(rates))}
-    report.update(audit_rows(args.reps, args.messages, report["calibration_turns_per_s"],
-                             sys.stderr))
-    report.update(serve_rows(report["calibration_turns_per_s"]))
-    sys.stdout.write(json.dumps(report, indent=2) + "\n" if args.json
-                     else "\n".join(lines(report)) + "\n")
-    return 0
-
-
-def _quick_sizes() -> Any:
-    from sim.bench.runner import QUICK
-
-    return QUICK
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
