@@ -290,6 +290,12 @@ def authorize(binding: Binding | None, principal_id: str, session_id: str,
     return binding.role
 
 
+def same_request(row: AdmissionRow, candidate: AdmissionRow) -> bool:
+    """ADM-3's key: the same principal, session and request id (ids are per submitter)."""
+    return (row.principal_id, row.session_id, row.request_id) == (
+        candidate.principal_id, candidate.session_id, candidate.request_id)
+
+
 def decide_admit(existing: AdmissionRow | None, candidate: AdmissionRow) -> Verdict:
     """ADM-3: the same key with the same digest is a hit, another digest a conflict."""
     if existing is None:

@@ -273,3 +273,18 @@ def owner_cancels_a_queued_input(s: Story) -> None:
              "the first ran, the withdrawn one never did")
     s.expect([m.content for m in s.transcript() if m.role == "user"] == ["First."],
              "only the first input reached the transcript")
+
+
+@scenario("Two submitters may use the same request id: each gets its own admission",
+          invariants=("ADM-3",), stage="admission")
+def request_ids_belong_to_their_submitter(s: Story) -> None:
+    s.bind("alice")
+    s.bind("bob")
+    s.script(text("Hi Alice."), text("Hi Bob."))
+    first = _acked(s.submit("alice", "msg-1", {"text": "Alice here."}))
+    other = _acked(s.submit("bob", "msg-1", {"text": "Bob here."}))
+    s.expect(other.fresh and other.admission_id != first.admission_id,
+             "bob's msg-1 is not alice's msg-1")
+    s.drain()
+    s.expect([m.content for m in s.transcript() if m.role == "user"] == ["Alice here.", "Bob here."],
+             "both inputs ran, each once")

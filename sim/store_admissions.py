@@ -45,7 +45,7 @@ class AdmissionsMixin:
 
     def _init_admissions(self) -> None:
         self._admissions: dict[str, AdmissionRow] = {}
-        self._admission_keys: dict[tuple[str, str, str], str] = {}
+        self._by_request: dict[tuple[str, str], list[str]] = {}  # (session, request) -> ids
         self._bindings: dict[tuple[str, str], Binding] = {}
         self._epoch = 0
         self._tick = 0
@@ -69,9 +69,9 @@ class AdmissionsMixin:
         return EpochStart(epoch=epoch, orphaned=tuple(changed))
 
     def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer:
-        key = (candidate.principal_id, candidate.session_id, candidate.request_id)
-        known = self._admission_keys.get(key)
-        existing = self._admissions[known] if known is not None else None
+        key = (candidate.session_id, candidate.request_id)
+        same = [self._admissions[i] for i in self._by_request.get(key, ())]
+        existing = next((r for r in same if admission.same_request(r, candidate)), None)
         verdict = admission.decide_admit(existing, candidate)
         if verdict == "new" and candidate.session_id not in self._sessions:
             verdict = "not_found"
@@ -82,7 +82,7 @@ class AdmissionsMixin:
             if row.admission_id in self._admissions:
                 raise PersistenceError(f"admission {row.admission_id} exists", cause="duplicate")
             self._admissions[row.admission_id] = row
-            self._admission_keys[key] = row.admission_id
+            self._by_request.setdefault(key, []).append(row.admission_id)
         self._commit_events()
         return AdmitAnswer(verdict=verdict, row=row)
 

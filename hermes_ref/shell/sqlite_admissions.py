@@ -50,8 +50,8 @@ _INSERT = (f"INSERT INTO admissions({_COLUMNS}) "
 _MUTABLE = ADMISSION_COLUMNS[ADMISSION_COLUMNS.index("status"):]
 _UPDATE = (f"UPDATE admissions SET {', '.join(f'{c} = ?' for c in _MUTABLE)} "
            "WHERE admission_id = ?")
-_BY_KEY = (f"SELECT {_COLUMNS} FROM admissions "
-           "WHERE principal_id = ? AND session_id = ? AND request_id = ?")
+_BY_REQUEST = (f"SELECT {_COLUMNS} FROM admissions "
+               "WHERE session_id = ? AND request_id = ? ORDER BY seq")
 _BY_ID = f"SELECT {_COLUMNS} FROM admissions WHERE admission_id = ?"
 _OF_SESSION = f"SELECT {_COLUMNS} FROM admissions WHERE session_id = ? ORDER BY seq"
 _ALL = f"SELECT {_COLUMNS} FROM admissions ORDER BY seq"
@@ -115,10 +115,10 @@ def begin_epoch(conn: StoreConnection, events: Sequence[EventRow], now: float) -
 def admit_input(conn: StoreConnection, events: Sequence[EventRow],
                 candidate: AdmissionRow) -> AdmitAnswer:
     """The idempotency check and the insert in one transaction (ADM-3)."""
-    key = (candidate.principal_id, candidate.session_id, candidate.request_id)
     with ops._write(conn):
-        found = conn.execute(_BY_KEY, key).fetchone()
-        existing = None if found is None else decode_admission(found)
+        same = [decode_admission(r) for r in conn.execute(
+            _BY_REQUEST, (candidate.session_id, candidate.request_id)).fetchall()]
+        existing = next((r for r in same if admission.same_request(r, candidate)), None)
         verdict = admission.decide_admit(existing, candidate)
         if verdict == "new" and conn.execute(
                 _SESSION_EXISTS, (candidate.session_id,)).fetchone() is None:

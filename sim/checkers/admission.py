@@ -160,7 +160,7 @@ def authority_from_binding(obs: Observation) -> list[Violation]:
 
 @checker("one_request_one_row", ("ADM-3",),
          "(principal, session, request) has at most one row, whose digest is its payload's; "
-         "an ack answers only the same digest, a conflict only another")
+         "an ack answers only that key and the same digest, a conflict only another digest")
 def one_request_one_row(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     keys: dict[tuple[str, str, str], list[AdmissionRow]] = defaultdict(list)
@@ -171,12 +171,18 @@ def one_request_one_row(obs: Observation) -> list[Violation]:
             out.append(_v3(f"admission {row.admission_id} stores a digest of another payload"))
     out.extend(_v3(f"request {key} has {len(rows)} rows") for key, rows in keys.items()
                if len(rows) > 1)
+    by_id = _by_id(obs)
     for rec in _acks(obs):
         sub, answer = rec.submitted, rec.answer
         if sub is None or not isinstance(answer, Ack | Refusal):
             continue
         found = keys.get((str(sub.principal_id), str(sub.session_id), str(sub.request_id)))
         digest = submitted_digest(obs, rec)
+        acked = by_id.get(answer.admission_id) if isinstance(answer, Ack) else None
+        if acked is not None and (acked.principal_id, acked.session_id, acked.request_id) != (
+                sub.principal_id, sub.session_id, sub.request_id):
+            out.append(_v3(f"request {_key(rec)} was answered with {acked.admission_id}, the "
+                           f"admission of {acked.principal_id!r}'s request {acked.request_id!r}"))
         if isinstance(answer, Ack) and found and digest is not None \
                 and found[0].payload_digest != digest:
             out.append(_v3(f"request {_key(rec)} with another payload was acknowledged as "

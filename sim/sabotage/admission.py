@@ -74,6 +74,18 @@ sabotage("digest_ignored", ("ADM-3",),
          "a known request id is an idempotent hit whatever its payload")(_digest_ignored)
 
 
+def _request_ids_per_session() -> list[AbstractContextManager[Any]]:
+    def per_session(row: AdmissionRow, candidate: AdmissionRow) -> bool:
+        # "a platform message id is unique in its chat": the principal is left out of the key
+        return (row.session_id, row.request_id) == (candidate.session_id, candidate.request_id)
+    return [mock.patch.object(admission, "same_request", per_session)]
+
+
+sabotage("request_ids_per_session", ("ADM-3",),
+         "the idempotency key leaves out the principal, so two submitters' request ids collide")(
+    _request_ids_per_session)
+
+
 # ---- ADM-4: the newest admission is claimed first ------------------------------------------
 
 
