@@ -8,8 +8,10 @@ the session's ``_Walk``; every other judge reads the sessions, admissions and le
 What each decides, and the id it reports under:
 
     TOOL-2   an assistant row's tool calls cannot be read (so they cannot be paired)
-    TOOL-3   a result with no call before it; a second result for one call; a call still
-             unanswered when the next assistant row was written; a call id reused
+    TOOL-3   a result that answers no call of the assistant row before it; a second
+             result for one call; a call still unanswered when the next assistant row was
+             written; two calls of one row under one id. Pairing is per round, as on the
+             wire: a later round may reuse an id (servers that number calls per request do)
     TOOL-5   results not in the order of their calls
     FIN-4    a user row right after calls that were never answered: the boundary of the
              turn before was never closed (its tool sequence stayed open)
@@ -34,11 +36,11 @@ from sim.audit.record import OPEN, VIOLATION, Finding, Record, Session
 
 
 class _Walk:
-    __slots__ = ("last", "last_id", "open", "seen")
+    __slots__ = ("answered", "last", "last_id", "open")
 
     def __init__(self) -> None:
         self.open: dict[str, int] = {}  # unanswered call id → its assistant row's id
-        self.seen: set[str] = set()  # every call id of the session
+        self.answered: set[str] = set()  # call ids of the current round already answered
         self.last = ""  # the kind of the last row: user, tool, calls, assistant, system
         self.last_id = 0
 
@@ -75,19 +77,20 @@ def judge_rows(record: Record) -> tuple[list[Finding], dict[str, _Walk], int]:
     return findings, walks, count
 
 
-def _tool_row(walk: _Walk, sid: str, rid: int, answered: str | None, add: Callable[[Finding], None]) -> None:
+def _tool_row(walk: _Walk, sid: str, rid: int, answered: str | None,
+              add: Callable[[Finding], None]) -> None:
     if answered is not None and answered in walk.open:
         first = next(iter(walk.open))
         if answered != first:
             add(Finding(VIOLATION, "TOOL-5", sid, rid,
-                         f"the result of {answered} came before that of {first}"))
+                        f"the result of {answered} came before that of {first}"))
         del walk.open[answered]
-    elif answered is not None and answered in walk.seen:
-        add(Finding(VIOLATION, "TOOL-3", sid, rid,
-                     f"a second result for call {answered}, or a result after a later row"))
+        walk.answered.add(answered)
+    elif answered is not None and answered in walk.answered:
+        add(Finding(VIOLATION, "TOOL-3", sid, rid, f"a second result for call {answered}"))
     else:
-        add(Finding(VIOLATION, "TOOL-3", sid, rid,
-                     f"a tool result for call {answered!r}, which no assistant row before it made"))
+        add(Finding(VIOLATION, "TOOL-3", sid, rid, f"a tool result for call {answered!r}, "
+                    "which the assistant row before it did not make"))
     walk.last = "tool"
 
 
@@ -95,17 +98,17 @@ def _assistant_row(walk: _Walk, sid: str, rid: int, calls: tuple[str, ...] | Non
                    add: Callable[[Finding], None]) -> None:
     if walk.open:
         add(Finding(VIOLATION, "TOOL-3", sid, rid,
-                     f"an assistant row while call(s) {_ids(walk.open)} had no result"))
-        walk.open = {}
+                    f"an assistant row while call(s) {_ids(walk.open)} had no result"))
+    walk.open = {}
+    walk.answered = set()
     if calls is None:
         add(Finding(VIOLATION, "TOOL-2", sid, rid,
-                     "the row's tool_calls is not a list of calls with ids"))
+                    "the row's tool_calls is not a list of calls with ids"))
         calls = ()
     for call_id in calls:
-        if call_id in walk.seen:
+        if call_id in walk.open:
             add(Finding(VIOLATION, "TOOL-3", sid, rid,
-                         f"call id {call_id} is used a second time in the session"))
-        walk.seen.add(call_id)
+                        f"two calls of the row share the id {call_id}"))
         walk.open[call_id] = rid
     walk.last = "calls" if calls else "assistant"
 

@@ -66,8 +66,8 @@ VIOLATIONS = {
     "second-result": (rows((U, None, None), (A, None, [C1]), (T, "c1", None), (T, "c1", None),
                            (A, None, None)), "TOOL-3"),
     "answered-late": (rows((U, None, None), (A, None, [C1]), (A, None, None)), "TOOL-3"),
-    "id-reused": (rows((U, None, None), (A, None, [C1]), (T, "c1", None), (A, None, [C1]),
-                       (T, "c1", None), (A, None, None)), "TOOL-3"),
+    "one-id-twice-in-a-row": (rows((U, None, None), (A, None, [C1, C1]), (T, "c1", None),
+                                   (A, None, None)), "TOOL-3"),
     "out-of-order": (rows((U, None, None), (A, None, [C1, C2]), (T, "c2", None),
                           (T, "c1", None), (A, None, None)), "TOOL-5"),
     "unreadable-calls": (rows((U, None, None), (A, None, "{not json"), (A, None, None)),
@@ -132,6 +132,13 @@ def test_sessions_scaffolding_and_lineage(tmp_path: Path) -> None:
     assert sorted(findings(path)) == sorted([
         ("violation", "SES-2"), ("violation", "SES-2"), ("violation", "CMP-5"),
         ("violation", "SCAF-1"), ("violation", "CMP-5")])
+
+
+def test_a_later_round_may_reuse_an_id(tmp_path: Path) -> None:
+    """Pairing is per round, as on the wire: call_0 in two rounds, each answered, is clean."""
+    again = rows((U, None, None), (A, None, [C1]), (T, "c1", None), (A, None, [C1]),
+                 (T, "c1", None), (A, None, None))
+    assert findings(build(tmp_path, again)) == []
 
 
 def test_compacted_rows_are_not_paired(tmp_path: Path) -> None:
