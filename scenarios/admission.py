@@ -207,6 +207,10 @@ def bad_input_changes_nothing(s: Story) -> None:
         codes.append(refused.code)
     s.expect(codes == ["not_bound"] + ["invalid_params"] * 5, f"typed refusals: {codes}")
     s.expect(s.world.store.snapshot() == before, "nothing durable changed")
+    s.script(text("Hi."))
+    _acked(s.submit("alice", "r-7", {"text": "hi"}))
+    s.drain()
+    s.expect(s.admissions()[0].outcome is Outcome.COMPLETED, "a good input still gets through")
 
 
 @scenario("A turn that cannot begin settles its admission as rejected, not completed",
