@@ -22,6 +22,7 @@ up unless ``--keep`` is given.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, alias: bool = False) -> No
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", default="0", help="port (default 0: any free port)")
     parser.add_argument("--journal", help="write a JSONL record of every request to this new file")
+    parser.add_argument("--seed", help="the seed of ids (overrides the script's 'seed')")
     if alias:
         parser.add_argument("--keep", action="store_true", help="keep serving after the script ends")
     else:
@@ -57,22 +59,35 @@ def _port(text: str) -> int:
         raise BadInput(f"--port {text!r} is not a port number (0 to 65535)") from None
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise BadInput(f"--seed {text!r} is not a non-negative integer")
+    return value
+
+
 def main(args: argparse.Namespace, out: TextIO) -> int:
     """Run the command; ``BadInput`` propagates to the caller's one-line error."""
     port = _port(args.port)
     script = script_file.load(args.script)
+    if getattr(args, "seed", None) is not None:
+        script = dataclasses.replace(script, seed=_seed(args.seed))
     journal = Journal(open_journal(args.journal)) if args.journal else Journal(None)
     simulator = Simulator(script, journal)
+    stop = threading.Event()
+    restore = _on_signals(stop)  # before the URL is printed: a signal may follow it at once
     try:
         server = start(simulator, args.host, port)
     except BaseException:
+        restore()
         _discard_journal(journal, args.journal)
         raise
     steps = sum(len(r.steps) for r in script.routes)
     out.write(f"sim serve: serving {steps} scripted step(s) at {server.url}\n")
     out.flush()
-    stop = threading.Event()
-    restore = _on_signals(stop)
     exit_when_consumed = getattr(args, "exit_when_consumed", False) or (
         hasattr(args, "keep") and not args.keep)
     try:

@@ -100,6 +100,7 @@ def test_bad_input_is_one_line_and_exit_2(two_steps: Path, tmp_path: Path) -> No
             "the port is busy": ["--port", port],
             "out of range": ["--port", "70000"],
             "not a port number": ["--port", "eighty"],
+            "not a non-negative integer": ["--seed", "-3"],
             "not a known host": ["--host", "no-such-host.invalid"],
             "not an address of this machine": ["--host", "192.0.2.1"],
             "does not exist": ["--journal", str(tmp_path / "missing" / "j.jsonl")],
