@@ -15,8 +15,8 @@ provider fault the catalogue knows, over a real socket. The pieces, one concern 
 * ``wire``: a step and a request → a plan of bytes (status, headers, SSE events with
   delays, stalls and cuts), deterministic per seed;
 * ``journal``: one JSONL record per request, with the gap since the last one;
-* ``server``: the threaded HTTP server that plays a plan on a socket, and the httpx
-  handler that plays it in process;
+* ``server``: the threaded HTTP server, and the httpx handler that plays a plan in
+  process; ``handler`` reads one connection's requests safely and plays their plans;
 * ``cli``: the ``sim serve`` command (and its alias ``fake-provider serve``), its
   signals, the closing summary and the exit code;
 * ``strategies``: the fault catalogue as hypothesis strategies of steps and scripts;
