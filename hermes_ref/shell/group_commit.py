@@ -11,16 +11,17 @@ effect that depends on them still comes after. Only one batch is in flight at a 
 (SQLite has one writer). Writes that arrive meanwhile queue up, and the moment it ends its
 callers are settled and the next batch starts, in arrival order.
 
-When to start a batch, as PostgreSQL's ``commit_siblings`` asks "are enough others about
-to commit?": with the worker idle, a batch starts at once, inside the submitting caller's
-step, when ``target`` writes are queued; ``target`` is the number of writers the last
-batch saw (its own plus those that queued while it ran). With fewer queued, the start
-waits for the end of the current loop round (``call_soon``): every turn that was ready has
-then run up to its next write, so nobody waits for a writer that is not coming, and there
-is no timer. One writer alone has a target of 1 and starts at once; N turns in flight
-that all write between two model calls share one COMMIT per round. (Splitting them in two
-halves, so that one half commits while the loop runs the other, measured no faster: the
-worker's SQL needs the GIL between statements, so it runs when the loop is idle anyway.)
+When to start a batch, as PostgreSQL's ``commit_siblings`` asks "are others about to
+commit?": the turns that the last commit resumed are on their way to their next write
+(``awaited`` counts them until each writes again or ends). With the worker idle, a write
+that finds none of them still on the way starts a batch at once, inside its own step; so
+one writer alone starts at once, and N turns in flight that all write between two model
+calls start the batch with the last of their N writes. While some are still on the way,
+the start waits for the end of the current loop round (``call_soon``), and again, at most
+``ROUNDS_MAX`` rounds (a turn that first joins a task writes a round later). There is no
+timer: a loop with nothing else to do ends its rounds at once. (Splitting the writers in
+two halves, so that one half commits while the loop runs the other, measured no faster:
+the worker's SQL needs the GIL between statements, so it runs when the loop is idle.)
 
 ``start(writes)`` (the store's thread hop, started synchronously) returns a future of one
 ``Outcome`` per write, in order; if that future fails, every write of the batch fails
@@ -73,9 +74,13 @@ class Outcome:
 class _Waiter(Generic[W]):
     write: W
     done: asyncio.Future[Any]
+    task: asyncio.Task[Any] | None  # the caller, to know when it comes back
 
 
 Start = Callable[[Sequence[W]], "asyncio.Future[Sequence[Outcome]]"]
+
+ROUNDS_MAX = 4
+"""The most loop rounds a batch waits for the turns the last commit resumed."""
 
 
 @dataclass
@@ -94,8 +99,9 @@ class GroupCommit(Generic[W]):
     largest: int = 0          # the most writes one batch held
     _queue: list[_Waiter[W]] = field(default_factory=list)
     _inflight: asyncio.Future[Sequence[Outcome]] | None = None
-    _writers: int = 1         # writers seen at the last batch's end: its own and those queued
+    _released: set[asyncio.Task[Any]] = field(default_factory=set)  # resumed, not back yet
     _kick_pending: bool = False
+    _rounds: int = 0          # loop rounds waited so far for this batch
     _crashed: bool = False
 
     async def submit(self, write: W) -> Any:
@@ -104,7 +110,10 @@ class GroupCommit(Generic[W]):
             raise _dropped()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Waiter(write, done))
+        task = asyncio.current_task(loop)
+        if task is not None:
+            self._released.discard(task)
+        self._queue.append(_Waiter(write, done, task))
         if self._inflight is None:
             self._start_or_wait(loop)
         return await done
@@ -120,28 +129,38 @@ class GroupCommit(Generic[W]):
         return self._inflight is not None
 
     @property
-    def target(self) -> int:
-        """How many queued writes start a batch at once: as many writers as the last one saw."""
-        return max(1, self._writers)
+    def awaited(self) -> int:
+        """Callers the last commit resumed that have neither written again nor ended."""
+        self._released = {task for task in self._released if not task.done()}
+        return len(self._released)
 
     def _start_or_wait(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The worker is idle: start now if enough writes queued, else after this loop round."""
+        """The worker is idle: start now if nobody is on the way, else after this loop round."""
         if not self._queue or self._crashed:
             return
-        if len(self._queue) >= self.target:
+        if not self.awaited:
             self._start_next()
         elif not self._kick_pending:
-            self._kick_pending = True
-            loop.call_soon(self._kick)
+            self._arm(loop)
 
-    def _kick(self) -> None:
-        """The loop ran every step that was ready: start whatever queued, however few."""
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._kick_pending = True
+        self._rounds += 1
+        loop.call_soon(self._kick, loop)
+
+    def _kick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A loop round ended: start what queued, unless writers are still on the way."""
         self._kick_pending = False
-        if self._queue and self._inflight is None and not self._crashed:
+        if not self._queue or self._inflight is not None or self._crashed:
+            return
+        if self.awaited and self._rounds < ROUNDS_MAX:
+            self._arm(loop)  # a turn the last commit resumed may write in the next round
+        else:
             self._start_next()
 
     def _start_next(self) -> None:
         batch, self._queue = self._queue, []
+        self._rounds = 0
         self.batches += 1
         self.writes += len(batch)
         self.largest = max(self.largest, len(batch))
@@ -157,7 +176,7 @@ class GroupCommit(Generic[W]):
     def _finished(self, batch: list[_Waiter[W]], inflight: asyncio.Future[Sequence[Outcome]]) -> None:
         """The batch's transaction ended: settle its callers, then start what queued meanwhile."""
         self._inflight = None
-        self._writers = len(batch) + len(self._queue)
+        self._released = {w.task for w in batch if w.task is not None and not w.done.done()}
         for waiter, outcome in zip(batch, _outcomes(inflight, len(batch)), strict=True):
             _settle(waiter.done, outcome)
         self._start_or_wait(inflight.get_loop())

@@ -19,7 +19,7 @@ import pytest
 
 from hermes_ref.errors import LeaseLost, PersistenceError
 from hermes_ref.models import Lease, Message, Role, SessionRecord
-from hermes_ref.shell import sqlite_ops
+from hermes_ref.shell import group_commit, sqlite_ops
 from hermes_ref.shell.group_commit import GroupCommit, Outcome, Write, run_batch
 from hermes_ref.shell.sqlite_connect import StoreConnection, connect
 from hermes_ref.shell.sqlite_store import AsyncSqliteStore
@@ -161,33 +161,53 @@ async def test_a_cancelled_caller_leaves_its_write_in_the_batch() -> None:
     assert b.cancelled()
 
 
-async def test_with_many_writers_a_batch_waits_for_them_all_or_the_round_end() -> None:
-    """A batch starts once as many writes queued as the last one saw, else at the round's end."""
+async def test_a_batch_starts_with_the_last_write_of_the_turns_the_commit_resumed() -> None:
+    """Writers resumed by a commit are awaited: the batch starts inside the last one's step."""
     disk = FakeDisk()
     group = GroupCommit(disk.start)
-    submit_all(group, "w0")
+
+    async def writer(name: str) -> None:
+        for i in range(3):
+            assert await group.submit(f"{name}{i}") == f"done:{name}{i}"
+
+    writers = [asyncio.create_task(writer(name)) for name in "abc"]
     await turns()
-    submit_all(group, *(f"w{i}" for i in range(1, 8)))
-    await turns()
-    disk.commit()
-    await turns(1)
-    assert group.target == 8 and group.queued == 7  # w0 saw itself and 7 behind it
-    await turns(1)
-    assert disk.batches[-1] == [f"w{i}" for i in range(1, 8)]  # the round ended: start
-    disk.commit()
-    await turns()
-    assert group.target == 7
-    submit_all(group, "x1", "x2")
-    await turns(1)
-    assert len(disk.batches) == 2 and group.queued == 2  # two of seven: wait for the round
-    await turns(1)
-    assert disk.batches[-1] == ["x1", "x2"]
+    assert disk.batches == [["a0"]] and group.queued == 2
     disk.commit()
     await turns()
-    assert group.target == 2
-    submit_all(group, "y1", "y2")
+    assert disk.batches[-1] == ["b0", "c0", "a1"]  # a came back: nobody else on the way
+    disk.commit()
+    await turns()
+    assert group.awaited == 0 and disk.batches[-1] == ["b1", "c1", "a2"]
+    disk.commit()
+    await turns()
+    assert disk.batches[-1] == ["b2", "c2"]  # a ended: the round's end starts them
+    disk.commit()
+    await asyncio.gather(*writers)
+
+
+async def test_a_batch_waits_at_most_rounds_max_rounds_for_a_resumed_turn() -> None:
+    """A resumed turn that does not write again holds the next batch ``ROUNDS_MAX`` rounds."""
+    disk = FakeDisk()
+    group = GroupCommit(disk.start)
+    never = asyncio.Event()
+
+    async def write_then_wait() -> None:
+        await group.submit("a0")
+        await never.wait()
+
+    stuck = asyncio.create_task(write_then_wait())
     await turns(1)
-    assert disk.batches[-1] == ["y1", "y2"]  # both came: started inside the second one's step
+    later = submit_all(group, "b0")
+    await turns()
+    disk.commit()
+    await turns(2)
+    assert group.awaited == 1 and group.queued == 1  # still waiting for a
+    await turns(group_commit.ROUNDS_MAX)
+    assert disk.batches[-1] == ["b0"] and not stuck.done()
+    disk.commit()
+    assert await later[0] == "done:b0"
+    stuck.cancel()
 
 
 async def test_drain_applies_what_is_queued_and_waits_for_it() -> None:
@@ -286,6 +306,15 @@ def test_an_abandoned_transaction_loses_the_ops_before_and_runs_the_rest_alone(
 
 
 async def open_with_sessions(db: Path, count: int) -> tuple[AsyncSqliteStore, list[Lease]]:
+    """A store with ``count`` leased sessions, set up in a task of its own that has ended.
+
+    A caller the last commit resumed is awaited by the next batch; the setup's task has
+    ended, so the test's first write starts a batch at once.
+    """
+    return await asyncio.create_task(_set_up(db, count))
+
+
+async def _set_up(db: Path, count: int) -> tuple[AsyncSqliteStore, list[Lease]]:
     store = await AsyncSqliteStore.open(db)
     leases = []
     for i in range(count):
