@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hermes_ref.effects import AppendMessages, Site
-from hermes_ref.errors import InvariantBroken, PersistenceError
+from hermes_ref.errors import InvariantBroken, LeaseLost, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Lease, Message, ToolSpec
 from hermes_ref.outcomes import Ending, ExitReason
@@ -152,6 +152,7 @@ class TurnContext:
     ending: Ending = field(default_factory=Ending)
     carried_input: Message | None = None  # the user's message, if it never became durable
     cleanup_errors: list[str] = field(default_factory=list)
+    refresher: int | None = None  # the driver's handle of this turn's lease refresher
 
     def enter(self, phase: Phase) -> None:
         self.tracker.enter(phase)
@@ -184,7 +185,9 @@ class TurnContext:
         * before the finalizer, the turn ends ``session_persistence_failed`` with an empty
           answer (the caller only stops: the tools of a round that was not recorded never run);
         * in the finalizer, the failure is a cleanup error of the result: the answer the
-          user waits for is still delivered (FIN-6), and the next turn reloads the record.
+          user waits for is still delivered (FIN-6), and the next turn reloads the record;
+        * wherever it happens, a write the store fenced off (``LeaseLost``) means the lease
+          is gone: the turn ends ``interrupted`` and delivers no answer (LEASE-4).
 
         Nothing is awaited inside the ``except``, per the house rule.
         """
@@ -200,6 +203,8 @@ class TurnContext:
     def write_failed(self, site: Site, error: PersistenceError) -> None:
         cause = f"{error.cause}: {error}"
         self.state.persistence_failed = True
+        if isinstance(error, LeaseLost):
+            self.ending.lose_lease(f"session turn lease lost: {error}")
         if self.tracker.phase is Phase.FINALIZE:
             self.cleanup_errors.append(f"persist {site.value}: {cause}")
             return

@@ -31,6 +31,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, TypeVar
 
+from hermes_ref.admission import (
+    Ack,
+    AdmissionRow,
+    AdmitAnswer,
+    Binding,
+    ClaimAnswer,
+    EpochStart,
+    Move,
+    Outcome,
+    Refusal,
+)
+from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.models import (
     Event,
     Lease,
@@ -41,6 +53,7 @@ from hermes_ref.models import (
     ToolCall,
     ToolResult,
 )
+from hermes_ref.session import Route  # SES
 from hermes_ref.wire import ProviderRequest
 
 T = TypeVar("T")
@@ -50,6 +63,7 @@ class Site(StrEnum):
     """Where a durable write or a tool execution happens, in turn order."""
 
     LEASE = "lease"
+    REFRESH = "refresh"
     RECOVERY = "recovery"
     USER = "user"
     TOOL_CALLS = "tool_calls"
@@ -60,6 +74,11 @@ class Site(StrEnum):
     BOUNDARY = "boundary"
     RELEASE = "release"
     EVENTS = "events"
+    # the admission door (ADM), outside any one turn
+    EPOCH = "epoch"
+    ADMIT = "admit"
+    CLAIM = "claim"
+    SETTLE = "settle"
 
 
 class Effect(Generic[T]):
@@ -253,3 +272,218 @@ class FlushEvents(Effect[None]):
     @property
     def site(self) -> Site:
         return Site.EVENTS
+
+
+# ---- admission (ADM) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBinding(Effect[Binding | None]):
+    """The durable binding of a principal to a session, or None (ADM-2)."""
+
+    principal_id: str
+    session_id: str
+    kind: ClassVar[str] = "load_binding"
+
+
+@dataclass(frozen=True, slots=True)
+class BeginEpoch(Effect[EpochStart]):
+    """Start a runtime epoch (+1) and make the started admissions of older ones unknown,
+    in one transaction (ADM-5: recovery never replays)."""
+
+    now: float
+    kind: ClassVar[str] = "begin_epoch"
+
+    @property
+    def site(self) -> Site:
+        return Site.EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitInput(Effect[AdmitAnswer]):
+    """The idempotency check and the insert of a ``queued`` row, in one transaction."""
+
+    candidate: AdmissionRow
+    kind: ClassVar[str] = "admit_input"
+
+    @property
+    def site(self) -> Site:
+        return Site.ADMIT
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledge(Effect[None]):
+    """Hand the door's answer to the submitter; the ack only ever after its commit."""
+
+    answer: Ack | Refusal
+    kind: ClassVar[str] = "acknowledge"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAdmission(Effect[ClaimAnswer]):
+    """Claim the session's next admission in FIFO order under ``epoch`` (ADM-4)."""
+
+    session_id: str
+    epoch: int
+    now: float
+    kind: ClassVar[str] = "claim_admission"
+
+    @property
+    def site(self) -> Site:
+        return Site.CLAIM
+
+
+@dataclass(frozen=True, slots=True)
+class MoveAdmission(Effect[AdmissionRow]):
+    """Settle, cancel or reconcile one admission, fenced by the runtime epoch."""
+
+    admission_id: str
+    session_id: str
+    move: Move
+    epoch: int
+    now: float
+    outcome: Outcome | None = None
+    turn_id: str | None = None
+    kind: ClassVar[str] = "move_admission"
+
+    @property
+    def site(self) -> Site:
+        return Site.SETTLE
+
+
+# ---- the lease (LEASE) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshLease(Effect[Lease]):
+    """Extend a held lease to ``now + ttl_s``; raises ``LeaseLost`` when it is no longer held.
+
+    Holder-qualified: only the grant with this token and holder is extended, and only
+    while it is unexpired, so a refresh can never revive a lease another holder may
+    already have taken (LEASE-4).
+    """
+
+    lease: Lease
+    now: float
+    ttl_s: float
+    kind: ClassVar[str] = "refresh_lease"
+
+    @property
+    def site(self) -> Site:
+        return Site.REFRESH
+
+
+@dataclass(frozen=True, slots=True)
+class StartRefresher(Effect[int]):
+    """Run ``lease.keep_lease(lease, interval_s, ttl_s)`` beside this turn; returns a handle.
+
+    The driver runs it concurrently with the turn (an asyncio task, a simulator actor of
+    the same process). When it reports the lease lost, the driver interrupts the turn.
+    """
+
+    lease: Lease
+    interval_s: float
+    ttl_s: float
+    kind: ClassVar[str] = "start_refresher"
+
+
+@dataclass(frozen=True, slots=True)
+class StopRefresher(Effect[bool]):
+    """Stop the refresher and wait until it has ended (stop, then join: LEASE-6).
+
+    Returns True when the refresher had lost the lease. After this returns, no refresh
+    is in flight and none will start, so a later miss can never interrupt anything.
+    """
+
+    handle: int
+    kind: ClassVar[str] = "stop_refresher"
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptTurn(Effect[None]):
+    """The refresher's one move on a loss: hard-interrupt the turn it keeps the lease for."""
+
+    holder: str
+    reason: str
+    kind: ClassVar[str] = "interrupt_turn"
+
+
+@dataclass(frozen=True, slots=True)
+class ClearInterrupt(Effect[None]):
+    """Clear the interrupt this turn's own refresher raised, if any (LEASE-6, step 3)."""
+
+    kind: ClassVar[str] = "clear_interrupt"
+
+
+# ---- session lanes (SES) ----
+# The route of a key is a log of revisions; the store takes a revision only if it is the
+# next one of its key (compare-and-set), so routing has one writer per key at a time.
+
+
+@dataclass(frozen=True, slots=True)
+class RandomBits(Effect[int]):
+    """``bits`` random bits (seeded in the simulator, sub-stream ``stream``)."""
+
+    bits: int
+    stream: str = "incarnation"
+    kind: ClassVar[str] = "random_bits"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRoute(Effect[Route | None]):
+    """The newest revision of a key's route, or None for a key never routed."""
+
+    key: str
+    kind: ClassVar[str] = "load_route"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRoutes(Effect[tuple[Route, ...]]):
+    """The newest revision of every key's route, in key order."""
+
+    kind: ClassVar[str] = "load_routes"
+
+
+@dataclass(frozen=True, slots=True)
+class PutRoute(Effect[bool]):
+    """Write ``route`` if it is its key's next revision; False when another writer won.
+
+    With ``end_session_id`` the same transaction ends that session row with
+    ``end_reason`` (first reason wins; a row that does not exist yet is left alone).
+    """
+
+    route: Route
+    end_session_id: str | None = None
+    end_reason: str | None = None
+    kind: ClassVar[str] = "put_route"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSession(Effect[SessionRecord | None]):
+    """A session row, or None when it does not exist (yet)."""
+
+    session_id: str
+    kind: ClassVar[str] = "load_session"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadMarkers(Effect[dict[str, float]]):
+    """The lane markers: ``clean_exit`` and ``restarts:<key>`` counts."""
+
+    kind: ClassVar[str] = "read_markers"
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLane(Effect[None]):
+    """Set (a value) or drop (None) markers and append lane-log entries, in one transaction."""
+
+    markers: tuple[tuple[str, float | None], ...]
+    log: tuple[LaneEntry, ...] = ()
+    kind: ClassVar[str] = "write_lane"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBackground(Effect[frozenset[str]]):
+    """The keys that have a live background process (SES-6)."""
+
+    kind: ClassVar[str] = "live_background"

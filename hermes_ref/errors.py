@@ -13,8 +13,10 @@
     │   │   ├── ProviderAuthError 401/403                            (one refresh, then terminal)
     │   │   ├── ProviderRejected  any other 4xx                      (terminal)
     │   │   └── MalformedReply    a 2xx body that is not a usable completion (terminal)
-    │   └── PersistenceError      the durable store refused or failed a write
-    │       └── LeaseLost         a write carried a fencing token that no longer holds the lease
+    │   ├── PersistenceError      the durable store refused or failed a write
+    │   │   └── LeaseLost         a write carried a fencing token that no longer holds the lease
+    │   └── TurnInterrupted       the turn must stop now (its lease was lost): raised by the
+    │                             driver from the next model call, tool batch or sleep
     └── BadInput                  what the project was handed is unusable: a broken scenario
                                   file, a corrupt database, a malformed script; the message
                                   names what and where
@@ -97,6 +99,14 @@ class PersistenceError(OperatingError):
 class LeaseLost(PersistenceError):
     def __init__(self, message: str) -> None:
         super().__init__(message, cause="lease_lost")
+
+
+class TurnInterrupted(OperatingError):
+    """A hard interrupt of the running turn; ``reason`` says why (LEASE-4)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"turn interrupted: {reason}")
+        self.reason = reason
 
 
 class BadInput(HermesRefError):

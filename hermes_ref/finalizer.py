@@ -20,7 +20,8 @@ order, each guarded on its own so one failure never costs the user the answer (F
    not an assistant row (the final write failed) gets one appended.
 8. Failure boundary (FIN-5): a failed turn that leaves a user or tool tail gets an engine
    assistant row (not after context-pressure failures); open calls get a result first.
-9. The turn-exit line and the completion event (FIN-7, DEL-1), then release the lease.
+9. The turn-exit line and the completion event (FIN-7, DEL-1), then stop the lease's
+   refresher, clear its interrupt and release the lease, in that order (LEASE-6).
 """
 
 from __future__ import annotations
@@ -29,8 +30,15 @@ from collections.abc import Callable
 
 from hermes_ref import closure, preflight
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import Emit, FlushEvents, ReleaseLease, Site
-from hermes_ref.errors import InvariantBroken, PersistenceError
+from hermes_ref.effects import (
+    ClearInterrupt,
+    Emit,
+    FlushEvents,
+    ReleaseLease,
+    Site,
+    StopRefresher,
+)
+from hermes_ref.errors import InvariantBroken, PersistenceError, TurnInterrupted
 from hermes_ref.loop import build_request, call_with_retries
 from hermes_ref.models import Message, Role, ScaffoldFlag
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason, TurnResult
@@ -60,7 +68,11 @@ async def _budget_fallback(ctx: TurnContext) -> None:
         ctx.ending.detail += "; grace call not sent: the request exceeds the context window"
         return
     state.api_calls += 1
-    reply = await call_with_retries(ctx, build_request(ctx, with_tools=False, purpose="grace"))
+    try:
+        reply = await call_with_retries(ctx, build_request(ctx, with_tools=False, purpose="grace"))
+    except TurnInterrupted as stop:  # the lease went while the summary was being asked for
+        ctx.ending.detail += f"; grace call interrupted: {stop.reason}"
+        return
     text = (reply.content or "").strip() if reply is not None else ""
     if text and reply is not None:
         ctx.ending.amend_answer(reply.content or "")
@@ -204,10 +216,18 @@ async def finalize(ctx: TurnContext) -> TurnResult:
 
 
 async def _release(ctx: TurnContext) -> None:
-    """LEASE-6: release the lease whatever post-processing did; the release also commits
-    the turn's ending (its exit line and completion ride with it). A release that fails
-    leaves the lease to expire on its own, and the ending is then committed by itself,
-    so a turn never loses the record of how it ended to a failed release (FIN-6)."""
+    """LEASE-6: stop the refresher and join it, clear this lease's interrupt, release.
+
+    In that order: a refresher still running after the release could refresh nothing but
+    could still miss, and a miss would interrupt whatever runs next; an interrupt cleared
+    before the join could be raised again by a refresh already in flight. The release
+    happens whatever post-processing did, and it also commits the turn's ending (its exit
+    line and completion ride with it). A release that fails leaves the lease to expire on
+    its own, and the ending is then committed by itself, so a turn never loses the record
+    of how it ended to a failed release (FIN-6)."""
+    if ctx.refresher is not None:
+        await StopRefresher(ctx.refresher)
+        await ClearInterrupt()
     try:
         await ReleaseLease(ctx.lease)
         return

@@ -5,13 +5,15 @@ defaults; each is a setting, and scenarios override them to reach a boundary qui
 (``Limits(max_iterations=2)``). The model is frozen: a turn reads one ``Limits`` value.
 
 Some settings belong to capabilities the catalog names and this engine does not build
-yet (session lanes, lease refresh, compaction, the thinking-prefill rung, the skill
+yet (lease refresh, compaction, the thinking-prefill rung, the skill
 nudge, the tool start gate and result spill). They are kept so those capabilities land
 with the catalog's defaults, and listed in ``NOT_YET_READ``; a test keeps that list
 exactly true, so a setting is never mistaken for a behaviour.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,6 +26,17 @@ class Limits(BaseModel):
     thread_sessions_per_user: bool = False
     restart_resume_window_s: float = 120.0
     stuck_restart_threshold: int = 3
+    session_reset_mode: Literal["idle", "daily", "both", "none"] = "none"
+    session_idle_minutes: int = 1440
+    session_reset_at_hour: int = 4             # daily resets at this hour, UTC
+    resume_freshness_window_s: float = 3600.0  # read by the released 0.19.0 order only
+    session_resolution_order: Literal["reference", "released_0_19"] = "reference"
+    route_attempts_max: int = 3                # compare-and-set retries of one routing
+    session_prune_after_s: float = 0.0         # retire lanes idle this long; <= 0: never
+
+    # ADM: the admission door
+    admission_key_chars_max: int = 1024      # principal, session and request ids
+    admission_payload_bytes_max: int = 65_536  # the canonical JSON of one payload
 
     # LEASE: the per-session turn lease
     lease_ttl_s: float = 300.0
@@ -79,9 +92,6 @@ class Limits(BaseModel):
 
 # Settings of capabilities not built yet: nothing reads them (the catalog id says whose).
 NOT_YET_READ = frozenset({
-    "group_sessions_per_user", "thread_sessions_per_user",            # SES-1
-    "restart_resume_window_s", "stuck_restart_threshold",             # SES-7
-    "lease_refresh_s",                                                 # LEASE-2
     "compression_enabled", "compression_threshold", "compression_target_ratio",  # CMP-1..6
     "compression_protect_last", "compression_protect_first", "compression_small_window_tokens",
     "compression_small_window_threshold", "compression_tail_floor_messages",

@@ -32,7 +32,13 @@ from __future__ import annotations
 from hermes_ref import preflight, reply_intake, tool_round
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import CallProvider, Jitter, Sleep
-from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderError, RateLimited
+from hermes_ref.errors import (
+    ContextOverflow,
+    ProviderAuthError,
+    ProviderError,
+    RateLimited,
+    TurnInterrupted,
+)
 from hermes_ref.models import Message, ProviderReply, Role, ScaffoldFlag
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
@@ -103,7 +109,18 @@ def _loop_may_continue(ctx: TurnContext) -> bool:
 
 
 async def run_loop(ctx: TurnContext) -> None:
-    """Iterate until an exit reason is recorded or the budget ends (the finalizer handles that)."""
+    """Iterate until an exit reason is recorded or the budget ends (the finalizer handles that).
+
+    A hard interrupt (the lease was lost: LEASE-4) surfaces as ``TurnInterrupted`` from the
+    model call, tool batch or sleep the turn was in, and ends the turn ``interrupted``.
+    """
+    try:
+        await _iterate(ctx)
+    except TurnInterrupted as stop:
+        ctx.finish(ExitReason.INTERRUPTED, stop.reason)
+
+
+async def _iterate(ctx: TurnContext) -> None:
     state = ctx.state
     while not ctx.ended and _loop_may_continue(ctx):
         if not state.budget.consume():

@@ -304,6 +304,7 @@ class EventKind(StrEnum):
     """The closed set of a turn's events (DEL-1), in the order a turn emits them."""
 
     TURN_STARTED = "turn.started"
+    TURN_OVERLAP = "turn.overlap"    # CTX-9: started before the previous turn's final persist
     TOOL_PROGRESS = "tool.progress"  # one per segment whose results are durable
     TURN_EXIT = "turn.exit"          # the exit line (FIN-7): ``outcomes.ExitLine``
     TURN_COMPLETED = "turn.completed"  # the final answer (DEL-1): ``outcomes.Completion``

@@ -65,7 +65,7 @@ CONTEXT_PRESSURE_EXITS = frozenset({ExitReason.COMPRESSION_TIMEOUT})
 # Reasons LOOP-3 names whose paths are not built yet (interrupts, compaction, guardrails,
 # the local-bug stop): no engine path records them, and a test keeps this list true.
 EXITS_NOT_YET_PRODUCED = frozenset({
-    ExitReason.INTERRUPTED, ExitReason.COMPRESSION_TIMEOUT, ExitReason.GUARDRAIL_HALT,
+    ExitReason.COMPRESSION_TIMEOUT, ExitReason.GUARDRAIL_HALT,
     ExitReason.LOCAL_PROCESSING_ERROR,
 })
 
@@ -95,6 +95,16 @@ class Ending:
     def fail_unanswered(self, text: str) -> None:
         """A turn with no answer at all fails, and the user is told why."""
         self.failed, self.answer = True, text
+
+    def lose_lease(self, detail: str) -> None:
+        """LEASE-4: the store fenced a write off, so another holder may own the session now.
+
+        Whatever the turn had recorded, it ends ``interrupted`` and delivers nothing as a
+        success: an answer this process can no longer make durable would contradict the
+        record the new holder works from. This overrules first-reason-wins on purpose.
+        """
+        self.reason, self.detail, self.answer, self.failed = (
+            ExitReason.INTERRUPTED, detail, None, True)
 
     def replace(self, reason: ExitReason, answer: str, *, failed: bool) -> None:
         """Overrule the recorded exit with a more specific truth (FIN-8's guard only)."""
@@ -133,6 +143,19 @@ class TurnStarted(EventRecord):
     lease_token: int
     user_turn: int          # this turn's place among the session's user turns
     memory_review: bool     # whether the memory review came due with this turn
+
+
+class TurnOverlap(EventRecord):
+    """CTX-9: a warning that this turn started before its predecessor's final persist.
+
+    The predecessor's rows end open (a user row, an unanswered call or a tool result): it
+    crashed, or it lost its lease while it still ran and was fenced off. Both turn ids are
+    named, this one as the event's turn and the other here.
+    """
+
+    kind: ClassVar[EventKind] = EventKind.TURN_OVERLAP
+
+    previous_turn_id: str
 
 
 class ToolProgress(EventRecord):

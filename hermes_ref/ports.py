@@ -13,7 +13,9 @@ committed, read from the store itself and never from the engine's memory.
 Store rules every implementation keeps:
 
 * ``append_messages`` and ``rewrite_message`` are fenced: they raise ``LeaseLost`` unless
-  ``lease_token`` is the token of the session's current lease (LEASE-4).
+  ``lease_token`` is the token of the session's current lease and that lease has not
+  expired by the store's clock (LEASE-4). ``refresh_lease`` extends only the caller's own
+  unexpired grant, else ``LeaseLost``. Every grant is kept in ``lease_grants``.
 * Each write method is one transaction; when it returns, the write is durable.
 * Events logged with ``log_event`` are pending until the next write commits (or
   ``flush_events`` runs); a crash drops pending events, never committed rows.
@@ -21,6 +23,9 @@ Store rules every implementation keeps:
 * ``ensure_session`` returns the stored row, creating it from the given one if absent,
   atomically; it also commits any pending events. ``open_turn`` does that and takes the
   session's lease in the same transaction (a turn's first write).
+* ``put_route`` (SES) takes a route revision only if it is its key's next one (a
+  compare-and-set), ends the session row it names in the same transaction, and commits
+  the pending events whether or not it took the revision; nothing deletes a revision.
 * ``watermark`` is the highest committed message row id; tools record it when they run,
   which is how persist-before-execute is checked without trusting the engine.
 """
@@ -29,8 +34,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import Field
-
+from hermes_ref.admission import (
+    AdmissionRow,
+    AdmitAnswer,
+    Binding,
+    ClaimAnswer,
+    EpochStart,
+    Move,
+    Outcome,
+)
+from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.models import (
     Event,
     Frozen,
@@ -42,6 +55,7 @@ from hermes_ref.models import (
     ToolCall,
     ToolResult,
 )
+from hermes_ref.session import Route  # SES
 from hermes_ref.wire import ProviderRequest
 
 
@@ -58,6 +72,26 @@ class LeaseRow(Frozen):
     expires_at: float
 
 
+class LeaseGrantRow(Frozen):
+    """One grant of a session's turn lease, kept after it ends (LEASE-1..4).
+
+    A grant is *live* from ``acquired_at`` until the first of ``expires_at`` (moved on by
+    each refresh) and ``ended_at`` (released, or replaced by the next grant after expiry
+    or its holder's death). Every row written with ``token`` must fall inside that span.
+    """
+
+    session_id: str
+    token: int
+    holder: str
+    acquired_at: float
+    expires_at: float
+    ended_at: float | None = None
+    end_reason: str | None = None  # released | expired | holder_dead
+
+    def live_until(self) -> float:
+        return self.expires_at if self.ended_at is None else min(self.expires_at, self.ended_at)
+
+
 class DurableRecord(Frozen):
     """Everything committed, in commit order where order exists."""
 
@@ -65,7 +99,15 @@ class DurableRecord(Frozen):
     messages: tuple[StoredMessage, ...] = ()
     events: tuple[Event, ...] = ()
     leases: tuple[LeaseRow, ...] = ()
-    admissions: tuple[dict[str, object], ...] = Field(default=())
+    lease_grants: tuple[LeaseGrantRow, ...] = ()  # LEASE: every grant, in grant order
+    # ADM: the admission door's rows (in seq order), the bindings, the runtime epoch
+    admissions: tuple[AdmissionRow, ...] = ()
+    bindings: tuple[Binding, ...] = ()
+    epoch: int = 0
+    # SES: every route revision (write order), the lane markers (by name), the lane log
+    routes: tuple[Route, ...] = ()
+    markers: tuple[tuple[str, float], ...] = ()
+    lane_log: tuple[LaneEntry, ...] = ()
 
     def transcript(self, session_id: str) -> list[Message]:
         return [m.message for m in self.messages if m.session_id == session_id]
@@ -95,11 +137,32 @@ class Store(Protocol):
         self, record: SessionRecord, holder: str, now: float, ttl_s: float
     ) -> LeaseGrant: ...
     def release_lease(self, lease: Lease) -> None: ...
+    def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease: ...
     def log_event(self, event: Event) -> None: ...
     def flush_events(self) -> None: ...
     def watermark(self) -> int: ...
     def snapshot(self) -> DurableRecord: ...
     def close(self) -> None: ...
+    # ADM: the admission door; each method is one transaction
+    def bind_principal(self, binding: Binding) -> None: ...
+    def get_binding(self, principal_id: str, session_id: str) -> Binding | None: ...
+    def begin_epoch(self, now: float) -> EpochStart: ...
+    def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer: ...
+    def claim_admission(self, session_id: str, epoch: int, now: float) -> ClaimAnswer: ...
+    def move_admission(
+        self, admission_id: str, session_id: str, move: Move, epoch: int, now: float,
+        outcome: Outcome | None = None, turn_id: str | None = None,
+    ) -> AdmissionRow: ...
+    def admission_mark(self) -> int: ...
+    # SES: session lanes; each write is one transaction
+    def put_route(self, route: Route, end_session_id: str | None = None,
+                  end_reason: str | None = None) -> bool: ...
+    def get_route(self, key: str) -> Route | None: ...
+    def latest_routes(self) -> tuple[Route, ...]: ...
+    def read_markers(self) -> dict[str, float]: ...
+    def write_lane(self, markers: tuple[tuple[str, float | None], ...],
+                   log: tuple[LaneEntry, ...] = ()) -> None: ...
+    def live_background(self) -> frozenset[str]: ...
 
 
 class AsyncStore(Protocol):
@@ -125,11 +188,32 @@ class AsyncStore(Protocol):
         self, record: SessionRecord, holder: str, now: float, ttl_s: float
     ) -> LeaseGrant: ...
     async def release_lease(self, lease: Lease) -> None: ...
+    async def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease: ...
     async def log_event(self, event: Event) -> None: ...
     async def flush_events(self) -> None: ...
     async def watermark(self) -> int: ...
     async def snapshot(self) -> DurableRecord: ...
     async def close(self) -> None: ...
+    # ADM: the admission door; each method is one transaction
+    async def bind_principal(self, binding: Binding) -> None: ...
+    async def get_binding(self, principal_id: str, session_id: str) -> Binding | None: ...
+    async def begin_epoch(self, now: float) -> EpochStart: ...
+    async def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer: ...
+    async def claim_admission(self, session_id: str, epoch: int, now: float) -> ClaimAnswer: ...
+    async def move_admission(
+        self, admission_id: str, session_id: str, move: Move, epoch: int, now: float,
+        outcome: Outcome | None = None, turn_id: str | None = None,
+    ) -> AdmissionRow: ...
+    async def admission_mark(self) -> int: ...
+    # SES: session lanes; each write is one transaction
+    async def put_route(self, route: Route, end_session_id: str | None = None,
+                        end_reason: str | None = None) -> bool: ...
+    async def get_route(self, key: str) -> Route | None: ...
+    async def latest_routes(self) -> tuple[Route, ...]: ...
+    async def read_markers(self) -> dict[str, float]: ...
+    async def write_lane(self, markers: tuple[tuple[str, float | None], ...],
+                         log: tuple[LaneEntry, ...] = ()) -> None: ...
+    async def live_background(self) -> frozenset[str]: ...
 
 
 class LedgerEntry(Frozen):

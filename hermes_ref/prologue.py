@@ -9,9 +9,10 @@ In order, because the order is the contract:
 2. System prompt, then session row (CTX-4): the prompt is built once per session and
    replayed byte for byte from the session row afterwards (CTX-3); a session row is never
    written without it, and nothing is written for a session before its row exists.
-3. Take the session's turn lease (LEASE-1), waiting in bounded polls; a turn that cannot
-   get it, or whose store fails before it begins, returns early with the user's input
-   handed back (LEASE-5): refusal is not loss.
+3. Take the session's turn lease (LEASE-1) in the name of this process and turn
+   (LEASE-2), waiting in bounded polls; a turn that cannot get it, or whose store fails
+   before it begins, returns early with the user's input handed back (LEASE-5): refusal
+   is not loss. Once held, the lease's refresher starts beside the turn (``lease``).
 4. Sync the history: the cached transcript is reused only when the fencing token proves
    nobody else held the lease since (see ``context``); otherwise it is reloaded. A
    session with no transcript yet takes the caller's copy instead, if there is one.
@@ -22,7 +23,8 @@ In order, because the order is the contract:
    calls without results get an ``unknown`` result and are never re-run (TOOL-10); an
    open user/tool tail gets an engine boundary row (FIN-5).
 7. Persist the user row, once, with its final ``api_content`` sidecar, before the first
-   model call (CTX-8, WIRE-1).
+   model call (CTX-8, WIRE-1). A turn whose history ends open, mid-turn of another turn
+   (crashed, or fenced off after losing its lease), first warns naming both (CTX-9).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hermes_ref import closure
+from hermes_ref import lease as lease_rules
 from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
 from hermes_ref.effects import (
     AcquireLease,
@@ -43,11 +46,20 @@ from hermes_ref.effects import (
     ReleaseLease,
     Site,
     Sleep,
+    StartRefresher,
 )
 from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Lease, Message, Role, SessionRecord, ToolSpec
-from hermes_ref.outcomes import Completion, Ending, ExitLine, ExitReason, TurnResult, TurnStarted
+from hermes_ref.outcomes import (
+    Completion,
+    Ending,
+    ExitLine,
+    ExitReason,
+    TurnOverlap,
+    TurnResult,
+    TurnStarted,
+)
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.transcript import Transcript
 
@@ -176,6 +188,25 @@ def _count_user_turn(cache: SessionCache, deps: PrologueDeps) -> bool:
     return cache.nudges.count_user_turn(deps.limits.memory_nudge_interval, offered)
 
 
+def unfinished_turn(history: Transcript) -> str | None:
+    """The turn whose rows end the history open (no final persist yet), or None.
+
+    A turn's final persist is an assistant row that calls no tool (its answer, or the
+    boundary row of a failure). A history that ends on anything else was left mid-turn.
+    """
+    tail = history.durable_tail()
+    if tail is None or (tail.role is Role.ASSISTANT and not tail.tool_calls):
+        return None
+    return tail.turn_id
+
+
+async def _warn_if_late(ctx: TurnContext) -> None:
+    """CTX-9: say so when this turn starts before its predecessor's final persist."""
+    previous = unfinished_turn(ctx.transcript)
+    if previous is not None and previous != ctx.turn_id:
+        await Emit(TurnOverlap(previous_turn_id=previous).event(ctx.session_id, ctx.turn_id))
+
+
 async def _repair_tail(ctx: TurnContext) -> bool:
     """Close what a crashed turn left open; never re-run a recorded call (TOOL-10)."""
     rows = closure.closing_rows(ctx.transcript, ctx.turn_id,
@@ -262,8 +293,8 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     cache = deps.caches.get(inp.session_id)
     lease, failure, loaded = None, None, False
     try:
-        cache, created, lease = await _take_lease(inp, deps, cache, f"{deps.holder}:turn={turn_id}",
-                                                  now)
+        holder = lease_rules.holder_identity(deps.holder, turn_id, inp.platform)
+        cache, created, lease = await _take_lease(inp, deps, cache, holder, now)
         if lease is not None:
             loaded = await _sync_history(cache, lease, created)
     except PersistenceError as error:
@@ -271,6 +302,7 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     if cache is None or lease is None or failure is not None:
         return await _refuse(inp, deps, turn_id, user, lease, failure)
     deps.caches[inp.session_id] = cache
+    refresher = await StartRefresher(lease, deps.limits.lease_refresh_s, deps.limits.lease_ttl_s)
     seed = seed if seed and not cache.history else None  # only a session with no transcript
     transcript = seed if seed is not None else cache.history.copy()
     if loaded or seed is not None:
@@ -280,11 +312,12 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         session_id=inp.session_id, turn_id=turn_id, limits=deps.limits,
         tools=deps.tools, cache=cache, lease=lease, tracker=deps.tracker,
         state=TurnState(budget=IterationBudget(deps.limits.iteration_budget)),
-        transcript=transcript,
+        transcript=transcript, refresher=refresher,
     )
     started = TurnStarted(lease_token=lease.token, user_turn=cache.nudges.user_turns,
                           memory_review=review)
     await Emit(started.event(inp.session_id, turn_id).model_copy(update={"at": now}))
+    await _warn_if_late(ctx)
     if not await _write_opening(ctx, user, seeded=seed is not None):
         ctx.carried_input = user  # the message never became durable: hand it back (LEASE-5)
     return ctx

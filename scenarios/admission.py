@@ -221,7 +221,7 @@ def refused_turn_settles_as_rejected(s: Story) -> None:
     s.script(text("Now I can answer."))
     _acked(s.submit("alice", "r-1", {"text": "Are you free?"}))
     world = s.world
-    other = world.store.acquire_lease("s-1", f"{world.holder}:turn=elsewhere",
+    other = world.store.acquire_lease("s-1", f"{world.holder}:turn=elsewhere:platform=cli",
                                       world.clock.now(), 300.0)
     assert other is not None
     step = s.drain()[0]

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from hermes_ref.errors import RateLimited
+from hermes_ref.models import ProviderReply
 from hermes_ref.outcomes import ExitReason
+from hermes_ref.wire import ProviderRequest
 from sim.harness import Story, scenario
-from sim.provider import text
+from sim.provider import FunctionProvider, text, tool_calls
 
 
 @scenario("A turn that cannot get a busy session's lease hands the message back",
-          invariants=("LEASE-5", "LOOP-3", "DEL-1"), stage="lease")
+          invariants=("LEASE-5", "LEASE-1", "LOOP-3", "DEL-1"), stage="lease")
 def busy_session_hands_the_message_back(s: Story) -> None:
     s.limits(lease_wait_s_max=3.0, lease_poll_s=1.0)
     s.script(text("Now I can answer."))
     world = s.world
     world.store.ensure_session(s.session_record("s-1"))
-    other = world.store.acquire_lease("s-1", f"{world.holder}:turn=elsewhere", world.clock.now(), 300.0)
+    other = world.store.acquire_lease("s-1", f"{world.holder}:turn=elsewhere:platform=cli",
+                                      world.clock.now(), 300.0)
     s.expect(other is not None, "another turn of this process holds the lease")
     refused = s.turn("Are you free?")
     s.expect(refused is not None and refused.exit_reason is ExitReason.LEASE_TIMEOUT,
@@ -57,3 +61,99 @@ def unrecorded_message_is_handed_back(s: Story) -> None:
     s.faults()
     again = s.turn("Second question.")
     s.expect(again is not None and again.final_response == "Second answer.", "the retry runs")
+
+
+# ---- a lease that is kept, lost and taken over ---------------------------------------------
+
+
+@scenario("A 420 s tool batch keeps its lease: the refresher renews it every 60 s",
+          invariants=("LEASE-2", "LEASE-6", "TOOL-3"), stage="lease")
+def long_tool_batch_keeps_its_lease(s: Story) -> None:
+    s.world.tools.hang("terminal")
+    s.script(tool_calls(("terminal", {"command": "make everything"})),
+             text("The build did not finish in time."))
+    result = s.turn("Build everything.")
+    s.expect(result is not None and result.final_response == "The build did not finish in time.",
+             "the turn outlived its 300 s TTL and still answered")
+    refreshes = [step for step in s.world.lease_log if step.what == "refreshed"]
+    s.expect(len(refreshes) == 6, f"six refreshes (60 s to 360 s) in 420 s, got {len(refreshes)}")
+    grant = s.world.store.snapshot().lease_grants[0]
+    s.expect(grant.end_reason == "released" and grant.expires_at > grant.acquired_at + 420,
+             "the grant was renewed past the batch and released at the end")
+
+
+@scenario("A lease that cannot be refreshed stops the turn at once: no call after the loss",
+          invariants=("LEASE-4", "LOOP-3", "FIN-5"), stage="lease")
+def unrefreshable_lease_interrupts_the_turn(s: Story) -> None:
+    s.faults(fail_writes={"refresh": 10})
+
+    def always_busy(request: ProviderRequest) -> ProviderReply:
+        raise RateLimited("slow down", retry_after_s=100.0)
+    s.use_provider(FunctionProvider(always_busy))
+    result = s.turn("Summarise the report.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED,
+             "exit reason interrupted")
+    s.expect(len(s.world.calls) == 1, "the first refresh failed at 60 s, during the first "
+             "backoff: the model was not called again")
+    rows = s.transcript()
+    s.expect([r.role.value for r in rows] == ["user", "assistant"],
+             "the user row and a boundary row: the tail is closed")
+
+
+@scenario("A stalled holder loses its lease to another process and is fenced off when it wakes",
+          invariants=("LEASE-1", "LEASE-4", "CTX-9", "FIN-5"), stage="lease")
+def stalled_holder_is_fenced_off(s: Story) -> None:
+    s.script(text("An answer from the stalled process."), text("An answer from the new one."))
+    first = s.main_process()
+    other = s.process()
+    s.delay_reply(1, 30.0)
+    stalled = s.start_turn("Question one.", process=first)
+    s.stall(first, 400.0, after_s=10.0)
+    taken = s.start_turn("Question two.", process=other, after_s=310.0)
+    s.run_all()
+    s.expect(taken.result is not None and taken.result.final_response == "An answer from the new one.",
+             "the second process took the expired lease and answered")
+    s.expect(stalled.result is not None and stalled.result.exit_reason is ExitReason.INTERRUPTED
+             and not stalled.result.completed,
+             "the stalled turn woke to a fenced write: interrupted, no answer delivered")
+    grants = s.world.store.snapshot().lease_grants
+    s.expect([g.end_reason for g in grants] == ["expired", "released"],
+             "token 1 expired under the stall; token 2 was granted and released")
+    turns = {r.turn_id for r in s.transcript()}
+    s.expect(len(turns) == 2, "rows of two turns: the stalled one wrote nothing after its loss")
+
+
+@scenario("A dead holder's lease is taken at the next poll, not after its TTL",
+          invariants=("LEASE-3", "CTX-9", "TOOL-10"), stage="lease")
+def dead_holder_lease_is_reclaimed(s: Story) -> None:
+    s.script(tool_calls(("write_file", {"path": "notes.txt", "content": "final"})),
+             text("I can answer now."))
+    first = s.main_process()
+    other = s.process()
+    s.delay_reply(1, 60.0)
+    s.start_turn("Save the notes.", process=first)
+    waiting = s.start_turn("Are you there?", process=other, after_s=5.0)
+    s.kill(first, after_s=20.0)
+    s.run_all()
+    s.expect(waiting.result is not None and waiting.result.final_response == "I can answer now.",
+             "the waiting turn ran")
+    grants = s.world.store.snapshot().lease_grants
+    s.expect(grants[1].acquired_at - grants[0].acquired_at <= 21.0,
+             "taken one poll after the holder died, long before its 300 s TTL")
+    s.expect(s.world.tools.ledger == [], "the dead turn's call never ran")
+
+
+@scenario("Two sessions on two processes run side by side",
+          invariants=("LEASE-1",), stage="lease")
+def two_sessions_run_side_by_side(s: Story) -> None:
+    s.script(text("First session answered."), text("Second session answered."))
+    other = s.process()
+    s.delay_reply(1, 30.0)
+    s.delay_reply(2, 30.0)
+    start = s.world.clock.now()
+    one = s.start_turn("Hello from one.", session="s-1")
+    two = s.start_turn("Hello from two.", session="s-2", process=other)
+    s.run_all()
+    s.expect(one.result is not None and two.result is not None
+             and one.result.completed and two.result.completed, "both answered")
+    s.expect(s.world.clock.now() - start < 40.0, "in about 30 s together, not 60 s one by one")

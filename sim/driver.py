@@ -1,17 +1,26 @@
-"""The synchronous simulator driver: runs engine coroutines against a ``World``.
+"""The synchronous simulator driver: performs one process's effects against a ``World``.
 
 Theory of operation
 -------------------
-``SimDriver.run(coro)`` steps the coroutine by hand: each ``send`` returns the next
-effect, the driver performs it against the world and sends the result back, or throws
-the world's ``OperatingError`` into the coroutine. There is no event loop and no thread,
-so the order of everything is fixed by the seed and the script.
+Each simulated process has one ``SimDriver``. The world's scheduler (``sim.scheduler``)
+owns the actors (turns, lease refreshers) of every process and picks, step by step, whose
+effect runs next; ``advance`` performs that one effect: it ``send``s the actor's last
+answer into its coroutine, gets the next effect, performs it against the world and keeps
+the answer (or the ``OperatingError``) for the next step. There is no event loop and no
+thread, so the order of everything is fixed by the seed and the script.
+``run(coro)`` is the one-turn form: spawn the coroutine and step the world until it ends.
+
+An effect that takes time answers with a ``Wait``: the actor is parked and the clock
+moves only when every actor waits (see the scheduler). Events are kept per process until
+one of its writes commits them, as a real process keeps its own connection's pending
+rows: another process's commit never carries them.
 
 Before and after each effect the driver consults the fault plan. A crash is the driver
-*dropping* the coroutine: it closes it (so any stray effect inside a ``finally`` would
-surface as a RuntimeError — the house rule forbids those), tells the store to lose its
-pending writes, and raises ``Crashed``. Nothing the engine would have done after that
-point can reach the world. The caller then starts a new ``Engine`` on the same world.
+*dropping* every coroutine of the process: it closes them (so any stray effect inside a
+``finally`` would surface as a RuntimeError: the house rule forbids those), the process's
+pending writes are lost, and the actors are marked crashed; ``run`` raises ``Crashed``.
+Nothing the engine would have done after that point can reach the world. The other
+processes run on; the harness starts a new process on the same world to recover.
 """
 
 from __future__ import annotations
@@ -23,14 +32,29 @@ from typing import Any, TypeVar
 
 from hermes_ref import effects as fx
 from hermes_ref.effects import Site
-from hermes_ref.errors import OperatingError, PersistenceError, ProviderRejected, RateLimited
-from hermes_ref.models import EventKind, ToolResult
+from hermes_ref.errors import (
+    LeaseLost,
+    OperatingError,
+    PersistenceError,
+    ProviderRejected,
+    RateLimited,
+    TurnInterrupted,
+)
+from hermes_ref.models import EventKind, Lease, ToolResult
 from hermes_ref.outcomes import ExitLine
+from sim.door_handlers import AdmissionHandlers
 from sim.faults import Crashed
-from sim.world import CallRecord, World
+from sim.lane_handlers import LaneHandlers  # SES
+from sim.lease_actor import LeaseHandlers
+from sim.scheduler import Actor, Wait
+from sim.world import CallRecord, SimProcess, World
 
 T = TypeVar("T")
+R = TypeVar("R")
 Handler = Callable[[Any], Any]
+
+# Effects that take time or call out: a hard interrupt is delivered from these (LEASE-4).
+INTERRUPTIBLE: frozenset[type[Any]] = frozenset({fx.CallProvider, fx.ExecuteTools, fx.Sleep})
 
 
 # Set by ``run_scenario(verbose=True)``: narrate whole texts instead of a short prefix.
@@ -46,69 +70,165 @@ def _short(text: str | None, limit: int = 48) -> str:
     return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
-class SimDriver:
-    def __init__(self, world: World) -> None:
+class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
+    def __init__(self, world: World, process: SimProcess | None = None) -> None:
         self.world = world
-        self.effects_performed = 0
+        self.process = process if process is not None else world.processes[world.pid]
+        self.current: Actor | None = None
+        self._refreshers: dict[int, Actor] = {}
+        self._kept: dict[int, Lease] = {}
+        self._lost: set[int] = set()
         self._handlers: dict[type[Any], Handler] = {
             fx.Now: lambda e: world.clock.now(),
             fx.Sleep: self._sleep,
             fx.Jitter: lambda e: world.chooser.fraction("backoff"),
-            fx.MintId: lambda e: world.mint_id(e.prefix),
+            fx.MintId: self._mint_id,
             fx.LoadMessages: lambda e: world.store.load_messages(e.session_id, e.after_row_id),
-            fx.OpenTurn: self._open_turn,
-            fx.AcquireLease: self._acquire_lease,
-            fx.ReleaseLease: self._release_lease,
             fx.AppendMessages: self._append,
             fx.CallProvider: self._call_provider,
             fx.ResolvePaths: self._resolve_paths,
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
             fx.FlushEvents: self._flush_events,
+            **self.lease_handlers(),
+            **self.admission_handlers(),  # ADM: sim/door_handlers.py
+            **self.lane_handlers(),  # SES: sim/lane_handlers.py
         }
 
-    # -- the stepping loop ----------------------------------------------------------
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        faults = self.world.fault_state
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = coro.send(value) if error is None else coro.throw(error)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            value, error = None, None
-            planned = faults.crashes_planned
-            if planned:
-                self._crash_before(coro, effect)
-            try:
-                value = self._handlers[type(effect)](effect)
-            except OperatingError as failure:
-                error = failure
-            self.effects_performed += 1
-            site = effect.site
-            if planned and error is None and site is not None and faults.crash_due("after", site):
-                self._drop(coro, f"after:{site.value}")
+    @property
+    def effects_performed(self) -> int:
+        """Effects performed so far in the whole world (every process), in world order."""
+        return self.world.effects_performed
 
-    def _crash_before(self, coro: Coroutine[Any, Any, Any], effect: Any) -> None:
+    # -- actors -------------------------------------------------------------------------
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "turn",
+              parent: Actor | None = None) -> Actor:
+        """Make ``coro`` an actor of this process; the scheduler runs it from now on."""
+        return self.world.scheduler.spawn(self, coro, name, parent)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one coroutine of this process to its end (other actors step meanwhile)."""
+        actor = self.spawn(coro)
+        self.world.scheduler.run_until(lambda: actor.done)
+        return finished(actor)  # type: ignore[no-any-return]
+
+    def advance(self, actor: Actor) -> None:
+        """Perform the actor's next effect (the scheduler chose it)."""
+        try:
+            coro = actor.coro
+            effect = coro.send(actor.value) if actor.error is None else coro.throw(actor.error)
+        except StopIteration as stop:
+            self._end(actor, stop.value, None)
+            return
+        except BaseException as raised:  # the harness reports what the engine raised
+            self._end(actor, None, raised)
+            return
+        actor.value, actor.error = None, None
+        if self.world.fault_state.crashes_planned and self._crash_before(actor, effect):
+            return
+        if actor.interrupt is not None and type(effect) in INTERRUPTIBLE:
+            actor.error = TurnInterrupted(actor.interrupt)  # not performed: the turn stops
+            return
+        self._perform(actor, effect, lambda: self._handlers[type(effect)](effect))
+
+    def resume(self, actor: Actor) -> None:
+        """The actor's wait is over: compute its answer (it may wait again)."""
+        wait, effect = actor.wait, actor.pending
+        assert wait is not None
+        self.world.scheduler.retire(actor)
+        self._perform(actor, effect, wait.then)
+
+    def _perform(self, actor: Actor, effect: Any, step: Callable[[], Any]) -> None:
+        self.current = actor
+        try:
+            outcome = step()
+        except OperatingError as failure:
+            self._complete(actor, effect, None, failure)
+            return
+        if isinstance(outcome, Wait):
+            self.world.scheduler.park(actor, effect, outcome)
+            return
+        self._complete(actor, effect, outcome, None)
+
+    def _complete(self, actor: Actor, effect: Any, value: Any, error: BaseException | None) -> None:
+        world = self.world
+        world.effects_performed += 1
+        actor.value, actor.error = value, error
+        site = effect.site
+        if world.fault_state.crashes_planned and error is None and site is not None \
+                and world.fault_state.crash_due("after", site):
+            self._drop(f"after:{site.value}")
+
+    def _end(self, actor: Actor, result: Any, raised: BaseException | None) -> None:
+        """An actor ended; whatever it started and did not stop (a refresher) ends with it."""
+        actor.done, actor.result, actor.raised = True, result, raised
+        self.world.scheduler.retire(actor)
+        for child in actor.children:
+            self.stop_actor(child)
+
+    def stop_actor(self, actor: Actor) -> None:
+        """End an actor where it waits (a stopped refresher): its pending effect is over."""
+        if actor.done:
+            return
+        if actor.wait is not None:
+            self.world.effects_performed += 1  # its handler ran; the wait is cut short
+        actor.coro.close()
+        actor.done = True
+        self.world.scheduler.retire(actor)
+
+    def _crash_before(self, actor: Actor, effect: Any) -> bool:
         faults = self.world.fault_state
         if faults.effect_crash_due():
-            self._drop(coro, f"effect#{faults.effects}:{effect.kind}")
+            self._drop(f"effect#{faults.effects}:{effect.kind}")
+            return True
         site = effect.site
         if site is not None and faults.crash_due("before", site):
-            self._drop(coro, f"before:{site.value}")
+            self._drop(f"before:{site.value}")
+            return True
+        return False
 
-    def _drop(self, coro: Coroutine[Any, Any, Any], point: str) -> None:
+    def _drop(self, point: str) -> None:
         if self.world.on_crash is not None:
             self.world.on_crash(point)  # a real crash: the process may die right here
-        coro.close()
-        self.world.crash(point, self.effects_performed)
-        raise Crashed(point)
+        self.crash_process(point)
+
+    def crash_process(self, point: str) -> None:
+        """This process dies at ``point``: every actor of it is dropped where it stands."""
+        scheduler = self.world.scheduler
+        for actor in scheduler.live():
+            if actor.driver.process is self.process:
+                actor.coro.close()
+                actor.done, actor.crashed = True, point
+                scheduler.retire(actor)
+        self.world.crash(point, self.world.effects_performed, pid=self.process.pid)
+
+    def _write(self, write: Callable[..., R], *args: Any) -> R:
+        """A store write of this process: it commits this process's pending events with it."""
+        store, pending = self.world.store, self.process.pending_events
+        for event in pending:
+            store.log_event(event)
+        pending.clear()
+        try:
+            return write(*args)
+        finally:  # a refused or failed write commits nothing: the events stay this process's
+            pending[:0] = store.take_pending_events()
+
 
     # -- handlers -------------------------------------------------------------------
-    def _sleep(self, effect: fx.Sleep) -> None:
-        self.world.clock.advance(effect.seconds)
-        self.world.timeline.add("sleep", f"{round(effect.seconds, 3):g} s")
+    def _mint_id(self, effect: fx.MintId) -> str:
+        minted = self.world.mint_id(effect.prefix)
+        actor = self.current
+        if effect.prefix == "turn" and actor is not None and actor.turn_id is None:
+            actor.turn_id = minted
+        return minted
+
+    def _sleep(self, effect: fx.Sleep) -> Wait:
+        """A turn's sleep is narrated when it ends; a refresher's is not (its refreshes are)."""
+        timeline = self.world.timeline
+        if self.current is not None and self.current.parent is not None:
+            return Wait(effect.seconds, lambda: None)
+        return Wait(effect.seconds,
+                    lambda: timeline.add("sleep", f"{round(effect.seconds, 3):g} s"))
 
     def _fail_if_planned(self, site: Site) -> None:
         if self.world.fault_state.write_fails(site):
@@ -117,34 +237,15 @@ class SimDriver:
             self.world.timeline.add("FAULT", f"write at {site} fails ({cause})")
             raise PersistenceError(f"simulated store failure at {site}", cause=cause)
 
-    def _open_turn(self, effect: fx.OpenTurn) -> Any:
-        self._fail_if_planned(Site.LEASE)
-        grant = self.world.store.open_turn(effect.record, effect.holder, effect.now, effect.ttl_s)
-        if grant.created:
-            self.world.timeline.add("write", f"session   {effect.record.id} created")
-        got = f"token {grant.lease.token}" if grant.lease else "busy"
-        self.world.timeline.add("write", f"lease     {effect.record.id} {got}")
-        return grant
-
-    def _acquire_lease(self, effect: fx.AcquireLease) -> Any:
-        self._fail_if_planned(Site.LEASE)
-        lease = self.world.store.acquire_lease(
-            effect.session_id, effect.holder, effect.now, effect.ttl_s
-        )
-        got = f"token {lease.token}" if lease else "busy"
-        self.world.timeline.add("write", f"lease     {effect.session_id} {got}")
-        return lease
-
-    def _release_lease(self, effect: fx.ReleaseLease) -> None:
-        self._fail_if_planned(Site.RELEASE)
-        self.world.store.release_lease(effect.lease)
-        self.world.timeline.add("write", f"release   token {effect.lease.token}")
-
     def _append(self, effect: fx.AppendMessages) -> Any:
         self._fail_if_planned(effect.label)
-        rows = self.world.store.append_messages(
-            effect.session_id, effect.lease_token, effect.messages
-        )
+        try:
+            rows = self._write(self.world.store.append_messages, effect.session_id,
+                               effect.lease_token, effect.messages)
+        except LeaseLost:
+            self.world.timeline.add("FENCED", f"{effect.label} write with token "
+                                    f"{effect.lease_token} refused: the lease is gone")
+            raise
         if self.world.timeline.enabled:
             for row in rows:
                 self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} {_describe(row)}")
@@ -178,7 +279,8 @@ class SimDriver:
                 world.timeline.add(
                     "call", f"primary -> {reply.finish_reason} {_short(reply.content)}"
                 )
-        return reply
+        delay_s = world.provider_delays_s.get(len(world.calls), 0.0)
+        return Wait(delay_s, lambda: reply) if delay_s > 0 else reply
 
     def _resolve_paths(self, effect: fx.ResolvePaths) -> tuple[str | None, ...]:
         """Answered by ``SimTools``' resolver, the one its tools act through.
@@ -194,25 +296,36 @@ class SimDriver:
                     self.world.timeline.add("resolve", f"{path} -> {landed}")
         return answers
 
-    def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
+    def _execute_tools(self, effect: fx.ExecuteTools) -> Wait:
         """Run a segment: a parallel one in waves of ``tool_workers_max`` (TOOL-5), started
-        together and finished when the slowest ends; a sequential one call after call."""
+        together and finished when the slowest ends; a sequential one call after call.
+
+        Each wave runs when its time comes and the next waits for it, so other actors (a
+        lease refresher) get their turns while a long batch is in flight.
+        """
         world = self.world
         watermark = world.store.watermark()
         width = world.tool_workers_max if effect.parallel else 1
+        waves = [effect.calls[start:start + width] for start in range(0, len(effect.calls), width)]
         results: list[ToolResult] = []
-        for start in range(0, len(effect.calls), width):
-            wave = effect.calls[start:start + width]
-            at = world.clock.now()
+        if not waves:
+            return Wait(0.0, tuple)
+
+        def run_wave(index: int) -> Wait:
+            wave, at = waves[index], world.clock.now()
             results.extend(world.tools.run(call, watermark=watermark, at=at) for call in wave)
             world.batches.append(tuple(call.id for call in wave))
-            world.clock.advance(max(self._cost_s(call.name) for call in wave))
-        if world.timeline.enabled:
-            mode = "parallel" if effect.parallel else "sequential"
-            for result in results:
-                state = "error" if result.is_error else "ok"
-                world.timeline.add("tool", f"{mode:<10} {result.call_id} {result.name} {state}")
-        return tuple(results)
+            then = (lambda: run_wave(index + 1)) if index + 1 < len(waves) else finish
+            return Wait(max(self._cost_s(call.name) for call in wave), then)
+
+        def finish() -> tuple[ToolResult, ...]:
+            if world.timeline.enabled:
+                mode = "parallel" if effect.parallel else "sequential"
+                for result in results:
+                    state = "error" if result.is_error else "ok"
+                    world.timeline.add("tool", f"{mode:<10} {result.call_id} {result.name} {state}")
+            return tuple(results)
+        return run_wave(0)
 
     def _cost_s(self, name: str) -> float:
         tools = self.world.tools
@@ -220,23 +333,37 @@ class SimDriver:
 
     def _flush_events(self, effect: fx.FlushEvents) -> None:
         self._fail_if_planned(Site.EVENTS)
-        self.world.store.flush_events()
+        self._write(self.world.store.flush_events)
 
     def _emit(self, effect: fx.Emit) -> None:
         world = self.world
         event = effect.event
         if event.at is None:
             event = event.model_copy(update={"at": world.clock.now()})
-        world.store.log_event(event)
+        self.process.pending_events.append(event)
         world.stream.append(event)
         for subscriber in world.subscribers:
             subscriber(event)
+        if world.timeline.enabled and event.kind is EventKind.TURN_OVERLAP:
+            world.timeline.add("warn", f"{event.turn_id} started before "
+                               f"{event.data.get('previous_turn_id')}'s final persist")
         if world.timeline.enabled and event.kind is EventKind.TURN_EXIT:
             line = ExitLine.of(event)
             world.timeline.add(
                 "exit", f"{line.level} reason={line.reason.value} calls={line.api_calls} "
                 f"budget={line.budget_used}/{line.budget_max} last={line.last_role}",
             )
+
+
+def finished(actor: Actor) -> Any:
+    """What an ended actor came to: its result, its crash as ``Crashed``, or what it raised."""
+    if not actor.done:
+        raise RuntimeError(f"the world went idle before {actor.name} ended (a deadlock)")
+    if actor.crashed is not None:
+        raise Crashed(actor.crashed)
+    if actor.raised is not None:
+        raise actor.raised
+    return actor.result
 
 
 def _describe(row: Any) -> str:

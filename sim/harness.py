@@ -32,18 +32,28 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hermes_ref import router  # SES
+from hermes_ref.admission import Ack, AdmissionRow, EpochStart, Move, PrincipalKind, Refusal
+from hermes_ref.door import DrainStep, Submission, internal_submission
 from hermes_ref.engine import Engine
 from hermes_ref.errors import BadInput
+from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, SessionRecord, ToolSpec
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.ports import Provider
 from hermes_ref.prologue import TurnInput
+from hermes_ref.session import Route, SessionSource  # SES
 from hermes_ref.tool_specs import REFERENCE_TOOLS, TOOLS_BY_NAME
-from sim.checkers import Observation, Violation, run_all
+from sim import door_story, processes
+from sim.checkers import Violation, run_all
+from sim.checkers.admission import DoorObservation
 from sim.checkers.context import CallerHistoryRun
+from sim.clock import VirtualClock
+from sim.door_story import DoorState
 from sim.driver import FULL_TEXT, SimDriver
 from sim.faults import Crashed, CrashPoint, FaultPlan
+from sim.processes import Processes, ProcessHandle, TurnHandle
 from sim.provider import ScriptedProvider
 from sim.store import MemoryStore
 from sim.tools import SimTools
@@ -85,13 +95,14 @@ class ExpectationFailed(AssertionError):
     pass
 
 
-def make_store(kind: StoreKind, workdir: Path, holder_alive: Callable[[str], bool]) -> CrashableStore:
+def make_store(kind: StoreKind, workdir: Path, holder_alive: Callable[[str], bool],
+               clock: Callable[[], float] | None = None) -> CrashableStore:
     if kind == "memory":
-        return MemoryStore(holder_alive=holder_alive)
+        return MemoryStore(holder_alive=holder_alive, clock=clock)
     if kind == "sqlite":
         from sim.sqlite_store import SqliteStore
 
-        return SqliteStore(workdir / "hermes-ref.db", holder_alive=holder_alive)
+        return SqliteStore(workdir / "hermes-ref.db", holder_alive=holder_alive, clock=clock)
     raise ValueError(f"unknown store kind {kind!r} (known: {', '.join(STORE_KINDS)})")
 
 
@@ -179,9 +190,10 @@ class Story:
     def _build_world(self) -> World:
         provider = self._provider or ScriptedProvider([])
         alive: dict[str, Callable[[str], bool]] = {}
-        store = make_store(self.store_kind, self.workdir, lambda h: alive["fn"](h))
+        clock = VirtualClock()
+        store = make_store(self.store_kind, self.workdir, lambda h: alive["fn"](h), clock.now)
         world = World(store=store, provider=provider, tools=SimTools(dict(self._files)),
-                      seed=self.seed, faults=self._faults, trace=self.trace)
+                      seed=self.seed, faults=self._faults, trace=self.trace, clock=clock)
         alive["fn"] = world.holder_alive
         return world
 
@@ -252,10 +264,12 @@ class Story:
 
     def check(self) -> list[Violation]:
         world = self.world
-        obs = Observation(batches=tuple(world.batches),
-                          record=world.store.snapshot(), ledger=tuple(world.tools.ledger),
-                          calls=tuple(world.calls), crash_seqs=tuple(world.crash_seqs),
-                          limits=self._limits, runs=tuple(world.runs))
+        obs = DoorObservation(batches=tuple(world.batches),  # ADM: with the world's ack log
+                              record=world.store.snapshot(), ledger=tuple(world.tools.ledger),
+                              calls=tuple(world.calls), crash_seqs=tuple(world.crash_seqs),
+                              limits=self._limits, runs=tuple(world.runs),
+                              acks=tuple(world.acks), lease_log=tuple(world.lease_log),
+                              deaths=world.deaths(), stalls=tuple(world.stalls))
         found = run_all(obs)
         known = {str(v) for v in self.violations}
         fresh = [v for v in found if str(v) not in known]
@@ -263,6 +277,167 @@ class Story:
             world.timeline.add("VIOLATE", str(violation))
         self.violations.extend(fresh)
         return fresh
+
+    # -- several processes (the steps live in sim/processes.py) ------------------------
+    _processes: Processes = field(default_factory=Processes)
+
+    def process(self) -> ProcessHandle:
+        """Start one more agent process in this world: its own engine, caches and holder."""
+        return processes.start(self)
+
+    def start_turn(self, text: str, *, session: str = "s-1", process: ProcessHandle | None = None,
+                   after_s: float = 0.0, platform: str | None = None) -> TurnHandle:
+        """Hand a turn to ``process`` (the story's own by default), to begin ``after_s``
+        from now; it runs when the story calls ``run_all``."""
+        return processes.start_turn(self, text, session=session, process=process,
+                                    after_s=after_s, platform=platform)
+
+    def run_all(self) -> None:
+        """Run the world until every turn handed out has ended; then check the record."""
+        processes.run_all(self)
+
+    def stall(self, process: ProcessHandle, seconds: float, *, after_s: float = 0.0) -> None:
+        """``after_s`` from now, freeze every actor of ``process`` for ``seconds`` (it lives on)."""
+        processes.freeze(self, process, seconds, after_s)
+
+    def kill(self, process: ProcessHandle, *, after_s: float = 0.0) -> None:
+        """``after_s`` from now, the process dies wherever its actors are."""
+        processes.kill(self, process, after_s)
+
+    def main_process(self) -> ProcessHandle:
+        """The story's own process (the one ``turn`` runs on), as a handle."""
+        return processes.default(self)
+
+    def delay_reply(self, call: int, seconds: float) -> None:
+        """The provider's answer to the world's ``call``-th request arrives ``seconds`` late."""
+        self.world.provider_delays_s[call] = seconds
+
+    # -- admission door (the steps live in sim/door_story.py) ----------------------------
+    _door: DoorState = field(default_factory=DoorState)
+
+    def bind(self, principal: str, *, session: str = "s-1", role: str = "member",
+             kind: str = "user") -> None:
+        """Bind ``principal`` to ``session`` with ``role`` (the session row is made first)."""
+        door_story.bind(self, principal, session, role, kind)
+
+    def submit(self, principal: Any, request_id: Any, payload: Any, *, session: Any = "s-1",
+               intent: Any = "queue") -> Ack | Refusal | None:
+        """Hand an input to the door; None when the process died before it answered."""
+        return door_story.submit(self, Submission(principal, session, request_id, payload,
+                                                  intent))
+
+    def internal(self, kind: str, principal: str, event_id: str, text: str, *,
+                 session: str = "s-1") -> Ack | Refusal | None:
+        """A background completion, cron tick or subagent report, through the same door."""
+        sub = internal_submission(PrincipalKind(kind), principal, session, event_id, text)
+        return door_story.submit(self, sub)
+
+    def drain(self, session: str = "s-1", *, steps: int | None = None) -> list[DrainStep]:
+        """Claim and run the session's admissions in order until none is claimable."""
+        return door_story.drain(self, session, steps)
+
+    def recover(self) -> EpochStart | None:
+        """Begin a new runtime epoch for this process (done by its first door step anyway)."""
+        return door_story.recover(self)
+
+    def reconcile(self, principal: str, admission_id: str, *,
+                  session: str = "s-1") -> AdmissionRow | Refusal | None:
+        """An operator's explicit verdict on an unknown admission."""
+        return door_story.resolve(self, principal, session, admission_id, Move.RECONCILE)
+
+    def cancel(self, principal: str, admission_id: str, *,
+               session: str = "s-1") -> AdmissionRow | Refusal | None:
+        """Withdraw a queued admission."""
+        return door_story.resolve(self, principal, session, admission_id, Move.CANCEL)
+
+    def admissions(self, session: str = "s-1") -> list[AdmissionRow]:
+        """The session's admission rows as the store holds them, in seq order."""
+        return [r for r in self.world.store.snapshot().admissions if r.session_id == session]
+
+    # -- session lanes (SES): route a source, run its turn, move the clock, restart --------
+    def lane_run(self, coro: Any) -> Any:
+        """Run a router coroutine (``hermes_ref.router``) on the current process."""
+        return SimDriver(self.world).run(coro)
+
+    def message(self, source: SessionSource, text: str) -> TurnResult | None:
+        """Route a message from ``source`` to its live incarnation and run its turn there."""
+        try:
+            routed = self.lane_run(router.route(source, self._limits))
+        except Crashed:
+            self._engine = None
+            self.check()
+            return None
+        notice = " +notice" if routed.notice else ""
+        self.world.timeline.add("routed", f"{routed.rule} -> {routed.route.session_id}{notice}")
+        result = self._lane_turn(router.turn_input(routed, text))
+        if result is not None:
+            self.lane_run(router.after_turn(routed, result))
+            self.check()
+        return result
+
+    def _lane_turn(self, inp: TurnInput) -> TurnResult | None:
+        world, engine = self.world, self.engine
+        world.timeline.add("turn", f"{inp.session_id} {inp.text!r}")
+        minted, failures = len(world.minted_turns), world.write_failures
+        try:
+            result = SimDriver(world).run(engine.run_turn(inp))
+        except Crashed:
+            self._engine = None
+            result = None
+        ids = world.minted_turns[minted:]
+        world.runs.append(TurnRun(inp.session_id, inp.text, ids[0] if ids else None,
+                                  result is None, world.write_failures - failures))
+        self._last = result
+        if result is not None:
+            world.timeline.add("result", f"{result.exit_reason.value} "
+                               f"final={_brief(result.final_response)}")
+        self.check()
+        return result
+
+    def reset_lane(self, source: SessionSource) -> Route:
+        """The user asks for a new conversation on ``source``'s lane."""
+        routed = self.lane_run(router.reset(source, self._limits))
+        self.check()
+        return routed.route  # type: ignore[no-any-return]
+
+    def route_of(self, source: SessionSource) -> Route | None:
+        """The lane's current route, as the store has it."""
+        return self.world.store.get_route(router.session_key(source, self._limits))
+
+    def advance(self, seconds: float) -> None:
+        """Move the virtual clock (idle and daily policies, restart windows)."""
+        self.world.clock.advance(seconds)
+        self.world.timeline.add("clock", f"+{seconds:g} s")
+
+    def background(self, source: SessionSource, *, live: bool) -> None:
+        """The world starts (or ends) a background process for ``source``'s lane; it records
+        that in the store's lane log, as a process registry would."""
+        key = router.session_key(source, self._limits)
+        kind = "background_started" if live else "background_ended"
+        self.world.store.write_lane((), (LaneEntry(at=self.world.clock.now(), kind=kind, key=key),))
+        self.world.timeline.add("world", f"{kind} {key}")
+        self.check()
+
+    def expiry_watch(self) -> router.Watch:
+        """One pass of the expiry watcher (finalize, then prune) on the current process."""
+        done: router.Watch = self.lane_run(router.watch(self._limits))
+        self.check()
+        return done
+
+    def lane_restart(self, *, graceful: bool, running: tuple[SessionSource, ...] = (),
+                     drained: bool = True) -> router.Startup:
+        """Stop this process (gracefully: count the ``running`` lanes and, if ``drained``,
+        leave the clean-exit marker; else it just dies) and start the next one, which runs
+        the start pass and then the expiry watcher."""
+        if graceful:
+            keys = tuple(router.session_key(src, self._limits) for src in running)
+            self.lane_run(router.shutdown(keys, drained))
+        self.world.restart()
+        self._engine = None
+        startup: router.Startup = self.lane_run(router.start(self._limits))
+        self.check()
+        self.expiry_watch()
+        return startup
 
 
 def _brief(text: str | None) -> str:

@@ -28,9 +28,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
+from hermes_ref.admission import (
+    AdmissionRow,
+    AdmitAnswer,
+    Binding,
+    ClaimAnswer,
+    EpochStart,
+    Move,
+    Outcome,
+)
+from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
+from hermes_ref.session import Route  # SES
+from hermes_ref.shell import sqlite_admissions as adm
 from hermes_ref.shell import sqlite_ops as ops
+from hermes_ref.shell import sqlite_routes as lanes  # SES
 from hermes_ref.shell.sqlite_codec import EventRow, encode_event
 from hermes_ref.shell.sqlite_connect import StoreConnection, open_connection
 from hermes_ref.shell.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS
@@ -49,12 +62,14 @@ class SqliteStore:
         synchronous: str = "FULL",
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         holder_alive: Callable[[str], bool] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.path = Path(path)
         self._holder_alive = holder_alive
+        self._clock = clock  # LEASE-4: the store's clock decides expiry (None: never)
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
-        self._pending: list[EventRow] = []
+        self._pending: list[Event] = []
         self._past_commits = 0
         self._conn = self._open()
 
@@ -75,14 +90,15 @@ class SqliteStore:
         **kwargs: P.kwargs,
     ) -> R:
         """Run a write op with the pending events; keep them if nothing committed."""
-        events, self._pending = self._pending, []
+        held, self._pending = self._pending, []
+        events: list[EventRow] = [encode_event(event) for event in held]
         try:
             result = op(self._conn, events, *args, **kwargs)
         except BaseException:
-            self._pending[:0] = events
+            self._pending[:0] = held
             raise
         if ops.refused(op, result):
-            self._pending[:0] = events  # refused: nothing was written
+            self._pending[:0] = held  # refused: nothing was written
         return result
 
     # -- sessions -------------------------------------------------------------------------
@@ -105,12 +121,13 @@ class SqliteStore:
     def append_messages(
         self, session_id: str, lease_token: int, messages: tuple[Message, ...]
     ) -> tuple[Message, ...]:
-        return self._write(ops.append_messages, session_id, lease_token, messages)
+        return self._write(ops.append_messages, session_id, lease_token, messages, self._now())
 
     def rewrite_message(
         self, session_id: str, lease_token: int, row_id: int, content: str
     ) -> Message:
-        return self._write(ops.rewrite_message, session_id, lease_token, row_id, content)
+        return self._write(ops.rewrite_message, session_id, lease_token, row_id, content,
+                           self._now())
 
     def watermark(self) -> int:
         return ops.watermark(self._conn)
@@ -123,11 +140,22 @@ class SqliteStore:
         return self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive)
 
     def release_lease(self, lease: Lease) -> None:
-        self._write(ops.release_lease, lease)
+        self._write(ops.release_lease, lease, self._now() or 0.0)
+
+    def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
+        return self._write(ops.refresh_lease, lease, now, ttl_s, self._now())
+
+    def _now(self) -> float | None:
+        return self._clock() if self._clock is not None else None
 
     # -- events ---------------------------------------------------------------------------
     def log_event(self, event: Event) -> None:
-        self._pending.append(encode_event(event))
+        self._pending.append(event)
+
+    def take_pending_events(self) -> list[Event]:
+        """Hand back the events no write has committed yet (a process keeps its own)."""
+        held, self._pending = self._pending, []
+        return held
 
     def flush_events(self) -> None:
         if self._pending:
@@ -135,7 +163,7 @@ class SqliteStore:
 
     # -- world operations -----------------------------------------------------------------
     def snapshot(self) -> DurableRecord:
-        return ops.snapshot(self._conn)
+        return lanes.snapshot(self._conn)  # sqlite_ops.snapshot plus the SES tables
 
     def crash(self) -> None:
         """The process died: pending events are gone, committed rows stay in the file."""
@@ -156,3 +184,49 @@ class SqliteStore:
         self._conn.commits = 0
         self._conn.close()  # an open transaction, if any, is rolled back by SQLite
 
+    # -- ADM: the admission door (hermes_ref/shell/sqlite_admissions.py) ---------------------
+    def bind_principal(self, binding: Binding) -> None:
+        self._write(adm.bind_principal, binding)
+
+    def get_binding(self, principal_id: str, session_id: str) -> Binding | None:
+        return adm.get_binding(self._conn, principal_id, session_id)
+
+    def begin_epoch(self, now: float) -> EpochStart:
+        return self._write(adm.begin_epoch, now)
+
+    def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer:
+        return self._write(adm.admit_input, candidate)
+
+    def claim_admission(self, session_id: str, epoch: int, now: float) -> ClaimAnswer:
+        return self._write(adm.claim_admission, session_id, epoch, now)
+
+    def move_admission(
+        self, admission_id: str, session_id: str, move: Move, epoch: int, now: float,
+        outcome: Outcome | None = None, turn_id: str | None = None,
+    ) -> AdmissionRow:
+        return self._write(adm.move_admission, admission_id, session_id, move, epoch, now,
+                           outcome, turn_id)
+
+    def admission_mark(self) -> int:
+        return adm.admission_mark(self._conn)
+
+    # -- SES: session lanes (hermes_ref/shell/sqlite_routes.py) ------------------------------
+    def put_route(self, route: Route, end_session_id: str | None = None,
+                  end_reason: str | None = None) -> bool:
+        return self._write(lanes.put_route, route, end_session_id, end_reason)
+
+    def get_route(self, key: str) -> Route | None:
+        return lanes.get_route(self._conn, key)
+
+    def latest_routes(self) -> tuple[Route, ...]:
+        return lanes.latest_routes(self._conn)
+
+    def read_markers(self) -> dict[str, float]:
+        return lanes.read_markers(self._conn)
+
+    def write_lane(self, markers: tuple[tuple[str, float | None], ...],
+                   log: tuple[LaneEntry, ...] = ()) -> None:
+        self._write(lanes.write_lane, markers, log)
+
+    def live_background(self) -> frozenset[str]:
+        return lanes.live_background(self._conn)

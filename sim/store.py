@@ -16,17 +16,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hermes_ref import lease as lease_rules
 from hermes_ref.errors import LeaseLost, PersistenceError
 from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
-from hermes_ref.ports import DurableRecord, LeaseRow, StoredMessage
+from hermes_ref.ports import DurableRecord, LeaseGrantRow, LeaseRow, StoredMessage
+from sim.store_admissions import AdmissionsMixin
+from sim.store_routes import RouteStoreMixin
 
 
-class MemoryStore:
+class MemoryStore(AdmissionsMixin, RouteStoreMixin):
     """The durable record of a simulated world, kept in memory."""
 
-    def __init__(self, *, holder_alive: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, *, holder_alive: Callable[[str], bool] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         # LEASE-3: a lease whose holder process is dead may be reclaimed before it expires.
         self._holder_alive = holder_alive or (lambda holder: True)
+        # LEASE-4: the store's own clock decides expiry at each fenced write (None: never)
+        self._clock = clock
+        self._grants: list[LeaseGrantRow] = []
+        self._open_grant: dict[str, int] = {}  # session -> index of its open grant row
         self._sessions: dict[str, SessionRecord] = {}
         # plain tuples, not StoredMessage values: the store keeps every row of a long sweep,
         # and each pydantic wrapper would be three more objects for the garbage collector
@@ -38,6 +46,8 @@ class MemoryStore:
         self._pending_events: list[Event] = []
         self._next_row_id = 1
         self._next_event_seq = 1
+        self._init_admissions()  # ADM: the admission door's rows (sim/store_admissions.py)
+        self._init_routes()  # SES: route revisions, markers, lane log (sim/store_routes.py)
 
     # -- sessions -------------------------------------------------------------------
     def create_session(self, record: SessionRecord) -> None:
@@ -85,7 +95,9 @@ class MemoryStore:
 
     def _check_fence(self, session_id: str, lease_token: int) -> None:
         lease = self._leases.get(session_id)
-        if lease is None or lease.holder is None or lease.token != lease_token:
+        expired = (lease is not None and self._clock is not None
+                   and lease.expires_at <= self._clock())
+        if lease is None or lease.holder is None or lease.token != lease_token or expired:
             raise LeaseLost(
                 f"write to session {session_id!r} with lease token {lease_token} "
                 f"but the current token is {lease.token if lease else None}"
@@ -140,15 +152,22 @@ class MemoryStore:
         if session_id not in self._sessions:
             raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
         current = self._leases.get(session_id)
-        if (current is not None and current.holder is not None and current.expires_at > now
-                and self._holder_alive(current.holder)):
-            return None
+        if current is not None and current.holder is not None:
+            incumbent = current.holder
+            if not lease_rules.reclaimable(current.expires_at, now,
+                                           lambda: not self._holder_alive(incumbent)):
+                return None
         token = (current.token if current else 0) + 1
         row = LeaseRow(
             session_id=session_id, holder=holder, token=token,
             acquired_at=now, expires_at=now + ttl_s,
         )
         self._leases[session_id] = row
+        self._end_grant(session_id, now, "expired" if current is not None
+                        and current.expires_at <= now else "holder_dead")
+        self._open_grant[session_id] = len(self._grants)
+        self._grants.append(LeaseGrantRow(session_id=session_id, token=token, holder=holder,
+                                          acquired_at=now, expires_at=now + ttl_s))
         self._commit_events()
         return Lease(
             session_id=session_id, holder=holder, token=token,
@@ -172,7 +191,31 @@ class MemoryStore:
             self._leases[lease.session_id] = current.model_copy(
                 update={"holder": None, "expires_at": 0.0}
             )
+            now = self._clock() if self._clock is not None else current.expires_at
+            ended = "released" if now < current.expires_at else "expired"  # released too late
+            self._end_grant(lease.session_id, min(now, current.expires_at), ended)
         self._commit_events()
+
+    def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
+        """Extend the caller's own unexpired grant to ``now + ttl_s`` (LEASE-2, LEASE-4)."""
+        current = self._leases.get(lease.session_id)
+        at = self._clock() if self._clock is not None else now
+        if current is None or current.holder != lease.holder or current.token != lease.token \
+                or current.expires_at <= at:
+            raise LeaseLost(f"refresh of session {lease.session_id!r} lease token {lease.token} "
+                            f"by a holder that no longer has it")
+        expires_at = max(current.expires_at, now + ttl_s)
+        self._leases[lease.session_id] = current.model_copy(update={"expires_at": expires_at})
+        index = self._open_grant[lease.session_id]
+        self._grants[index] = self._grants[index].model_copy(update={"expires_at": expires_at})
+        self._commit_events()
+        return lease.model_copy(update={"expires_at": expires_at})
+
+    def _end_grant(self, session_id: str, at: float, reason: str) -> None:
+        index = self._open_grant.pop(session_id, None)
+        if index is not None:
+            grant = self._grants[index]
+            self._grants[index] = grant.model_copy(update={"ended_at": at, "end_reason": reason})
 
     # -- events ---------------------------------------------------------------------
     def log_event(self, event: Event) -> None:
@@ -180,6 +223,11 @@ class MemoryStore:
 
     def flush_events(self) -> None:
         self._commit_events()
+
+    def take_pending_events(self) -> list[Event]:
+        """Hand back the events no write has committed yet (a process keeps its own)."""
+        held, self._pending_events = self._pending_events, []
+        return held
 
     def _commit_events(self) -> None:
         for event in self._pending_events:
@@ -196,12 +244,13 @@ class MemoryStore:
         """Nothing to reopen: the committed state lives in the world, not a connection."""
 
     def snapshot(self) -> DurableRecord:
-        return DurableRecord(
+        return self._with_routes(self._with_admissions(DurableRecord(  # ADM; SES: routes
             sessions=tuple(self._sessions.values()),
             messages=tuple(StoredMessage(session_id=s, message=m) for s, m in self._messages),
             events=tuple(e.model_copy(update={"seq": seq}) for seq, e in self._events),
             leases=tuple(self._leases.values()),
-        )
+            lease_grants=tuple(self._grants),
+        )))
 
     def close(self) -> None:
         self._pending_events.clear()

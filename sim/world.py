@@ -25,6 +25,7 @@ from hermes_ref.wire import ProviderRequest, WireBody
 from sim.choices import Chooser
 from sim.clock import VirtualClock
 from sim.faults import FaultPlan, FaultState
+from sim.scheduler import Scheduler
 from sim.tools import SimTools
 
 
@@ -81,6 +82,52 @@ class TurnRun:
 class CrashableStore(Store, Protocol):
     def crash(self) -> None: ...
     def reopen(self) -> None: ...
+    def take_pending_events(self) -> list[Event]: ...
+
+
+SIM_PID_NAMESPACE = "sim"
+"""The pid namespace every simulated process lives in (holders name it, as real ones do)."""
+
+
+@dataclass(eq=False)
+class SimProcess:
+    """One simulated agent process: its pid, whether it lives, its unflushed events."""
+
+    pid: int
+    alive: bool = True
+    pending_events: list[Event] = field(default_factory=list)
+    died_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseStep:
+    """One thing a lease holder did, as the world saw it (LEASE-2, LEASE-4, LEASE-6).
+
+    ``what`` is ``refresher_started``, ``refreshed``, ``refresh_failed``, ``interrupted``,
+    ``refresher_stopped`` or ``released``; ``at`` is virtual time, ``seq`` the world's
+    effect counter.
+    """
+
+    what: str
+    session_id: str
+    holder: str
+    token: int
+    at: float
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckRecord:
+    """ADM: one answer of the door as its submitter received it, and the store at that moment.
+
+    ``mark`` is the store's committed admission high-water mark (highest ``seq``) when the
+    answer arrived: an acknowledged row must already be at or below it (ADM-1).
+    ``answer`` is the ``Ack`` or ``Refusal`` value itself; ``submitted`` what was handed in.
+    """
+
+    answer: Any
+    mark: int
+    submitted: Any = None
 
 
 @dataclass
@@ -129,6 +176,10 @@ class World:
     minted_turns: list[str] = field(default_factory=list)  # turn ids, in minting order
     write_failures: int = 0  # store writes the world failed on purpose, so far
     on_crash: Callable[[str], None] | None = None  # called first at a crash point
+    provider_delays_s: dict[int, float] = field(default_factory=dict)  # call n -> reply delay
+    lease_log: list[LeaseStep] = field(default_factory=list)  # what each lease holder did
+    stalls: list[tuple[int, float, float]] = field(default_factory=list)  # (pid, from, until)
+    acks: list[AckRecord] = field(default_factory=list)  # ADM: every answer a submitter got
 
     def __post_init__(self) -> None:
         self.chooser = Chooser(self.seed)
@@ -136,7 +187,16 @@ class World:
         self.timeline = Timeline(self.clock, enabled=self.trace)
         self._ids = self.id_base
         self.crashes = 0
-        self.pid = 1  # the simulated process id; a restart starts a new one
+        self.effects_performed = 0  # every effect of every process, in world order
+        self.processes: dict[int, SimProcess] = {1: SimProcess(1)}
+        self.pid = 1  # the default process: the one a story's plain ``turn`` runs on
+        self.scheduler = Scheduler(self._pick_actor, self.clock.now, self._advance_to)
+
+    def _pick_actor(self, count: int) -> int:
+        return self.chooser.stream("schedule").randrange(count)
+
+    def _advance_to(self, deadline: float) -> None:
+        self.clock.advance(deadline - self.clock.now())
 
     def mint_id(self, prefix: str) -> str:
         self._ids += 1
@@ -145,24 +205,55 @@ class World:
             self.minted_turns.append(minted)
         return minted
 
-    def crash(self, point: str, seq: int) -> None:
-        """The process dies: pending writes are gone; the committed record stays."""
+    def crash(self, point: str, seq: int, pid: int | None = None) -> None:
+        """A process dies: its pending writes are gone; the committed record stays."""
+        process = self.processes[self.pid if pid is None else pid]
+        others_live = any(p.alive for p in self.processes.values() if p is not process)
+        process.alive = False
+        process.died_at = self.clock.now()
+        process.pending_events.clear()
         self.crashes += 1
         self.crash_seqs.append(seq)
         self.store.crash()
         self.store.reopen()  # the file survives; what reads it next is a new connection
-        self.timeline.add("CRASH", point)
+        self.timeline.add("CRASH", f"pid={process.pid} at {point}" if others_live else point)
+
+    def deaths(self) -> tuple[tuple[int, float], ...]:
+        """Every simulated process that died (crashed or was replaced), with the time."""
+        return tuple((p.pid, p.died_at) for p in self.processes.values() if p.died_at is not None)
 
     def restart(self) -> str:
-        """A new process: returns its holder identity (the old pid is now dead)."""
-        self.pid += 1
+        """A new default process: returns its holder identity (the old one is dead)."""
+        old = self.processes[self.pid]
+        if old.alive:
+            old.alive, old.died_at = False, self.clock.now()
+        self.pid = self.start_process().pid
         self.timeline.add("restart", f"process pid={self.pid}")
         return self.holder
 
+    def start_process(self) -> SimProcess:
+        """One more live process in the world (its pid is the next free one)."""
+        pid = max(self.processes) + 1
+        process = SimProcess(pid)
+        self.processes[pid] = process
+        return process
+
     @property
     def holder(self) -> str:
-        return f"pid={self.pid}"
+        return self.holder_of(self.pid)
+
+    @staticmethod
+    def holder_of(pid: int) -> str:
+        """A simulated process's holder prefix: its pid and the world's pid namespace."""
+        return f"pid={pid}:pidns={SIM_PID_NAMESPACE}"
 
     def holder_alive(self, holder: str) -> bool:
-        """LEASE-3 in the simulator: only the current process is alive."""
-        return holder.split(":", 1)[0] == self.holder
+        """LEASE-3 in the simulator: a holder is alive while its process is."""
+        head = holder.split(":", 1)[0]
+        if not head.startswith("pid="):
+            return True
+        try:
+            process = self.processes.get(int(head[4:]))
+        except ValueError:
+            return True
+        return process is not None and process.alive

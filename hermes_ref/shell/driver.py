@@ -39,16 +39,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from hermes_ref import effects as fx
+from hermes_ref import lease as lease_rules
+from hermes_ref.admission import Ack, Refusal
 from hermes_ref.errors import OperatingError
 from hermes_ref.models import Event, EventKind, ToolCall, ToolResult
 from hermes_ref.outcomes import ExitLine
 from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
+from hermes_ref.shell import turn_tasks
 from hermes_ref.tool_specs import timeout_message
 
 __all__ = ["AsyncDriver", "AsyncProvider"]
@@ -83,6 +87,7 @@ class AsyncDriver:
         tool_workers_max: int = 8,
         tool_batch_deadline_s: float = 420.0,
         on_event: Callable[[Event], None] | None = None,
+        on_ack: Callable[[Ack | Refusal], None] | None = None,
         log: logging.Logger | None = None,
     ) -> None:
         if tool_workers_max < 1:
@@ -95,6 +100,7 @@ class AsyncDriver:
         self.tool_workers_max = tool_workers_max
         self.tool_batch_deadline_s = tool_batch_deadline_s
         self.on_event = on_event
+        self.on_ack = on_ack  # ADM: hands the door's answers to whoever submitted
         self.log = log or logging.getLogger(__name__)
         self._sleep = sleep
         self._immediate = self._immediate_handlers()
@@ -108,13 +114,15 @@ class AsyncDriver:
             fx.Jitter: lambda e: _random.random(),
             fx.MintId: _mint_id,
             fx.ResolvePaths: self._resolve_paths,
+            fx.Acknowledge: self._acknowledge,  # ADM
+            fx.RandomBits: lambda e: secrets.randbits(e.bits),  # SES: no seed in production
         }
 
     def _awaited_handlers(self) -> dict[type[Any], Awaited]:
         """Effects answered by an awaitable; store effects map one to one onto the port."""
-        store, sleep = self.store, self._sleep
+        store = self.store
         return {
-            fx.Sleep: lambda e: sleep(e.seconds),
+            fx.Sleep: self._sleep_effect,
             fx.LoadMessages: lambda e: store.load_messages(e.session_id, e.after_row_id),
             fx.OpenTurn: lambda e: store.open_turn(e.record, e.holder, e.now, e.ttl_s),
             fx.AcquireLease: lambda e: store.acquire_lease(e.session_id, e.holder, e.now, e.ttl_s),
@@ -125,11 +133,87 @@ class AsyncDriver:
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
             fx.FlushEvents: lambda e: store.flush_events(),
+            **self._lease_handlers(),  # LEASE
+            **self._admission_handlers(),
+            **self._lane_handlers(),  # SES
+        }
+
+    def _lease_handlers(self) -> dict[type[Any], Awaited]:
+        """LEASE: refresh through the store; the refresher is a task beside the turn."""
+        store = self.store
+        return {
+            fx.RefreshLease: lambda e: store.refresh_lease(e.lease, e.now, e.ttl_s),
+            fx.StartRefresher: self._start_refresher,
+            fx.StopRefresher: lambda e: turn_tasks.CURRENT.get().stop(e.handle),
+            fx.InterruptTurn: self._interrupt_turn,
+            fx.ClearInterrupt: self._clear_interrupt,
+        }
+
+    def _sleep_effect(self, effect: fx.Sleep) -> Awaitable[None]:
+        """A turn sleeps through the injected ``sleep`` (interruptibly); a refresher keeps
+        real time whatever was injected, since its whole job is to beat the wall clock."""
+        state = turn_tasks.CURRENT.get()
+        if state.parent is not None:
+            return asyncio.sleep(effect.seconds)
+        return turn_tasks.interruptible(state, self._sleep(effect.seconds))
+
+    async def _start_refresher(self, effect: fx.StartRefresher) -> int:
+        parent = turn_tasks.CURRENT.get()
+        child = turn_tasks.RunState(parent=parent, handle=turn_tasks.next_handle())
+        keeper = lease_rules.keep_lease(effect.lease, effect.interval_s, effect.ttl_s)
+        parent.refreshers[child.handle] = asyncio.create_task(self._run(keeper, child))
+        return child.handle
+
+    async def _interrupt_turn(self, effect: fx.InterruptTurn) -> None:
+        """The refresher lost the lease: the turn it serves stops now (LEASE-4)."""
+        state = turn_tasks.CURRENT.get()
+        if state.parent is not None:
+            state.parent.lost.add(state.handle)
+            state.parent.raise_interrupt(effect.reason)
+        self.log.warning("turn interrupted: %s (holder %s)", effect.reason, effect.holder)
+
+    async def _clear_interrupt(self, effect: fx.ClearInterrupt) -> None:
+        turn_tasks.CURRENT.get().clear_interrupt()
+
+    def _admission_handlers(self) -> dict[type[Any], Awaited]:
+        """ADM: the door's store writes map one to one onto the port."""
+        store = self.store
+        return {
+            fx.LoadBinding: lambda e: store.get_binding(e.principal_id, e.session_id),
+            fx.BeginEpoch: lambda e: store.begin_epoch(e.now),
+            fx.AdmitInput: lambda e: store.admit_input(e.candidate),
+            fx.ClaimAdmission: lambda e: store.claim_admission(e.session_id, e.epoch, e.now),
+            fx.MoveAdmission: lambda e: store.move_admission(
+                e.admission_id, e.session_id, e.move, e.epoch, e.now, e.outcome, e.turn_id),
+        }
+
+    def _lane_handlers(self) -> dict[type[Any], Awaited]:
+        """SES: the router's reads and writes map one to one onto the port."""
+        store = self.store
+        return {
+            fx.LoadRoute: lambda e: store.get_route(e.key),
+            fx.LoadRoutes: lambda e: store.latest_routes(),
+            fx.PutRoute: lambda e: store.put_route(e.route, e.end_session_id, e.end_reason),
+            fx.LoadSession: lambda e: store.get_session(e.session_id),
+            fx.ReadMarkers: lambda e: store.read_markers(),
+            fx.WriteLane: lambda e: store.write_lane(e.markers, e.log),
+            fx.LiveBackground: lambda e: store.live_background(),
         }
 
     # -- the stepping loop ----------------------------------------------------------------
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Drive ``coro`` to its return value, performing every effect it awaits."""
+        return await self._run(coro, turn_tasks.RunState())
+
+    async def _run(self, coro: Coroutine[Any, Any, T], state: turn_tasks.RunState) -> T:
+        token = turn_tasks.CURRENT.set(state)
+        try:
+            return await self._step(coro)
+        finally:  # no refresher outlives the coroutine that started it
+            await state.close()
+            turn_tasks.CURRENT.reset(token)
+
+    async def _step(self, coro: Coroutine[Any, Any, T]) -> T:
         immediate, awaited = self._immediate, self._awaited
         send, throw = coro.send, coro.throw
         value: Any = None
@@ -154,7 +238,8 @@ class AsyncDriver:
 
     # -- handlers -------------------------------------------------------------------------
     def _call_provider(self, effect: fx.CallProvider) -> Awaitable[Any]:
-        return self.provider.complete(effect.request)
+        return turn_tasks.interruptible(turn_tasks.CURRENT.get(),
+                                        self.provider.complete(effect.request))
 
     async def _emit(self, effect: fx.Emit) -> None:
         event = effect.event
@@ -173,6 +258,11 @@ class AsyncDriver:
             self.log.log(level, _EXIT_LINE, line.reason.value, line.api_calls, line.budget_used,
                          line.budget_max, line.last_role, line.response_len)
 
+    def _acknowledge(self, effect: fx.Acknowledge) -> None:
+        """ADM-1: the door's answer reaches the submitter (its row is already committed)."""
+        if self.on_ack is not None:
+            self.on_ack(effect.answer)
+
     # -- tools ----------------------------------------------------------------------------
     def _resolve_paths(self, effect: fx.ResolvePaths) -> tuple[str | None, ...]:
         """Answered by the tools' own resolver, on the loop: a few ``lstat`` calls.
@@ -185,6 +275,9 @@ class AsyncDriver:
         return tuple(None for _ in effect.paths)
 
     async def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
+        return await turn_tasks.interruptible(turn_tasks.CURRENT.get(), self._run_tools(effect))
+
+    async def _run_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
         watermark = await self.store.watermark()
         calls = effect.calls
         if not self.tools_in_thread:

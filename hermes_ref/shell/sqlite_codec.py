@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from hermes_ref.admission import AdmissionRow, Binding
 from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.models import Event, Message, SessionRecord
 from hermes_ref.ports import LeaseRow
@@ -180,3 +181,26 @@ def session_row(record: SessionRecord) -> tuple[object, ...]:
         record.id, record.key, record.platform, record.chat_type, record.parent_session_id,
         record.system_prompt, record.started_at, record.ended_at, record.end_reason,
     )
+
+
+# -- the admission door (ADM) ------------------------------------------------------------
+
+ADMISSION_COLUMNS: tuple[str, ...] = tuple(AdmissionRow.model_fields)
+"""The ``admissions`` columns in ``AdmissionRow`` field order (one name each)."""
+
+
+def admission_values(row: AdmissionRow) -> tuple[object, ...]:
+    """An admission's column values, in ``ADMISSION_COLUMNS`` order (enums as text)."""
+    dumped = row.model_dump(mode="json")
+    return tuple(dumped[name] for name in ADMISSION_COLUMNS)
+
+
+def decode_admission(row: Sequence[Any]) -> AdmissionRow:
+    fields = dict(zip(ADMISSION_COLUMNS, row, strict=True))
+    return _build(AdmissionRow, "admissions", fields.get("seq"), fields)
+
+
+def decode_binding(row: Sequence[Any]) -> Binding:
+    rowid, principal_id, session_id, kind, role = row
+    return _build(Binding, "session_bindings", rowid, {
+        "principal_id": principal_id, "session_id": session_id, "kind": kind, "role": role})

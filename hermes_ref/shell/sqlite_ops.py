@@ -32,9 +32,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
-from hermes_ref.errors import LeaseLost, PersistenceError
+from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord, StoredMessage
+from hermes_ref.shell import sqlite_leases as leases
 from hermes_ref.shell.sqlite_codec import (
     EventRow,
     decode_event,
@@ -58,7 +59,15 @@ class _Busy(Exception):
 
 @contextmanager
 def _write(conn: StoreConnection) -> Iterator[None]:
-    """One write transaction: BEGIN IMMEDIATE … COMMIT, rollback on any error."""
+    """One write transaction: BEGIN IMMEDIATE … COMMIT, rollback on any error.
+
+    Inside a transaction already open (a group commit's batch, ``group_commit``) the write
+    is a SAVEPOINT of it instead: an error rolls back this write only, and the batch commits.
+    """
+    if conn.in_transaction:
+        with _savepoint(conn):
+            yield
+        return
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
@@ -72,6 +81,28 @@ def _write(conn: StoreConnection) -> Iterator[None]:
             raise persistence_error(exc) from exc
         raise
     conn.commits += 1
+
+
+@contextmanager
+def _savepoint(conn: StoreConnection) -> Iterator[None]:
+    """One write inside the open transaction; the batch's COMMIT is counted, not this."""
+    try:
+        conn.execute("SAVEPOINT write_op")
+    except sqlite3.Error as exc:
+        raise persistence_error(exc) from exc
+    try:
+        yield
+        conn.execute("RELEASE write_op")
+    except BaseException as exc:
+        try:
+            if conn.in_transaction:  # SQLite may have abandoned the whole transaction
+                conn.execute("ROLLBACK TO write_op")
+                conn.execute("RELEASE write_op")
+        except sqlite3.Error:
+            pass  # the transaction is gone; the batch sees it and the original error says why
+        if isinstance(exc, _MAPPED):
+            raise persistence_error(exc) from exc
+        raise
 
 
 @contextmanager
@@ -196,10 +227,6 @@ _REWRITE = (
     f"RETURNING {_MESSAGE_COLUMNS}"
 )
 _WATERMARK = "SELECT COALESCE(MAX(id), 0) FROM messages"
-_FENCE = (
-    "SELECT l.holder, l.token FROM sessions s "
-    "LEFT JOIN turn_leases l ON l.session_id = s.id WHERE s.id = ?"
-)
 
 
 def load_messages(
@@ -216,6 +243,7 @@ def append_messages(
     session_id: str,
     lease_token: int,
     messages: tuple[Message, ...],
+    now: float | None = None,
 ) -> tuple[Message, ...]:
     """Insert ``messages`` in one fenced transaction; returns them with row ids set.
 
@@ -223,7 +251,7 @@ def append_messages(
     """
     rows = [message_row(session_id, m) for m in messages]
     with _write(conn):
-        _check_fence(conn, session_id, lease_token, session_required=True)
+        _check_fence(conn, session_id, lease_token, session_required=True, now=now)
         for message in messages:
             if message.scaffold is not None:
                 raise PersistenceError(
@@ -252,18 +280,11 @@ def _insert_messages(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> i
 
 
 def _check_fence(
-    conn: sqlite3.Connection, session_id: str, lease_token: int, *, session_required: bool
+    conn: sqlite3.Connection, session_id: str, lease_token: int, *, session_required: bool,
+    now: float | None = None,
 ) -> None:
-    """LEASE-4: the session's lease must be held and carry ``lease_token``."""
-    row = conn.execute(_FENCE, (session_id,)).fetchone()
-    if row is None and session_required:
-        raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
-    holder, token = row if row is not None else (None, None)
-    if holder is None or token != lease_token:
-        raise LeaseLost(
-            f"write to session {session_id!r} with lease token {lease_token} "
-            f"but the current token is {token}"
-        )
+    """LEASE-4: the session's lease must be held, carry ``lease_token`` and be unexpired."""
+    leases.check_fence(conn, session_id, lease_token, now, session_required=session_required)
 
 
 def rewrite_message(
@@ -273,10 +294,11 @@ def rewrite_message(
     lease_token: int,
     row_id: int,
     content: str,
+    now: float | None = None,
 ) -> Message:
     """Fenced content rewrite; drops the api_content sidecar (WIRE-2)."""
     with _write(conn):
-        _check_fence(conn, session_id, lease_token, session_required=False)
+        _check_fence(conn, session_id, lease_token, session_required=False, now=now)
         rows = conn.execute(_REWRITE, (content, row_id, session_id)).fetchall()
         if not rows:
             raise PersistenceError(
@@ -295,17 +317,6 @@ def watermark(conn: sqlite3.Connection) -> int:
 
 # -- leases ------------------------------------------------------------------------------
 
-_ACQUIRE = (
-    "INSERT INTO turn_leases(session_id, holder, token, acquired_at, expires_at) "
-    "VALUES (?, ?, 1, ?, ?) "
-    "ON CONFLICT(session_id) DO UPDATE SET holder = excluded.holder, "
-    "token = turn_leases.token + 1, acquired_at = excluded.acquired_at, "
-    "expires_at = excluded.expires_at "
-    "WHERE turn_leases.holder IS NULL OR turn_leases.expires_at <= excluded.acquired_at "
-    "RETURNING token"
-)
-_SELECT_LEASE_HOLDER = "SELECT holder, expires_at FROM turn_leases WHERE session_id = ?"
-_EXPIRE_LEASE = "UPDATE turn_leases SET expires_at = ? WHERE session_id = ?"
 _RELEASE = (
     "UPDATE turn_leases SET holder = NULL, expires_at = 0 "
     "WHERE session_id = ? AND token = ? AND holder = ?"
@@ -334,16 +345,14 @@ def acquire_lease(
     expires_at = now + ttl_s
     try:
         with _write(conn):
-            if holder_alive is not None:
-                _expire_dead_holder(conn, session_id, now, holder_alive)
-            granted = conn.execute(_ACQUIRE, (session_id, holder, now, expires_at)).fetchall()
-            if not granted:
+            token = leases.take(conn, session_id, holder, now, ttl_s, holder_alive)
+            if token is None:
                 raise _Busy
             _insert_events(conn, events)
     except _Busy:
         return None
     return Lease(
-        session_id=session_id, holder=holder, token=granted[0][0],
+        session_id=session_id, holder=holder, token=token,
         acquired_at=now, expires_at=expires_at,
     )
 
@@ -370,32 +379,34 @@ def open_turn(
             created = conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(record)).rowcount == 1
             if not created:
                 stored = decode_session(conn.execute(_SELECT_SESSION, (record.id,)).fetchone())
-            if holder_alive is not None:
-                _expire_dead_holder(conn, record.id, now, holder_alive)
-            granted = conn.execute(_ACQUIRE, (record.id, holder, now, expires_at)).fetchall()
-            if not granted and not created:
+            token = leases.take(conn, record.id, holder, now, ttl_s, holder_alive)
+            if token is None and not created:
                 raise _Busy
             _insert_events(conn, events)
     except _Busy:
         return LeaseGrant(session=stored, created=False, lease=None)
-    lease = Lease(session_id=record.id, holder=holder, token=granted[0][0],
-                  acquired_at=now, expires_at=expires_at) if granted else None
+    lease = Lease(session_id=record.id, holder=holder, token=token,
+                  acquired_at=now, expires_at=expires_at) if token is not None else None
     return LeaseGrant(session=stored, created=created, lease=lease)
 
 
-def _expire_dead_holder(
-    conn: StoreConnection, session_id: str, now: float, holder_alive: Callable[[str], bool]
-) -> None:
-    row = conn.execute(_SELECT_LEASE_HOLDER, (session_id,)).fetchone()
-    if row is not None and row[0] is not None and row[1] > now and not holder_alive(row[0]):
-        conn.execute(_EXPIRE_LEASE, (now, session_id))
-
-
-def release_lease(conn: StoreConnection, events: Sequence[EventRow], lease: Lease) -> None:
+def release_lease(conn: StoreConnection, events: Sequence[EventRow], lease: Lease,
+                  now: float = 0.0) -> None:
     """Release only the caller's own grant; keeps the token so the next grant is higher."""
     with _write(conn):
-        conn.execute(_RELEASE, (lease.session_id, lease.token, lease.holder))
+        if conn.execute(_RELEASE, (lease.session_id, lease.token, lease.holder)).rowcount:
+            leases.close_released(conn, lease, now)
         _insert_events(conn, events)
+
+
+def refresh_lease(conn: StoreConnection, events: Sequence[EventRow], lease: Lease, now: float,
+                  ttl_s: float, clock_now: float | None = None) -> Lease:
+    """Extend the caller's own unexpired grant (LEASE-2); ``LeaseLost`` when it is gone."""
+    with _write(conn):
+        refreshed = leases.refresh(conn, lease, now, ttl_s,
+                                   now if clock_now is None else clock_now)
+        _insert_events(conn, events)
+    return refreshed
 
 
 # -- snapshot ----------------------------------------------------------------------------
@@ -403,22 +414,23 @@ def release_lease(conn: StoreConnection, events: Sequence[EventRow], lease: Leas
 
 def snapshot(conn: sqlite3.Connection) -> DurableRecord:
     """Everything committed, read in one read transaction (one consistent view)."""
+    from hermes_ref.shell import sqlite_admissions  # ADM: it builds on this module
     with _read(conn, consistent=True):
         sessions = conn.execute(_SELECT_SESSIONS).fetchall()
         messages = conn.execute(_SELECT_ALL_MESSAGES).fetchall()
         events = conn.execute(_SELECT_EVENTS).fetchall()
-        leases = conn.execute(_SELECT_LEASES).fetchall()
-        cursor = conn.execute("SELECT * FROM admissions ORDER BY seq")
-        names = [column[0] for column in cursor.description]
-        admissions = cursor.fetchall()
+        lease_rows = conn.execute(_SELECT_LEASES).fetchall()
+        grants = leases.read_grants(conn)
+        admissions, bindings, epoch = sqlite_admissions.read_door(conn)  # ADM
     return DurableRecord(
         sessions=tuple(decode_session(row) for row in sessions),
         messages=tuple(
             StoredMessage(session_id=row[0], message=decode_message(row[1:])) for row in messages
         ),
         events=tuple(decode_event(row) for row in events),
-        leases=tuple(decode_lease(row) for row in leases),
-        admissions=tuple(dict(zip(names, row, strict=True)) for row in admissions),
+        leases=tuple(decode_lease(row) for row in lease_rows),
+        lease_grants=grants,
+        admissions=admissions, bindings=bindings, epoch=epoch,
     )
 
 
@@ -430,6 +442,7 @@ __all__ = [
     "flush_events",
     "get_session",
     "load_messages",
+    "refresh_lease",
     "release_lease",
     "rewrite_message",
     "snapshot",

@@ -36,6 +36,7 @@ from functools import cache
 from typing import NamedTuple
 
 from hermes_ref.errors import BadInput
+from hermes_ref.shell.sqlite_leases import GRANTS_DDL
 
 SYNCHRONOUS_MODES = frozenset({"NORMAL", "FULL", "OFF"})
 DEFAULT_BUSY_TIMEOUT_MS = 5000
@@ -116,6 +117,81 @@ _V1 = (
     )""",
 )
 
+# SES: session lanes. Route revisions are appended, never updated or deleted: the newest
+# revision of a key is its route, and the primary key is the compare-and-set (a second
+# writer of the same revision fails). Markers are clean_exit and restarts:<key>; the lane
+# log records process starts and stops and background processes (sqlite_routes.py).
+_V3_ROUTES = (
+    """CREATE TABLE session_routes (
+        key TEXT NOT NULL,
+        revision INTEGER NOT NULL CHECK (revision >= 1),
+        session_id TEXT NOT NULL,
+        cause TEXT NOT NULL,
+        at REAL NOT NULL,
+        platform TEXT NOT NULL,
+        chat_type TEXT NOT NULL,
+        chat_id TEXT,
+        thread_id TEXT,
+        participant TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        suspended INTEGER NOT NULL,
+        resume_pending INTEGER NOT NULL,
+        resume_reason TEXT,
+        resume_marked_at REAL,
+        was_auto_reset INTEGER NOT NULL,
+        auto_reset_reason TEXT,
+        is_fresh_reset INTEGER NOT NULL,
+        expiry_finalized INTEGER NOT NULL,
+        retired INTEGER NOT NULL,
+        notice_delivered INTEGER NOT NULL,
+        resolution_order TEXT NOT NULL,
+        PRIMARY KEY (key, revision)
+    )""",
+    """CREATE TABLE lane_markers (
+        name TEXT PRIMARY KEY,
+        value REAL NOT NULL
+    )""",
+    """CREATE TABLE lane_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL
+    )""",
+)
+
+# ADM: what the admission door needs beyond v1's unused ``admissions`` table: who admitted a
+# row and with which role, its claim count and mark, the turn that ran it, how and when it
+# was settled, and the store's admission clock (``tick``); principals' session bindings;
+# the singleton runtime epoch row.
+_V4_ADMISSION = (
+    *(f"ALTER TABLE admissions ADD COLUMN {column}" for column in (
+        "principal_kind TEXT NOT NULL DEFAULT 'user'",
+        "role TEXT NOT NULL DEFAULT 'member'",
+        "claims INTEGER NOT NULL DEFAULT 0",
+        "claim_mark INTEGER",
+        "turn_id TEXT",
+        "settled_via TEXT",
+        "settled_epoch INTEGER",
+        "claimed_tick INTEGER",
+        "unknown_tick INTEGER",
+        "settled_tick INTEGER",
+    )),
+    """CREATE TABLE session_bindings (
+        principal_id TEXT NOT NULL,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        kind TEXT NOT NULL,
+        role TEXT NOT NULL,
+        PRIMARY KEY (principal_id, session_id)
+    )""",
+    """CREATE TABLE runtime_epoch (
+        singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+        epoch INTEGER NOT NULL,
+        tick INTEGER NOT NULL,
+        started_at REAL NOT NULL
+    )""",
+)
+
 APPLICATION_ID = 0x48726D52
 """``PRAGMA application_id`` of a hermes-ref database: the bytes ``HrmR`` at header offset 68."""
 
@@ -124,6 +200,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # PRAGMA application_id is transactional: the mark and its schema_migrations row
     # commit together, so a marked file always records at least this version.
     Migration(2, "mark the file as hermes-ref's", (f"PRAGMA application_id = {APPLICATION_ID}",)),
+    Migration(3, "session lanes: route revisions, lane markers, lane log", _V3_ROUTES),
+    Migration(4, "the admission door: row history, bindings, runtime epoch", _V4_ADMISSION),
+    Migration(5, "every turn-lease grant, kept after it ends", GRANTS_DDL),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 MARKED_SINCE = 2

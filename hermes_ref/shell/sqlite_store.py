@@ -6,6 +6,10 @@ aiosqlite owns one sqlite3 connection on a private worker thread and runs queued
 callables there, one at a time. All SQL lives in ``sqlite_ops`` as synchronous functions
 that each do a whole transaction (``BEGIN IMMEDIATE`` … ``COMMIT``); ``_hop`` queues one of
 them on the worker, so every store method is one thread hop and at most one transaction.
+Writes go through a group commit (``group_commit``): a write that arrives while another
+batch is committing waits for the next one, and each batch is one hop, one transaction and
+one COMMIT, each op in its own savepoint. A caller resumes only after the commit that holds
+its write; a lone writer gets a batch of one, exactly the op's own transaction.
 Opening first runs ``sqlite_connect.ready`` in a thread: the same classification as the
 simulator's ``SqliteStore`` (a file that is not ours, or newer, is refused before a byte
 of it changes, and a missing one is created). Only then is the connection made by
@@ -16,8 +20,9 @@ Pending events follow ``MemoryStore``: ``log_event`` encodes and buffers in memo
 hop); the next write takes the whole buffer into its transaction. The buffer is handed
 over before the hop, so concurrent writes never insert the same event twice; it is put
 back when the write fails or writes nothing (a refused ``acquire_lease``). A write whose
-caller is cancelled still runs on the worker (it was already queued): its events commit
-with it or are lost, exactly like events pending at a crash.
+caller is cancelled still runs (it was already queued): its events commit with it or are
+lost, exactly like events pending at a crash. ``crash`` drops the writes still queued for
+the next batch; the batch already committing ends whole or not at all.
 
 ``commits`` counts the write transactions committed on this connection.
 """
@@ -25,17 +30,32 @@ with it or are lost, exactly like events pending at a crash.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import aiosqlite
 
+from hermes_ref.admission import (
+    AdmissionRow,
+    AdmitAnswer,
+    Binding,
+    ClaimAnswer,
+    EpochStart,
+    Move,
+)
+from hermes_ref.admission import Outcome as AdmissionOutcome
 from hermes_ref.errors import PersistenceError
+from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
+from hermes_ref.session import Route  # SES
 from hermes_ref.shell import liveness, sqlite_connect
+from hermes_ref.shell import sqlite_admissions as adm
 from hermes_ref.shell import sqlite_ops as ops
+from hermes_ref.shell import sqlite_routes as lanes  # SES
+from hermes_ref.shell.group_commit import GroupCommit, Outcome, Write, run_batch
 from hermes_ref.shell.sqlite_codec import EventRow, encode_event
 from hermes_ref.shell.sqlite_connect import StoreConnection
 from hermes_ref.shell.sqlite_schema import DEFAULT_BUSY_TIMEOUT_MS, check_synchronous
@@ -53,11 +73,13 @@ class AsyncSqliteStore:
                  holder_alive: Callable[[str], bool] | None = None) -> None:
         self.path = path
         self._holder_alive = holder_alive
+        self.clock: Callable[[], float] = time.time  # LEASE-4: expiry at each fenced write
         self._db = db
         self._raw = raw  # made on the worker thread, used only there; we only read .commits
         self._pending: list[EventRow] = []
         self._closed = False
         self._watermark = 0  # highest message id committed or read here (see ``watermark``)
+        self._group: GroupCommit[Write] = GroupCommit(self._start_batch)
 
     @classmethod
     async def open(
@@ -113,18 +135,59 @@ class AsyncSqliteStore:
         """
         if self._closed:
             raise PersistenceError(f"{self.path}: store is closed", cause="closed")
+        return await self._on_worker(fn, *args, **kwargs)
+
+    async def _on_worker(
+        self,
+        fn: Callable[Concatenate[StoreConnection, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """``_hop`` without the closed check: a closing store still applies queued writes."""
         execute = cast(Callable[..., Awaitable[Any]], self._db._execute)
         return cast(R, await execute(fn, self._raw, *args, **kwargs))
 
+    def _start_batch(self, writes: Sequence[Write]) -> asyncio.Future[Sequence[Outcome]]:
+        """The group commit's one hop per batch, queued on the worker before this returns.
+
+        ``Connection._execute`` (see ``_hop``) puts the callable on the worker's queue in its
+        first step and then awaits the future it made; that first step is taken here, by
+        hand, and the future is returned, so the batch reaches the worker inside the
+        caller's step and not one loop iteration later. The coroutine is then closed; the
+        worker still settles the future.
+        """
+        execute = cast(Callable[..., Coroutine[Any, Any, list[Outcome]]], self._db._execute)
+        hop = execute(run_batch, self._raw, writes)
+        try:
+            pending = hop.send(None)
+        except StopIteration as stop:  # aiosqlite answered at once: never, but keep it
+            pending = asyncio.get_running_loop().create_future()
+            pending.set_result(stop.value)
+        finally:
+            hop.close()
+        return cast(asyncio.Future[Sequence[Outcome]], pending)
+
+    @property
+    def group_commit(self) -> GroupCommit[Write]:
+        """The write batcher (read its ``batches``, ``writes`` and ``largest``; see ``group_commit``)."""
+        return self._group
+
     async def _write(self, op: _WriteOp[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run a write op with the pending events; keep them if nothing committed."""
+        """Run a write op with the pending events, group-committed with concurrent writes.
+
+        Returns once the transaction holding it has committed; keeps the events pending if
+        nothing committed.
+        """
+        if self._closed:
+            raise PersistenceError(f"{self.path}: store is closed", cause="closed")
         events, self._pending = self._pending, []
         try:
-            result = await self._hop(op, events, *args, **kwargs)
+            result = cast(R, await self._group.submit(Write(op, events, args, kwargs)))
         except asyncio.CancelledError:
             raise  # already queued: the events commit with the op or are lost (see module doc)
         except BaseException:
-            self._pending[:0] = events
+            if not self._closed:  # a crashed or closed store keeps nothing pending
+                self._pending[:0] = events
             raise
         if ops.refused(op, result):
             self._pending[:0] = events  # refused: nothing was written
@@ -150,7 +213,8 @@ class AsyncSqliteStore:
     async def append_messages(
         self, session_id: str, lease_token: int, messages: tuple[Message, ...]
     ) -> tuple[Message, ...]:
-        stored = await self._write(ops.append_messages, session_id, lease_token, messages)
+        stored = await self._write(ops.append_messages, session_id, lease_token, messages,
+                                   self.clock())
         if stored:
             self._watermark = max(self._watermark, stored[-1].row_id or 0)
         return stored
@@ -158,7 +222,8 @@ class AsyncSqliteStore:
     async def rewrite_message(
         self, session_id: str, lease_token: int, row_id: int, content: str
     ) -> Message:
-        return await self._write(ops.rewrite_message, session_id, lease_token, row_id, content)
+        return await self._write(ops.rewrite_message, session_id, lease_token, row_id, content,
+                                 self.clock())
 
     async def watermark(self) -> int:
         """The committed high-water mark as this connection knows it, without a thread hop.
@@ -187,7 +252,10 @@ class AsyncSqliteStore:
         return await self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive)
 
     async def release_lease(self, lease: Lease) -> None:
-        await self._write(ops.release_lease, lease)
+        await self._write(ops.release_lease, lease, self.clock())
+
+    async def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
+        return await self._write(ops.refresh_lease, lease, now, ttl_s, self.clock())
 
     # -- events ---------------------------------------------------------------------------
     async def log_event(self, event: Event) -> None:
@@ -199,14 +267,69 @@ class AsyncSqliteStore:
 
     # -- world operations -----------------------------------------------------------------
     async def snapshot(self) -> DurableRecord:
-        return await self._hop(ops.snapshot)
+        return await self._hop(lanes.snapshot)  # sqlite_ops.snapshot plus the SES tables
 
     async def crash(self) -> None:
-        """The process died: pending events are gone; committed rows stay in the file."""
+        """The process died: pending events and queued writes are gone; commits stay.
+
+        Writes still queued for the next batch are dropped (their callers get
+        ``PersistenceError(cause="closed")``); the batch being committed ends whole or not
+        at all.
+        """
+        self._group.crash()
         await self.close()
 
     async def close(self) -> None:
+        """Refuse new work, let queued writes commit, then close the connection."""
         self._pending.clear()
         if not self._closed:
             self._closed = True
+            await self._group.drain()
             await self._db.close()
+
+    # -- ADM: the admission door (hermes_ref/shell/sqlite_admissions.py) ---------------------
+    async def bind_principal(self, binding: Binding) -> None:
+        await self._write(adm.bind_principal, binding)
+
+    async def get_binding(self, principal_id: str, session_id: str) -> Binding | None:
+        return await self._hop(adm.get_binding, principal_id, session_id)
+
+    async def begin_epoch(self, now: float) -> EpochStart:
+        return await self._write(adm.begin_epoch, now)
+
+    async def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer:
+        return await self._write(adm.admit_input, candidate)
+
+    async def claim_admission(self, session_id: str, epoch: int, now: float) -> ClaimAnswer:
+        return await self._write(adm.claim_admission, session_id, epoch, now)
+
+    async def move_admission(
+        self, admission_id: str, session_id: str, move: Move, epoch: int, now: float,
+        outcome: AdmissionOutcome | None = None, turn_id: str | None = None,
+    ) -> AdmissionRow:
+        return await self._write(adm.move_admission, admission_id, session_id, move, epoch,
+                                 now, outcome, turn_id)
+
+    async def admission_mark(self) -> int:
+        return await self._hop(adm.admission_mark)
+
+    # -- SES: session lanes (hermes_ref/shell/sqlite_routes.py) ------------------------------
+    async def put_route(self, route: Route, end_session_id: str | None = None,
+                        end_reason: str | None = None) -> bool:
+        return await self._write(lanes.put_route, route, end_session_id, end_reason)
+
+    async def get_route(self, key: str) -> Route | None:
+        return await self._hop(lanes.get_route, key)
+
+    async def latest_routes(self) -> tuple[Route, ...]:
+        return await self._hop(lanes.latest_routes)
+
+    async def read_markers(self) -> dict[str, float]:
+        return await self._hop(lanes.read_markers)
+
+    async def write_lane(self, markers: tuple[tuple[str, float | None], ...],
+                         log: tuple[LaneEntry, ...] = ()) -> None:
+        await self._write(lanes.write_lane, markers, log)
+
+    async def live_background(self) -> frozenset[str]:
+        return await self._hop(lanes.live_background)

@@ -19,7 +19,20 @@ of this package group them by stage of the turn.
 
 from __future__ import annotations
 
-from sim.checkers import context, delivery, finalizer, intake, tools, transcript, turn, wire
+from sim.checkers import (
+    admission,
+    context,
+    delivery,
+    finalizer,
+    intake,
+    lane_restarts,  # SES-7
+    lease,  # LEASE, CTX-9
+    sessions,  # SES
+    tools,
+    transcript,
+    turn,
+    wire,
+)
 from sim.checkers.base import (
     CHECKERS,
     Check,
@@ -32,6 +45,7 @@ from sim.checkers.base import (
 from sim.checkers.wire import align_request
 
 __all__ = [
-    "CHECKERS", "Check", "Checker", "Observation", "Violation", "align_request", "checker",
-    "context", "delivery", "finalizer", "intake", "run_all", "tools", "transcript", "turn", "wire",
+    "CHECKERS", "Check", "Checker", "Observation", "Violation", "admission", "align_request",
+    "checker", "context", "delivery", "finalizer", "intake", "lane_restarts", "lease", "run_all",
+    "sessions", "tools", "transcript", "turn", "wire",
 ]

@@ -15,7 +15,7 @@ from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
-from sim.world import CallRecord, TurnRun
+from sim.world import CallRecord, LeaseStep, TurnRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,12 @@ class Observation:
     # the turns the harness ran, as the world saw them; None where nobody recorded them
     # (the real-crash journals), and then only the record says which turns were opened
     runs: tuple[TurnRun, ...] | None = None
+    # LEASE: the world's own log of what each lease holder did (None where nobody kept one)
+    lease_log: tuple[LeaseStep, ...] | None = None
+    # LEASE-3: simulated processes that died, as (pid, virtual time of death)
+    deaths: tuple[tuple[int, float], ...] = ()
+    # LEASE-2: stretches when a simulated process was stalled, as (pid, from, until)
+    stalls: tuple[tuple[int, float, float], ...] = ()
 
     @cached_property
     def turns(self) -> dict[tuple[str, str], TurnView]:

@@ -38,8 +38,9 @@ def _turn_problem(obs: Observation, view: TurnView, ended: bool) -> str | None:
         return (f"it ended with {len(view.completions)} completion events "
                 f"(order: {', '.join(kinds) or 'no events'})")
     begun = kinds[:1] == [EventKind.TURN_STARTED]
+    opening = 2 if begun and kinds[1:2] == [EventKind.TURN_OVERLAP] else int(begun)
     finished = kinds[-2:] == _END
-    middle = kinds[(1 if begun else 0):(len(kinds) - 2 if finished else len(kinds))]
+    middle = kinds[opening:(len(kinds) - 2 if finished else len(kinds))]
     if EventKind.TURN_COMPLETED in kinds and not finished:
         return f"the completion is not the last event (order: {', '.join(kinds)})"
     if any(k != EventKind.TOOL_PROGRESS for k in middle):

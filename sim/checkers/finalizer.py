@@ -22,6 +22,7 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_text
+from sim.checkers.lease import lost_leases
 from sim.world import CallRecord
 
 # ---- finalizer ---------------------------------------------------------------------------
@@ -123,7 +124,10 @@ def _has_text(record: CallRecord) -> bool:
          "a turn whose model gave a final text completes with that text, whatever failed after")
 def answer_delivered(obs: Observation) -> list[Violation]:
     out = []
+    lost = lost_leases(obs)  # a turn fenced off after its lease went delivers nothing (LEASE-4)
     for view in obs.ended_turns():
+        if (view.session_id, view.turn_id) in lost:
+            continue
         call = view.calls[-1] if view.calls else None
         reply = call.reply if call is not None else None
         if call is None or reply is None or reply.tool_calls or not (reply.content or "").strip():

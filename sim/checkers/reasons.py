@@ -29,6 +29,7 @@ from sim.checkers.base import (
     refunded_rounds,
 )
 from sim.checkers.intake import taken_in_text
+from sim.checkers.lease import lost_leases
 from sim.world import CallRecord
 
 
@@ -158,6 +159,13 @@ def _lease_timeout(obs: Observation, view: TurnView, line: ExitLine) -> str | No
     return None
 
 
+def _interrupted(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    """LEASE-4: this engine's only interrupt is a lost lease; the world must have seen it go."""
+    if (view.session_id, view.turn_id) not in lost_leases(obs):
+        return "its lease was never lost: no refresh failed and its grant was not taken"
+    return None
+
+
 Judge = Callable[[Observation, TurnView, ExitLine], str | None]
 
 JUDGES: dict[ExitReason, Judge] = {
@@ -171,6 +179,7 @@ JUDGES: dict[ExitReason, Judge] = {
     ExitReason.INVALID_TOOL_CALLS: _invalid_tool_calls,
     ExitReason.TRUNCATED_TOOL_CALL: _truncated,
     ExitReason.LEASE_TIMEOUT: _lease_timeout,
+    ExitReason.INTERRUPTED: _interrupted,
 }
 
 

@@ -25,6 +25,7 @@ from sim.checkers.base import (
     is_grace,
     refunded_rounds,
 )
+from sim.checkers.lease import lost_leases
 from sim.checkers.reasons import bad_calls, cut_off, reason_problem
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
@@ -235,10 +236,14 @@ def error_kind(name: str) -> str:
          "any other error ends the turn at once as terminal_provider_error")
 def provider_errors_classified(obs: Observation) -> list[Violation]:
     exits = exit_reasons(obs)
+    lost = {turn for _, turn in lost_leases(obs)}  # a lost lease stops retries (LEASE-4)
     out: list[Violation] = []
     for turn_id, records in calls_by_turn(obs).items():
+        reason = exits.get(turn_id)
+        if reason == ExitReason.INTERRUPTED.value and turn_id in lost:
+            reason = None
         out.extend(Violation("provider_errors_classified", "LOOP-5", f"turn {turn_id}: {problem}")
-                   for problem in _retry_problems(obs.limits, records, exits.get(turn_id)))
+                   for problem in _retry_problems(obs.limits, records, reason))
     return out
 
 

@@ -15,8 +15,18 @@ which is what makes the swap possible without touching engine code.
 
 from __future__ import annotations
 
-from sim.sabotage import finalizer, intake, loop, paths, prologue, tool_round
+from sim.sabotage import (
+    admission,
+    finalizer,
+    intake,
+    lease,  # LEASE, CTX-9
+    loop,
+    paths,
+    prologue,
+    sessions,  # SES
+    tool_round,
+)
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
-__all__ = ["SABOTAGES", "Sabotage", "finalizer", "intake", "loop", "paths", "prologue", "sabotage",
-           "tool_round"]
+__all__ = ["SABOTAGES", "Sabotage", "admission", "finalizer", "intake", "lease", "loop", "paths", "prologue",
+           "sabotage", "sessions", "tool_round"]

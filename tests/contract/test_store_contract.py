@@ -18,9 +18,25 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hermes_ref import admission
+from hermes_ref.admission import (
+    AdmissionRow,
+    AdmissionStatus,
+    AdmitAnswer,
+    Binding,
+    BindingRole,
+    ClaimAnswer,
+    EpochStart,
+    Intent,
+    Move,
+    Outcome,
+    PrincipalKind,
+)
 from hermes_ref.errors import LeaseLost, PersistenceError
+from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.models import Event, Lease, Message, Role, ScaffoldFlag, SessionRecord, ToolCall
 from hermes_ref.ports import DurableRecord, Store
+from hermes_ref.session import Cause, Route, SessionSource  # SES
 from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from sim.sqlite_store import SqliteStore
 from sim.store import MemoryStore
@@ -76,6 +92,9 @@ class SyncFacade:
     def release_lease(self, lease: Lease) -> None:
         self._run(self.inner.release_lease(lease))
 
+    def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
+        return self._run(self.inner.refresh_lease(lease, now, ttl_s))  # type: ignore[no-any-return]
+
     def log_event(self, event: Event) -> None:
         self._run(self.inner.log_event(event))
 
@@ -94,6 +113,52 @@ class SyncFacade:
     def close(self) -> None:
         self._run(self.inner.close())
 
+    # ADM: the admission door's methods, one for one
+    def bind_principal(self, binding: Binding) -> None:
+        self._run(self.inner.bind_principal(binding))
+
+    def get_binding(self, principal_id: str, session_id: str) -> Binding | None:
+        return self._run(self.inner.get_binding(principal_id, session_id))  # type: ignore[no-any-return]
+
+    def begin_epoch(self, now: float) -> EpochStart:
+        return self._run(self.inner.begin_epoch(now))  # type: ignore[no-any-return]
+
+    def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer:
+        return self._run(self.inner.admit_input(candidate))  # type: ignore[no-any-return]
+
+    def claim_admission(self, session_id: str, epoch: int, now: float) -> ClaimAnswer:
+        return self._run(self.inner.claim_admission(session_id, epoch, now))  # type: ignore[no-any-return]
+
+    def move_admission(self, admission_id: str, session_id: str, move: Move, epoch: int,
+                       now: float, outcome: Outcome | None = None,
+                       turn_id: str | None = None) -> AdmissionRow:
+        return self._run(self.inner.move_admission(  # type: ignore[no-any-return]
+            admission_id, session_id, move, epoch, now, outcome, turn_id))
+
+    def admission_mark(self) -> int:
+        return self._run(self.inner.admission_mark())  # type: ignore[no-any-return]
+
+    # SES: session lanes, one for one
+    def put_route(self, route: Route, end_session_id: str | None = None,
+                  end_reason: str | None = None) -> bool:
+        return self._run(self.inner.put_route(route, end_session_id, end_reason))  # type: ignore[no-any-return]
+
+    def get_route(self, key: str) -> Route | None:
+        return self._run(self.inner.get_route(key))  # type: ignore[no-any-return]
+
+    def latest_routes(self) -> tuple[Route, ...]:
+        return self._run(self.inner.latest_routes())  # type: ignore[no-any-return]
+
+    def read_markers(self) -> dict[str, float]:
+        return self._run(self.inner.read_markers())  # type: ignore[no-any-return]
+
+    def write_lane(self, markers: tuple[tuple[str, float | None], ...],
+                   log: tuple[LaneEntry, ...] = ()) -> None:
+        self._run(self.inner.write_lane(markers, log))
+
+    def live_background(self) -> frozenset[str]:
+        return self._run(self.inner.live_background())  # type: ignore[no-any-return]
+
 
 class Harness:
     """A store under test and how to crash it and come back."""
@@ -104,17 +169,22 @@ class Harness:
         self.path = directory / "store.db"
         self.synchronous = synchronous
         self._loop = asyncio.new_event_loop() if kind == "async" else None
+        self.now = 0.0  # the stores' own clock (LEASE-4 expiry); a test may move it
         self.store: Any = self._open()
+
+    def clock(self) -> float:
+        return self.now
 
     def _open(self) -> Any:
         if self.kind == "memory":
-            return MemoryStore()
+            return MemoryStore(clock=self.clock)
         if self.kind == "sqlite":
-            return SqliteStore(self.path, synchronous=self.synchronous)
+            return SqliteStore(self.path, synchronous=self.synchronous, clock=self.clock)
         assert self._loop is not None
         inner = self._loop.run_until_complete(
             AsyncSqliteStore.open(self.path, synchronous=self.synchronous)
         )
+        inner.clock = self.clock
         return SyncFacade(self._loop, inner)
 
     def crash_and_recover(self) -> None:
@@ -568,6 +638,7 @@ def _store_with_liveness(kind: str, path: Path, alive: Any) -> tuple[Any, Any]:
         return SqliteStore(path, holder_alive=alive), None
     loop = asyncio.new_event_loop()
     inner = loop.run_until_complete(AsyncSqliteStore.open(path, holder_alive=alive))
+    inner.clock = lambda: 0.0  # the grants below never expire by this clock
     return SyncFacade(loop, inner), loop
 
 
@@ -590,3 +661,325 @@ def test_a_dead_holders_lease_is_reclaimed_before_expiry(kind: str, tmp_path: Pa
         store.close()
         if loop is not None:
             loop.close()
+
+
+# -- admission door (ADM) ------------------------------------------------------------------
+
+
+def candidate(aid: str, request: str = "r1", text: str = "hi", principal: str = "alice",
+              sid: str = "s1") -> AdmissionRow:
+    payload = {"text": text}
+    return AdmissionRow(
+        admission_id=aid, principal_id=principal, principal_kind=PrincipalKind.USER,
+        session_id=sid, request_id=request, payload_json=admission.canonical_json(payload),
+        payload_digest=admission.payload_digest(sid, payload, Intent.QUEUE),
+        intent=Intent.QUEUE, role=BindingRole.MEMBER, owner_epoch=1, created_at=1.0,
+        updated_at=1.0)
+
+
+def door(store: Store) -> int:
+    """A session with alice bound to it and a first runtime epoch; returns the epoch."""
+    store.create_session(session("s1"))
+    store.bind_principal(Binding(principal_id="alice", kind=PrincipalKind.USER,
+                                 session_id="s1", role=BindingRole.MEMBER))
+    return store.begin_epoch(1.0).epoch
+
+
+def test_bindings_are_durable_and_need_their_session(harness: Harness) -> None:
+    """A binding is stored, survives a crash, replaces an older one, and needs its session."""
+    store = harness.store
+    door(store)
+    owner = Binding(principal_id="alice", kind=PrincipalKind.USER, session_id="s1",
+                    role=BindingRole.OWNER)
+    store.bind_principal(owner)
+    harness.crash_and_recover()
+    assert harness.store.get_binding("alice", "s1") == owner
+    assert harness.store.get_binding("alice", "s2") is None
+    with pytest.raises(PersistenceError) as info:
+        harness.store.bind_principal(owner.model_copy(update={"session_id": "ghost"}))
+    assert info.value.cause == "foreign_key"
+    assert harness.store.snapshot().bindings == (owner,)
+
+
+def test_admit_is_idempotent_by_key_and_digest(store: Store) -> None:
+    """Same key and digest: the stored row; another digest: a conflict; no session: not found."""
+    door(store)
+    first = store.admit_input(candidate("a1"))
+    assert first.verdict == "new" and first.row is not None and first.row.seq == 1
+    hit = store.admit_input(candidate("a2"))
+    assert hit.verdict == "hit" and hit.row == first.row
+    assert store.admit_input(candidate("a3", text="other")).verdict == "conflict"
+    assert store.admit_input(candidate("a4", sid="ghost")).verdict == "not_found"
+    second = store.admit_input(candidate("a5", request="r2"))
+    assert second.row is not None and second.row.seq == 2
+    assert [r.admission_id for r in store.snapshot().admissions] == ["a1", "a5"]
+    assert store.admission_mark() == 2
+
+
+def test_request_ids_are_per_principal(store: Store) -> None:
+    """Two principals' equal request ids are two requests, with two rows."""
+    door(store)
+    store.bind_principal(Binding(principal_id="bob", kind=PrincipalKind.USER, session_id="s1",
+                                 role=BindingRole.MEMBER))
+    mine = store.admit_input(candidate("a1"))
+    theirs = store.admit_input(candidate("b1", principal="bob", text="other"))
+    assert (mine.verdict, theirs.verdict) == ("new", "new")
+    assert [r.principal_id for r in store.snapshot().admissions] == ["alice", "bob"]
+
+
+def test_admit_commits_pending_events_with_the_row(store: Store) -> None:
+    """The row and the events pending before it commit in one transaction."""
+    door(store)
+    store.log_event(event("turn.started"))
+    store.admit_input(candidate("a1"))
+    assert [e.kind for e in store.snapshot().events] == ["turn.started"]
+
+
+def test_claims_are_fifo_one_in_flight_and_fenced(store: Store) -> None:
+    """Lowest seq first, nothing while one is started, a stale epoch claims nothing."""
+    epoch = door(store)
+    for i in (1, 2):
+        store.admit_input(candidate(f"a{i}", request=f"r{i}"))
+    with pytest.raises(PersistenceError) as info:
+        store.claim_admission("s1", epoch + 1, 2.0)
+    assert info.value.cause == "stale_epoch"
+    claim = store.claim_admission("s1", epoch, 2.0)
+    assert claim.row is not None and claim.row.admission_id == "a1"
+    assert (claim.row.claims, claim.row.claim_mark, claim.row.claimed_tick) == (1, 0, 1)
+    assert store.claim_admission("s1", epoch, 3.0) == ClaimAnswer(busy=True)
+    settled = store.move_admission("a1", "s1", Move.SETTLE, epoch, 4.0, Outcome.COMPLETED, "t-1")
+    assert (settled.status, settled.outcome, settled.turn_id) == (
+        AdmissionStatus.TERMINAL, Outcome.COMPLETED, "t-1")
+    nxt = store.claim_admission("s1", epoch, 5.0)
+    assert nxt.row is not None and nxt.row.admission_id == "a2"
+
+
+def test_recovery_orphans_started_rows_and_pauses_the_queue(harness: Harness) -> None:
+    """A new epoch makes a dead epoch's started row unknown; queued rows stay claimable."""
+    store = harness.store
+    epoch = door(store)
+    for i in (1, 2):
+        store.admit_input(candidate(f"a{i}", request=f"r{i}"))
+    store.claim_admission("s1", epoch, 2.0)
+    harness.crash_and_recover()
+    store = harness.store
+    start = store.begin_epoch(3.0)
+    assert start.epoch == epoch + 1 and [r.admission_id for r in start.orphaned] == ["a1"]
+    assert store.claim_admission("s1", start.epoch, 4.0) == ClaimAnswer(paused=True)
+    with pytest.raises(PersistenceError) as info:
+        store.move_admission("a1", "s1", Move.SETTLE, epoch, 4.0, Outcome.COMPLETED)
+    assert info.value.cause == "illegal_move"
+    done = store.move_admission("a1", "s1", Move.RECONCILE, start.epoch, 5.0, Outcome.INTERRUPTED)
+    assert done.status is AdmissionStatus.TERMINAL and done.settled_via is Move.RECONCILE
+    nxt = store.claim_admission("s1", start.epoch, 6.0)
+    assert nxt.row is not None and nxt.row.admission_id == "a2"
+    assert store.snapshot().epoch == start.epoch
+
+
+def test_a_refused_move_changes_nothing(store: Store) -> None:
+    """An unknown id, another session, an illegal move or a stale epoch write nothing."""
+    epoch = door(store)
+    store.admit_input(candidate("a1"))
+    before = store.snapshot()
+    for args in (("nope", "s1", Move.CANCEL, epoch), ("a1", "s2", Move.CANCEL, epoch),
+                 ("a1", "s1", Move.RECONCILE, epoch), ("a1", "s1", Move.CANCEL, epoch + 5)):
+        with pytest.raises(PersistenceError):
+            outcome = Outcome.INTERRUPTED if args[2] is Move.RECONCILE else Outcome.CANCELLED
+            store.move_admission(*args, 2.0, outcome)
+    assert store.snapshot() == before
+    cancelled = store.move_admission("a1", "s1", Move.CANCEL, epoch, 3.0, Outcome.CANCELLED)
+    assert cancelled.outcome is Outcome.CANCELLED
+
+
+# -- SES: session lanes --------------------------------------------------------------------
+
+
+def lane_route(revision: int, sid: str = "s1", lane: str = "agent:main:x:dm:1", **kw: Any) -> Route:
+    values: dict[str, Any] = {
+        "key": lane, "revision": revision, "session_id": sid,
+        "cause": Cause.CREATED if revision == 1 else Cause.TOUCHED, "at": float(revision),
+        "source": SessionSource(platform="x", chat_id="1"), "created_at": 1.0,
+        "updated_at": float(revision)}
+    values.update(kw)
+    return Route(**values)
+
+
+def test_put_route_takes_only_the_next_revision(store: Store) -> None:
+    """Revision 1, then 2; a repeated or skipped revision is refused and writes nothing."""
+    assert store.put_route(lane_route(1))
+    assert not store.put_route(lane_route(1, sid="other"))
+    assert not store.put_route(lane_route(3))
+    assert store.put_route(lane_route(2))
+    head = store.get_route("agent:main:x:dm:1")
+    assert head is not None and head.revision == 2 and head.session_id == "s1"
+    assert [r.revision for r in store.snapshot().routes] == [1, 2]
+    assert store.get_route("agent:main:x:dm:404") is None
+
+
+def test_put_route_ends_the_named_row_first_reason_wins(store: Store) -> None:
+    """The write ends the session row it names; an ended row keeps its reason; a missing
+    row is left alone."""
+    store.create_session(session("s1"))
+    assert store.put_route(lane_route(1), "s1", "idle")
+    assert store.put_route(lane_route(2), "s1", "daily")
+    assert store.put_route(lane_route(3), "missing", "idle")
+    row = store.get_session("s1")
+    assert row is not None and row.end_reason == "idle" and row.ended_at == 1.0
+    assert store.get_session("missing") is None
+
+
+def test_routes_round_trip_exactly(harness: Harness) -> None:
+    """Every field of a revision, the source's optional parts and each flag, survive a crash."""
+    full = lane_route(1, lane="agent:main:x:group:g:t:u", source=SessionSource(
+        platform="x", chat_type="group", chat_id="g", thread_id="t", participant="u"),
+        suspended=True, resume_pending=True, resume_reason="restart_interrupted",
+        resume_marked_at=1.5, was_auto_reset=True, auto_reset_reason="idle",
+        is_fresh_reset=True, expiry_finalized=True, retired=True, notice_delivered=True,
+        order="released_0_19")
+    assert harness.store.put_route(full)
+    assert harness.store.put_route(lane_route(1, lane="agent:main:a:dm"))
+    harness.crash_and_recover()
+    assert harness.store.get_route(full.key) == full
+    assert [r.key for r in harness.store.latest_routes()] == ["agent:main:a:dm", full.key]
+    assert harness.store.snapshot().routes[0] == full
+
+
+def test_a_refused_route_write_still_commits_pending_events(store: Store) -> None:
+    """Pending events commit with a route write whether or not the revision was taken."""
+    store.create_session(session("s1"))
+    store.put_route(lane_route(1))
+    store.log_event(event("turn.started"))
+    assert not store.put_route(lane_route(1))
+    assert len(store.snapshot().events) == 1
+
+
+def test_markers_and_the_lane_log(harness: Harness) -> None:
+    """write_lane sets, replaces and drops markers and appends to the log, in one commit;
+    live_background is the keys whose last background entry is a start."""
+    store = harness.store
+    log = (LaneEntry(at=1.0, kind="background_started", key="a"),
+           LaneEntry(at=1.0, kind="background_started", key="b"),
+           LaneEntry(at=2.0, kind="background_ended", key="a"))
+    store.write_lane((("clean_exit", 1.0), ("restarts:k", 2.0)), log)
+    store.write_lane((("restarts:k", 3.0), ("clean_exit", None), ("never", None)))
+    harness.crash_and_recover()
+    assert harness.store.read_markers() == {"restarts:k": 3.0}
+    assert harness.store.live_background() == frozenset({"b"})
+    record = harness.store.snapshot()
+    assert record.markers == (("restarts:k", 3.0),) and record.lane_log == log
+
+
+# -- LEASE: expiry, refresh and the grant history ---------------------------------------------
+
+
+def test_an_expired_lease_fences_its_holder_off(harness: Harness) -> None:
+    """LEASE-4: by the store's clock, a write under an expired grant raises LeaseLost."""
+    store = harness.store
+    store.create_session(session())
+    lease = store.acquire_lease("s1", "pid=1:turn=t1", 0.0, 300.0)
+    assert lease is not None
+    store.append_messages("s1", lease.token, (user("in time"),))
+    harness.now = 300.0
+    with pytest.raises(LeaseLost):
+        store.append_messages("s1", lease.token, (user("too late"),))
+    assert [m.content for m in store.snapshot().transcript("s1")] == ["in time"]
+
+
+def test_a_refresh_extends_only_the_holders_own_unexpired_grant(harness: Harness) -> None:
+    """LEASE-2: a refresh moves expiry on; a wrong holder, a stale token or an expired grant is refused."""
+    store = harness.store
+    store.create_session(session())
+    lease = store.acquire_lease("s1", "pid=1:turn=t1", 0.0, 300.0)
+    assert lease is not None
+    harness.now = 60.0
+    refreshed = store.refresh_lease(lease, 60.0, 300.0)
+    assert refreshed.expires_at == 360.0 and refreshed.token == lease.token
+    with pytest.raises(LeaseLost):
+        store.refresh_lease(lease.model_copy(update={"holder": "pid=2:turn=t9"}), 60.0, 300.0)
+    harness.now = 340.0
+    store.append_messages("s1", lease.token, (user("still mine"),))
+    harness.now = 360.0
+    with pytest.raises(LeaseLost):
+        store.refresh_lease(refreshed, 360.0, 300.0)
+
+
+def test_every_grant_is_kept_with_how_it_ended(harness: Harness) -> None:
+    """LEASE-1..3: the grant history shows each token's holder, span and end reason."""
+    store = harness.store
+    store.create_session(session())
+    first = store.acquire_lease("s1", "pid=1:turn=t1", 0.0, 300.0)
+    assert first is not None
+    harness.now = 10.0
+    store.release_lease(first)
+    second = store.acquire_lease("s1", "pid=1:turn=t2", 20.0, 300.0)
+    assert second is not None
+    third = store.acquire_lease("s1", "pid=2:turn=t3", 400.0, 300.0)  # the second expired at 320
+    assert third is not None
+    grants = store.snapshot().lease_grants
+    assert [(g.token, g.holder, g.end_reason) for g in grants] == [
+        (1, "pid=1:turn=t1", "released"), (2, "pid=1:turn=t2", "expired"),
+        (3, "pid=2:turn=t3", None)]
+    assert grants[0].live_until() == 10.0 and grants[1].live_until() == 320.0
+
+
+door_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("admit"), st.integers(1, 4), st.sampled_from(["hi", "other"])),
+        st.tuples(st.just("claim"), st.none(), st.none()),
+        st.tuples(st.just("settle"), st.sampled_from(list(Outcome)), st.none()),
+        st.tuples(st.just("epoch"), st.none(), st.none()),
+        st.tuples(st.just("reconcile"), st.none(), st.none()),
+        st.tuples(st.just("cancel"), st.integers(1, 4), st.none()),
+    ),
+    max_size=14,
+)
+
+
+def _play_door(store: Store, ops: list[tuple[Any, ...]]) -> tuple[DurableRecord, list[str]]:
+    """Apply door operations; every answer (or refusal's cause) is kept beside the record."""
+    epoch = door(store)
+    answers: list[str] = []
+    for n, (op, a, b) in enumerate(ops):
+        try:
+            if op == "admit":
+                answers.append(store.admit_input(candidate(f"x{n}", f"r{a}", b)).verdict)
+            elif op == "claim":
+                got = store.claim_admission("s1", epoch, float(n))
+                answers.append(got.row.admission_id if got.row else f"{got.busy}/{got.paused}")
+            elif op == "epoch":
+                epoch = store.begin_epoch(float(n)).epoch
+            else:
+                rows = store.snapshot().admissions
+                pick = {"settle": AdmissionStatus.STARTED, "reconcile": AdmissionStatus.UNKNOWN,
+                        "cancel": AdmissionStatus.QUEUED}[op]
+                row = next((r for r in rows if r.status is pick), rows[0] if rows else None)
+                if row is None:
+                    continue
+                move = {"settle": Move.SETTLE, "reconcile": Move.RECONCILE,
+                        "cancel": Move.CANCEL}[op]
+                outcome = b if op == "settle" else (
+                    Outcome.INTERRUPTED if op == "reconcile" else Outcome.CANCELLED)
+                answers.append(store.move_admission(row.admission_id, "s1", move, epoch,
+                                                    float(n), outcome).status.value)
+        except PersistenceError as error:
+            answers.append(f"refused:{error.cause}")
+    return store.snapshot(), answers
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(door_operations)
+def test_all_stores_agree_on_any_door_history(ops: list[tuple[Any, ...]]) -> None:
+    """Any sequence of admits, claims, moves and epochs leaves the same rows on every store."""
+    with tempfile.TemporaryDirectory() as directory:
+        played = []
+        for kind in KINDS:
+            harness = Harness(kind, Path(directory) / kind, synchronous="OFF")
+            try:
+                played.append(_play_door(harness.store, ops))
+            finally:
+                harness.close()
+    reference = played[0]
+    for other in played[1:]:
+        assert other[1] == reference[1]
+        assert other[0].admissions == reference[0].admissions
+        assert other[0].epoch == reference[0].epoch

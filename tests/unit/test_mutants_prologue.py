@@ -112,12 +112,12 @@ def test_a_known_session_is_not_reported_as_created() -> None:
 
 
 def test_a_busy_lease_is_polled_under_the_turn_holder_name() -> None:
-    """Every poll asks for the lease as this process and turn."""
+    """Every poll asks for the lease as this process, turn and platform (LEASE-2)."""
     grants = iter([None, lease(2)])
     rig = Rig(OpenTurn=opened(None, created=False), AcquireLease=lambda e: next(grants),
               LoadMessages=lambda e: ())
     assert isinstance(begin(rig), TurnContext)
-    assert [e.holder for e in rig.of(fx.AcquireLease)] == ["pid=7:turn=turn-1"] * 2
+    assert [e.holder for e in rig.of(fx.AcquireLease)] == ["pid=7:turn=turn-1:platform=telegram"] * 2
 
 
 def test_the_user_row_is_stamped_and_the_start_event_names_the_lease() -> None:

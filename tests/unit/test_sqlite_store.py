@@ -209,6 +209,7 @@ def test_reopen_after_crash_keeps_commits_and_loses_pending_events(
 
 async def test_async_reopen_after_crash_keeps_commits_and_loses_pending_events(db: Path) -> None:
     store = await AsyncSqliteStore.open(db)
+    store.clock = lambda: 0.0  # the grants below are made at t=0 and never expire by it
     await store.create_session(SessionRecord(id="s1", key="k", system_prompt="p", started_at=1))
     lease = await store.acquire_lease("s1", "w", 0.0, 9.0)
     assert lease is not None
@@ -266,6 +267,7 @@ def test_commits_count_committed_write_transactions(store: SqliteStore) -> None:
 
 async def test_async_commits_and_multi_row_ids(db: Path) -> None:
     store = await AsyncSqliteStore.open(db)
+    store.clock = lambda: 0.0  # the grants below are made at t=0 and never expire by it
     try:
         await store.create_session(SessionRecord(id="s", key="k", system_prompt="p", started_at=0))
         lease = await store.acquire_lease("s", "w", 0.0, 9.0)

@@ -1,0 +1,78 @@
+"""The per-session turn lease: who may run a turn, for how long, and what losing it means.
+
+Theory of operation
+-------------------
+A turn runs only while it holds its session's lease (LEASE-1). The store grants it for
+``lease_ttl_s`` and numbers every grant with a fencing token that only grows; every write
+carries the token, and the store refuses a write whose grant is no longer current *or
+has expired* (LEASE-4). So a holder that lost its lease writes nothing, whatever it
+believes.
+
+The holder names its process and its turn: ``pid=<n>:pidns=<ns>:turn=<id>:platform=<p>``
+(LEASE-2). A lease whose holder process is dead may be reclaimed before it expires
+(LEASE-3); the store asks the driver's liveness probe.
+
+While the turn runs, ``keep_lease`` runs beside it (the driver starts it: an asyncio task
+in production, an actor of the same process in the simulator). Every ``lease_refresh_s``
+it extends the grant to ``now + lease_ttl_s``. A refresh that fails means the lease is
+gone (expired, or taken by another holder after expiry): the refresher hard-interrupts the
+turn and ends. The driver delivers the interrupt as ``TurnInterrupted`` from the turn's
+next model call, tool batch or sleep, or at once if the turn is waiting in one, so the
+turn stops calling out; the loop ends it with the ``interrupted`` exit.
+
+The finalizer's order is the contract of LEASE-6: stop the refresher and join it (no
+refresh in flight or to come), clear the interrupt this lease raised, then release. The
+release is holder-qualified, so releasing a lease that was lost changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hermes_ref.effects import InterruptTurn, Now, RefreshLease, Sleep
+from hermes_ref.errors import PersistenceError
+from hermes_ref.models import Lease
+
+LOST_REASON = "session turn lease lost"
+
+
+def holder_identity(process: str, turn_id: str, platform: str) -> str:
+    """LEASE-2: the holder string of one turn of one process (``process`` is ``pid=..``)."""
+    return f"{process}:turn={turn_id}:platform={platform or 'unknown'}"
+
+
+def holder_fields(holder: str) -> dict[str, str]:
+    """The ``key=value`` parts of a holder string (``pid``, ``pidns``, ``turn``, ``platform``)."""
+    fields: dict[str, str] = {}
+    for part in holder.split(":"):
+        key, sep, value = part.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def reclaimable(expires_at: float, now: float, holder_dead: Callable[[], bool]) -> bool:
+    """LEASE-3: may a held lease be taken from its holder at ``now``?
+
+    Only when it has expired, or when its holder's process is dead. The liveness probe is
+    asked only for an unexpired lease (it costs a system call in production).
+    """
+    return expires_at <= now or holder_dead()
+
+
+async def keep_lease(lease: Lease, interval_s: float, ttl_s: float) -> None:
+    """Refresh ``lease`` every ``interval_s`` until stopped; on a failed refresh, interrupt.
+
+    Runs until the driver stops it (the turn's finalizer does, first thing) or until a
+    refresh fails. A failed refresh is a loss whatever its cause: the store no longer
+    vouches for this holder, so the turn must not go on calling out in its name.
+    """
+    while True:
+        await Sleep(interval_s)
+        now = await Now()
+        try:
+            lease = await RefreshLease(lease, now, ttl_s)
+        except PersistenceError as error:
+            lost = f"{LOST_REASON} ({error.cause})"
+            break
+    await InterruptTurn(lease.holder, lost)

@@ -1,0 +1,147 @@
+"""The turn lease in SQLite: grants, the fence, refreshes and the grant history (LEASE).
+
+Theory of operation
+-------------------
+``turn_leases`` holds each session's current grant; ``lease_grants`` (schema v5) keeps
+every grant ever made, so a reader of the file alone can tell which holder was entitled
+to write at any moment: a grant is live from ``acquired_at`` until the first of
+``expires_at`` (moved on by each refresh) and ``ended_at`` (its release, or the moment the
+next grant replaced it after expiry or its holder's death).
+
+``take`` is the one way a grant is made, inside the caller's write transaction: a dead
+holder's unexpired lease is marked expired first (LEASE-3), the grant is an upsert that
+succeeds only if the lease is free, released or expired, and the previous grant's history
+row is closed with the reason it ended. ``check_fence`` is every fenced write's first
+statement: the token must be current and, by the store's clock, unexpired (LEASE-4).
+``refresh`` extends only the caller's own unexpired grant.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+
+from hermes_ref import lease as lease_rules
+from hermes_ref.errors import LeaseLost, PersistenceError
+from hermes_ref.models import Lease
+from hermes_ref.ports import LeaseGrantRow
+
+GRANTS_DDL: tuple[str, ...] = (
+    """CREATE TABLE lease_grants (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        token INTEGER NOT NULL,
+        holder TEXT NOT NULL,
+        acquired_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        ended_at REAL,
+        end_reason TEXT,
+        PRIMARY KEY (session_id, token)
+    )""",
+)
+
+_ACQUIRE = (
+    "INSERT INTO turn_leases(session_id, holder, token, acquired_at, expires_at) "
+    "VALUES (?, ?, 1, ?, ?) "
+    "ON CONFLICT(session_id) DO UPDATE SET holder = excluded.holder, "
+    "token = turn_leases.token + 1, acquired_at = excluded.acquired_at, "
+    "expires_at = excluded.expires_at "
+    "WHERE turn_leases.holder IS NULL OR turn_leases.expires_at <= excluded.acquired_at "
+    "RETURNING token"
+)
+_CURRENT = "SELECT holder, token, expires_at FROM turn_leases WHERE session_id = ?"
+_FENCE = (
+    "SELECT l.holder, l.token, l.expires_at FROM sessions s "
+    "LEFT JOIN turn_leases l ON l.session_id = s.id WHERE s.id = ?"
+)
+_EXPIRE = "UPDATE turn_leases SET expires_at = ? WHERE session_id = ?"
+_CLOSE = (
+    "UPDATE lease_grants SET ended_at = ?, end_reason = ? "
+    "WHERE session_id = ? AND ended_at IS NULL"
+)
+_INSERT_GRANT = (
+    "INSERT INTO lease_grants(session_id, token, holder, acquired_at, expires_at) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+_REFRESH = (
+    "UPDATE turn_leases SET expires_at = MAX(expires_at, ?) "
+    "WHERE session_id = ? AND token = ? AND holder = ? AND expires_at > ? RETURNING expires_at"
+)
+_REFRESH_GRANT = "UPDATE lease_grants SET expires_at = ? WHERE session_id = ? AND token = ?"
+_SELECT_GRANTS = (
+    "SELECT session_id, token, holder, acquired_at, expires_at, ended_at, end_reason "
+    "FROM lease_grants ORDER BY rowid"
+)
+
+
+def take(conn: sqlite3.Connection, session_id: str, holder: str, now: float, ttl_s: float,
+         holder_alive: Callable[[str], bool] | None) -> int | None:
+    """Grant the lease inside the open transaction; the new token, or None when busy."""
+    current = conn.execute(_CURRENT, (session_id,)).fetchone()
+    reason = "expired"
+    if current is not None and current[0] is not None and current[2] > now:
+        incumbent = str(current[0])
+        dead = holder_alive is not None and lease_rules.reclaimable(
+            current[2], now, lambda: not holder_alive(incumbent))
+        if dead:
+            conn.execute(_EXPIRE, (now, session_id))  # LEASE-3: its holder is dead
+            reason = "holder_dead"
+    granted = conn.execute(_ACQUIRE, (session_id, holder, now, now + ttl_s)).fetchall()
+    if not granted:
+        return None
+    if current is not None and current[0] is not None:
+        conn.execute(_CLOSE, (min(now, current[2]) if reason == "expired" else now, reason,
+                              session_id))
+    token: int = granted[0][0]
+    conn.execute(_INSERT_GRANT, (session_id, token, holder, now, now + ttl_s))
+    return token
+
+
+def check_fence(conn: sqlite3.Connection, session_id: str, lease_token: int, now: float | None,
+                *, session_required: bool) -> None:
+    """LEASE-4: the session's lease must be held, carry ``lease_token`` and be unexpired."""
+    row = conn.execute(_FENCE, (session_id,)).fetchone()
+    if row is None and session_required:
+        raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
+    holder, token, expires_at = row if row is not None else (None, None, None)
+    expired = now is not None and expires_at is not None and expires_at <= now
+    if holder is None or token != lease_token or expired:
+        state = "expired" if expired else f"the current token is {token}"
+        raise LeaseLost(f"write to session {session_id!r} with lease token {lease_token} "
+                        f"but {state}")
+
+
+_CLOSE_RELEASED = (
+    "UPDATE lease_grants SET "
+    "end_reason = CASE WHEN ? > 0 AND ? >= expires_at THEN 'expired' ELSE 'released' END, "
+    "ended_at = CASE WHEN ? > 0 THEN MIN(?, expires_at) ELSE expires_at END "
+    "WHERE session_id = ? AND token = ? AND ended_at IS NULL"
+)
+
+
+def close_released(conn: sqlite3.Connection, lease: Lease, now: float) -> None:
+    """The history side of a release that matched the caller's own grant: it ended at
+    ``now``, or at its (possibly refreshed) expiry if that came first, and then it counts
+    as expired: a release after the expiry came too late to matter."""
+    conn.execute(_CLOSE_RELEASED, (now, now, now, now, lease.session_id, lease.token))
+
+
+def refresh(conn: sqlite3.Connection, lease: Lease, now: float, ttl_s: float,
+            clock_now: float) -> Lease:
+    """Extend the caller's own unexpired grant to ``now + ttl_s``; LeaseLost otherwise."""
+    rows = conn.execute(_REFRESH, (now + ttl_s, lease.session_id, lease.token, lease.holder,
+                                   clock_now)).fetchall()
+    if not rows:
+        raise LeaseLost(f"refresh of session {lease.session_id!r} lease token {lease.token} "
+                        "by a holder that no longer has it")
+    expires_at = float(rows[0][0])
+    conn.execute(_REFRESH_GRANT, (expires_at, lease.session_id, lease.token))
+    return lease.model_copy(update={"expires_at": expires_at})
+
+
+def read_grants(conn: sqlite3.Connection) -> tuple[LeaseGrantRow, ...]:
+    rows: Sequence[tuple[object, ...]] = conn.execute(_SELECT_GRANTS).fetchall()
+    return tuple(LeaseGrantRow(session_id=str(r[0]), token=int(str(r[1])), holder=str(r[2]),
+                               acquired_at=float(str(r[3])), expires_at=float(str(r[4])),
+                               ended_at=None if r[5] is None else float(str(r[5])),
+                               end_reason=None if r[6] is None else str(r[6]))
+                 for r in rows)

@@ -1,0 +1,289 @@
+"""Checkers of the turn lease: who may act for a session, for how long, and in what order.
+
+Theory of operation
+-------------------
+The store keeps every grant (``DurableRecord.lease_grants``: token, holder, span, how it
+ended); the provider's call log and the tool ledger say when each turn called out; the
+world's lease log (``Observation.lease_log``) says when each holder's refresher started,
+refreshed, stopped, and when a lease was asked for and refused. From those, and never
+from what the engine says of itself:
+
+* LEASE-1: a turn calls the model or runs a tool only after it was granted its session's
+  lease (a turn that goes ahead without it is the "fail open" bug); grants of one session
+  never overlap.
+* LEASE-2: every grant's holder names pid, pid namespace, turn and platform; while a turn
+  holds its lease, refreshes come at least every ``lease_refresh_s``.
+* LEASE-3: a lease is taken only when it is free, expired or its holder is dead; a dead
+  holder's lease is not left standing in a waiter's way.
+* LEASE-4: nothing a turn does happens after its grant stopped being live.
+* LEASE-6: a holder's refresher is stopped before its lease is released, and no refresh
+  follows the release.
+* CTX-9: a turn that starts while the previous turn of its session has not made its final
+  persist records a warning naming both turns.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import pairwise
+
+from hermes_ref.lease import holder_fields
+from hermes_ref.models import EventKind, Message, Role
+from hermes_ref.ports import LeaseGrantRow
+from sim.checkers.base import Observation, Violation, checker
+from sim.world import LeaseStep
+
+EPSILON_S = 1e-6
+HOLDER_FIELDS = ("pid", "pidns", "turn", "platform")
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One thing a turn did outside itself: a model call or a tool run, and when."""
+
+    session_id: str
+    turn_id: str
+    at: float
+    what: str
+
+
+def _turn_of(holder: str) -> str | None:
+    return holder_fields(holder).get("turn")
+
+
+def grants_by_turn(obs: Observation) -> dict[tuple[str, str], list[LeaseGrantRow]]:
+    found: dict[tuple[str, str], list[LeaseGrantRow]] = defaultdict(list)
+    for grant in obs.record.lease_grants:
+        turn = _turn_of(grant.holder)
+        if turn is not None:
+            found[(grant.session_id, turn)].append(grant)
+    return found
+
+
+def activities(obs: Observation) -> list[Activity]:
+    """Every model call (the provider's log) and tool run (the ledger) with its turn."""
+    found = [Activity(c.session_id, c.turn_id, c.at, f"model call at effect {c.seq}")
+             for c in obs.calls if c.turn_id]
+    # call ids repeat across turns: a run belongs to the latest row of its id that was
+    # committed when it ran (the ledger records the committed high-water mark)
+    owners: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+    for stored in obs.record.messages:
+        message = stored.message
+        for call in message.tool_calls:
+            if message.turn_id is not None:
+                owners[call.id].append((message.row_id or 0, stored.session_id, message.turn_id))
+    for entry in obs.ledger:
+        rows = [o for o in owners.get(entry.call_id, []) if o[0] <= entry.watermark]
+        if rows:
+            _, session_id, turn_id = max(rows)
+            found.append(Activity(session_id, turn_id, entry.at, f"tool {entry.name} "
+                                  f"({entry.call_id})"))
+    return found
+
+
+def lost_leases(obs: Observation) -> set[tuple[str, str]]:
+    """(session, turn) of every turn whose lease the world saw go: a refresh that failed,
+    or a grant that ended by expiry or a dead holder's reclaim instead of its release."""
+    lost: set[tuple[str, str]] = set()
+    for step in obs.lease_log or ():
+        turn = _turn_of(step.holder)
+        if step.what in ("refresh_failed", "interrupted") and turn is not None:
+            lost.add((step.session_id, turn))
+    for grant in obs.record.lease_grants:
+        turn = _turn_of(grant.holder)
+        if turn is not None and grant.end_reason in ("expired", "holder_dead"):
+            lost.add((grant.session_id, turn))
+    return lost
+
+
+def _grant_at(grants: list[LeaseGrantRow], at: float) -> LeaseGrantRow | None:
+    """The turn's latest grant acquired no later than ``at``."""
+    held = [g for g in grants if g.acquired_at <= at + EPSILON_S]
+    return max(held, key=lambda g: g.acquired_at) if held else None
+
+
+@checker("turns_hold_their_lease", ("LEASE-1",),
+         "a turn calls out only after it was granted its session's lease; grants never overlap")
+def turns_hold_their_lease(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    grants = grants_by_turn(obs)
+    for act in activities(obs):
+        if _grant_at(grants.get((act.session_id, act.turn_id), []), act.at) is None:
+            out.append(Violation("turns_hold_their_lease", "LEASE-1",
+                                 f"turn {act.turn_id} of {act.session_id} made a {act.what} "
+                                 "without ever being granted the session's lease"))
+    owned = {(g.session_id, g.token, _turn_of(g.holder)) for g in obs.record.lease_grants}
+    for event in obs.events(EventKind.TURN_STARTED):
+        token = event.data.get("lease_token")
+        if (event.session_id, token, event.turn_id) not in owned:
+            out.append(Violation("turns_hold_their_lease", "LEASE-1",
+                                 f"turn {event.turn_id} of {event.session_id} started under lease "
+                                 f"token {token}, which was never granted to it"))
+    by_session: dict[str, list[LeaseGrantRow]] = defaultdict(list)
+    for grant in obs.record.lease_grants:
+        by_session[grant.session_id].append(grant)
+    for session_id, rows in by_session.items():
+        rows.sort(key=lambda g: g.token)
+        for before, after in pairwise(rows):
+            if after.acquired_at + EPSILON_S < before.live_until():
+                out.append(Violation("turns_hold_their_lease", "LEASE-1",
+                                     f"{session_id}: token {after.token} was granted at "
+                                     f"{after.acquired_at:g} while token {before.token} was "
+                                     f"live until {before.live_until():g}"))
+    return out
+
+
+@checker("nothing_after_the_lease_is_lost", ("LEASE-4",),
+         "a turn does nothing outside itself once its grant has expired or been replaced")
+def nothing_after_the_lease_is_lost(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    grants = grants_by_turn(obs)
+    for act in activities(obs):
+        grant = _grant_at(grants.get((act.session_id, act.turn_id), []), act.at)
+        if grant is not None and _after_loss(grant, act.at):
+            ended = grant.end_reason or "expired"
+            out.append(Violation("nothing_after_the_lease_is_lost", "LEASE-4",
+                                 f"turn {act.turn_id} of {act.session_id} made a {act.what} at "
+                                 f"{act.at - grant.acquired_at:g} s into token {grant.token}, "
+                                 f"whose grant was live only until "
+                                 f"{grant.live_until() - grant.acquired_at:g} s ({ended})"))
+    return out
+
+
+def _after_loss(grant: LeaseGrantRow, at: float) -> bool:
+    """Is ``at`` past the grant's live span? A release ends it after the holder's last act
+    (at the same instant is still in time); an expiry ends it at ``expires_at`` itself,
+    as the store's fence does."""
+    if grant.ended_at is not None and at > grant.ended_at + EPSILON_S:
+        return True
+    return grant.end_reason != "released" and at >= grant.expires_at - EPSILON_S
+
+
+def close_of_turn(rows: list[Message]) -> bool:
+    """A turn's rows end in its final persist: an assistant row that calls no tool."""
+    return bool(rows) and rows[-1].role is Role.ASSISTANT and not rows[-1].tool_calls
+
+
+@checker("late_start_is_warned", ("CTX-9",),
+         "a turn that starts before its predecessor's final persist warns, naming both turns")
+def late_start_is_warned(obs: Observation) -> list[Violation]:
+    warned = {(e.turn_id, str(e.data.get("previous_turn_id")))
+              for e in obs.events(EventKind.TURN_OVERLAP)}
+    out: list[Violation] = []
+    for session_id in obs.record.session_ids():
+        order: list[str] = []
+        rows: dict[str, list[Message]] = defaultdict(list)
+        for message in obs.record.transcript(session_id):
+            if message.turn_id is None:
+                continue
+            if message.turn_id not in rows:
+                order.append(message.turn_id)
+            if not order or order[-1] == message.turn_id:
+                rows[message.turn_id].append(message)
+        for previous, turn in pairwise(order):
+            if not close_of_turn(rows[previous]) and (turn, previous) not in warned:
+                out.append(Violation("late_start_is_warned", "CTX-9",
+                                     f"{session_id}: turn {turn} started before turn "
+                                     f"{previous} made its final persist, and no warning "
+                                     "names both"))
+    return out
+
+
+def _steps(obs: Observation, what: str) -> list[LeaseStep]:
+    return [step for step in obs.lease_log or () if step.what == what]
+
+
+@checker("lease_kept_alive", ("LEASE-2",),
+         "every holder names pid, pid namespace, turn and platform; a held lease is "
+         "refreshed at least every lease_refresh_s until its refresher stops")
+def lease_kept_alive(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for grant in obs.record.lease_grants:
+        missing = [f for f in HOLDER_FIELDS if not holder_fields(grant.holder).get(f)]
+        if missing:
+            out.append(Violation("lease_kept_alive", "LEASE-2",
+                                 f"{grant.session_id} token {grant.token}: holder "
+                                 f"{grant.holder!r} does not name {', '.join(missing)}"))
+    if obs.lease_log is None:
+        return out
+    interval = obs.limits.lease_refresh_s
+    deaths = dict(obs.deaths)
+    started = {(s.session_id, s.token) for s in _steps(obs, "refresher_started")}
+    acting = {(a.session_id, a.turn_id) for a in activities(obs)}
+    for grant in obs.record.lease_grants:
+        key = (grant.session_id, grant.token)
+        if key not in started and (grant.session_id, _turn_of(grant.holder)) not in acting:
+            continue  # no turn ran under it (a lease taken by hand): nothing to keep alive
+        stops = [s.at for s in _steps(obs, "refresher_stopped") if (s.session_id, s.token) == key]
+        pid = holder_fields(grant.holder).get("pid", "")
+        died = deaths.get(int(pid)) if pid.isdigit() else None
+        held_until = min([*stops, grant.live_until(), *([died] if died is not None else [])])
+        if held_until - grant.acquired_at <= interval + EPSILON_S:
+            continue  # held no longer than one refresh interval: nothing was due
+        beats = [grant.acquired_at, *sorted(s.at for s in _steps(obs, "refreshed")
+                                           if (s.session_id, s.token) == key), held_until]
+        stalled = [(a, b) for p, a, b in obs.stalls if str(p) == pid]
+        gaps = [b - a for a, b in pairwise(beats)
+                if not any(start < b and a < until for start, until in stalled)]
+        gap = max(gaps, default=0.0)  # a gap its process spent stalled is not the engine's
+        if gap > interval + EPSILON_S:
+            out.append(Violation("lease_kept_alive", "LEASE-2",
+                                 f"{grant.session_id} token {grant.token} ({grant.holder}) went "
+                                 f"{gap:g} s without a refresh (every {interval:g} s is due)"))
+    return out
+
+
+@checker("dead_holders_do_not_block", ("LEASE-3",),
+         "a lease is refused only while its holder is alive and its grant unexpired")
+def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
+    deaths = dict(obs.deaths)
+    out: list[Violation] = []
+    granted_at = {(s.session_id, s.token): s.seq for s in _steps(obs, "granted")}
+    blocked: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for ask in _steps(obs, "busy"):
+        held = [g for g in obs.record.lease_grants
+                if g.session_id == ask.session_id and g.acquired_at <= ask.at + EPSILON_S
+                and granted_at.get((g.session_id, g.token), -1) < ask.seq]
+        if not held:
+            continue
+        grant = max(held, key=lambda g: g.token)
+        pid = holder_fields(grant.holder).get("pid", "")
+        died = deaths.get(int(pid)) if pid.isdigit() else None
+        if _after_loss(grant, ask.at):
+            problem = f"its grant (token {grant.token}) had ended"
+        elif died is not None and died <= ask.at + EPSILON_S:
+            problem = f"its holder pid={pid} had died {ask.at - died:g} s before"
+        else:
+            continue
+        blocked[(ask.session_id, ask.holder)].append(problem)
+    for (session_id, asker), problems in blocked.items():
+        more = f" (and {len(problems) - 1} later asks)" if len(problems) > 1 else ""
+        out.append(Violation("dead_holders_do_not_block", "LEASE-3",
+                             f"{asker} was refused the lease of {session_id}, but "
+                             f"{problems[0]}{more}"))
+    return out
+
+
+@checker("release_after_refresher_stops", ("LEASE-6",),
+         "a holder's refresher is stopped (and joined) before its lease is released, and no "
+         "refresh follows the release")
+def release_after_refresher_stops(obs: Observation) -> list[Violation]:
+    if obs.lease_log is None:
+        return []
+    out: list[Violation] = []
+    started = {(s.session_id, s.token) for s in _steps(obs, "refresher_started")}
+    stopped = {(s.session_id, s.token): s.seq for s in _steps(obs, "refresher_stopped")}
+    for release in _steps(obs, "released"):
+        key = (release.session_id, release.token)
+        if key in started and stopped.get(key, release.seq + 1) > release.seq:
+            out.append(Violation("release_after_refresher_stops", "LEASE-6",
+                                 f"{release.session_id} token {release.token} was released "
+                                 "while its refresher was still running"))
+        late = [s for s in _steps(obs, "refreshed") + _steps(obs, "refresh_failed")
+                if (s.session_id, s.token) == key and s.seq > release.seq]
+        if late:
+            out.append(Violation("release_after_refresher_stops", "LEASE-6",
+                                 f"{release.session_id} token {release.token} was refreshed "
+                                 f"{len(late)} time(s) after its release"))
+    return out

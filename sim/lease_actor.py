@@ -1,0 +1,171 @@
+"""The simulator's side of the turn lease: grants, refreshes, the refresher actor, interrupts.
+
+Theory of operation
+-------------------
+``LeaseHandlers`` is the part of ``SimDriver`` that performs the lease effects. Taking,
+refreshing and releasing a lease are store writes of the process (they carry its pending
+events, like every write). ``StartRefresher`` makes ``hermes_ref.lease.keep_lease`` an
+actor of the same process, a child of the turn actor that started it; ``StopRefresher``
+closes that actor wherever it waits (in the simulator every effect is atomic, so closing
+it is also joining it). ``InterruptTurn``, the refresher's move on a loss, marks the turn
+actor interrupted and, if the turn is waiting in a model call, a tool batch or a sleep,
+cuts the wait short with ``TurnInterrupted``.
+
+Every step is also written to the world's lease log (``World.lease_log``), the world's own
+account of what each holder did and when, which the lease checkers read beside the
+store's durable grants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from hermes_ref import effects as fx
+from hermes_ref import lease as lease_rules
+from hermes_ref.effects import Site
+from hermes_ref.errors import LeaseLost, TurnInterrupted
+from hermes_ref.models import Lease, LeaseGrant
+
+if TYPE_CHECKING:
+    from sim.scheduler import Actor
+    from sim.world import World
+
+
+class LeaseHandlers:
+    """Mixed into ``SimDriver``; relies on its ``world``, ``current`` and ``_write``."""
+
+    world: World
+    current: Actor | None
+    _refreshers: dict[int, Actor]   # handle -> the refresher actor
+    _kept: dict[int, Lease]          # handle -> the lease as last granted or refreshed
+    _lost: set[int]                  # handles whose refresher reported a loss
+
+    def _write(self, write: Callable[..., Any], *args: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def _fail_if_planned(self, site: Site) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def spawn(self, coro: Any, name: str = "turn",
+              parent: Actor | None = None) -> Actor:  # pragma: no cover
+        raise NotImplementedError
+
+    def stop_actor(self, actor: Actor) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def lease_handlers(self) -> dict[type[Any], Callable[[Any], Any]]:
+        return {
+            fx.OpenTurn: self._open_turn,
+            fx.AcquireLease: self._acquire_lease,
+            fx.ReleaseLease: self._release_lease,
+            fx.RefreshLease: self._refresh_lease,
+            fx.StartRefresher: self._start_refresher,
+            fx.StopRefresher: self._stop_refresher,
+            fx.InterruptTurn: self._interrupt_turn,
+            fx.ClearInterrupt: self._clear_interrupt,
+        }
+
+    def log_lease(self, what: str, lease: Lease) -> None:
+        from sim.world import LeaseStep
+
+        world = self.world
+        world.lease_log.append(LeaseStep(what, lease.session_id, lease.holder, lease.token,
+                                         world.clock.now(), world.effects_performed))
+
+    # -- grants -----------------------------------------------------------------------
+    def _open_turn(self, effect: fx.OpenTurn) -> LeaseGrant:
+        self._fail_if_planned(Site.LEASE)
+        grant: LeaseGrant = self._write(self.world.store.open_turn, effect.record, effect.holder,
+                                        effect.now, effect.ttl_s)
+        if grant.created:
+            self.world.timeline.add("write", f"session   {effect.record.id} created")
+        got = f"token {grant.lease.token}" if grant.lease else "busy"
+        self.world.timeline.add("write", f"lease     {effect.record.id} {got}")
+        if grant.lease is not None:
+            self.log_lease("granted", grant.lease)
+        else:
+            self._log_busy(effect.record.id, effect.holder)
+        return grant
+
+    def _acquire_lease(self, effect: fx.AcquireLease) -> Lease | None:
+        self._fail_if_planned(Site.LEASE)
+        lease: Lease | None = self._write(self.world.store.acquire_lease, effect.session_id,
+                                          effect.holder, effect.now, effect.ttl_s)
+        got = f"token {lease.token}" if lease else "busy"
+        self.world.timeline.add("write", f"lease     {effect.session_id} {got}")
+        if lease is not None:
+            self.log_lease("granted", lease)
+        else:
+            self._log_busy(effect.session_id, effect.holder)
+        return lease
+
+    def _log_busy(self, session_id: str, asker: str) -> None:
+        """A refused ask: the lease log keeps who asked, for when and when (LEASE-3)."""
+        self.log_lease("busy", Lease(session_id=session_id, holder=asker, token=0,
+                                     acquired_at=0.0, expires_at=0.0))
+
+    def _release_lease(self, effect: fx.ReleaseLease) -> None:
+        self._fail_if_planned(Site.RELEASE)
+        self._write(self.world.store.release_lease, effect.lease)
+        self.world.timeline.add("write", f"release   token {effect.lease.token}")
+        self.log_lease("released", effect.lease)
+
+    def _refresh_lease(self, effect: fx.RefreshLease) -> Lease:
+        world = self.world
+        try:
+            self._fail_if_planned(Site.REFRESH)
+            lease: Lease = self._write(world.store.refresh_lease, effect.lease, effect.now,
+                                       effect.ttl_s)
+        except LeaseLost:
+            self.log_lease("refresh_failed", effect.lease)
+            world.timeline.add("lease", f"refresh   {effect.lease.session_id} "
+                               f"token {effect.lease.token} lost")
+            raise
+        except Exception:
+            self.log_lease("refresh_failed", effect.lease)
+            raise
+        if self.current is not None:
+            self._kept[self.current.seq] = lease
+        self.log_lease("refreshed", lease)
+        until = lease.expires_at - world.timeline.start_s
+        world.timeline.add("lease", f"refresh   {lease.session_id} token {lease.token} "
+                           f"until {until:.0f} s")
+        return lease
+
+    # -- the refresher actor ----------------------------------------------------------------
+    def _start_refresher(self, effect: fx.StartRefresher) -> int:
+        coro = lease_rules.keep_lease(effect.lease, effect.interval_s, effect.ttl_s)
+        child = self.spawn(coro, name=f"refresher of {effect.lease.holder}", parent=self.current)
+        self._refreshers[child.seq] = child
+        self._kept[child.seq] = effect.lease
+        self.log_lease("refresher_started", effect.lease)
+        return child.seq
+
+    def _stop_refresher(self, effect: fx.StopRefresher) -> bool:
+        self.stop_actor(self._refreshers.pop(effect.handle))
+        lost = effect.handle in self._lost
+        self._lost.discard(effect.handle)
+        self.log_lease("refresher_stopped", self._kept.pop(effect.handle))
+        return lost
+
+    def _interrupt_turn(self, effect: fx.InterruptTurn) -> None:
+        refresher = self.current
+        assert refresher is not None
+        self._lost.add(refresher.seq)
+        turn = refresher.parent
+        self.log_lease("interrupted", self._kept[refresher.seq])
+        self.world.timeline.add("INTERRUPT", f"{lease_rules.holder_fields(effect.holder).get('turn')}"
+                                f": {effect.reason}")
+        if turn is None or turn.done:
+            return
+        turn.interrupt = effect.reason
+        wait = turn.wait
+        if wait is not None and wait.interruptible:
+            pending = turn.pending
+            self.world.scheduler.unpark(turn)
+            turn.driver._complete(turn, pending, None, TurnInterrupted(effect.reason))
+
+    def _clear_interrupt(self, effect: fx.ClearInterrupt) -> None:
+        if self.current is not None:
+            self.current.interrupt = None

@@ -1,0 +1,160 @@
+"""Stories with several processes: start them, give them turns, stall or kill them, run all.
+
+Theory of operation
+-------------------
+``Story.turn`` runs one turn on the story's default process and waits for it. The steps
+here let a story put several processes in one world (each with its own ``Engine``, so its
+own caches and holder identity), hand turns to any of them, possibly later on the virtual
+clock, and then run the world until every turn has ended. The scheduler interleaves the
+processes' effects in the order the world's seed draws (``sim.scheduler``).
+
+A *stall* (``freeze``) stops every actor of a process for a while without killing it: a
+long GC pause, a stopped container, a laptop lid. Its lease can expire meanwhile and
+another process can take it; when the stalled process wakes, the fence and its lease
+refresher decide what it may still do. A *kill* drops the process at once, wherever its
+actors are, exactly like a crash point.
+
+Each turn is recorded in the world's runs when it ends, with the turn id its actor minted,
+and the checkers run once the world is idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hermes_ref.effects import Sleep
+from hermes_ref.engine import Engine
+from hermes_ref.outcomes import TurnResult
+from hermes_ref.prologue import TurnInput
+from sim.driver import SimDriver, finished
+from sim.faults import Crashed
+from sim.scheduler import Actor
+from sim.world import SimProcess, TurnRun
+
+if TYPE_CHECKING:
+    from sim.harness import Story
+
+
+@dataclass(eq=False)
+class ProcessHandle:
+    """One simulated agent process of a story."""
+
+    process: SimProcess
+    engine: Engine
+    driver: SimDriver
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+@dataclass(eq=False)
+class TurnHandle:
+    """A turn handed to a process; ``result`` is set when it ends (None: its process died)."""
+
+    session_id: str
+    text: str
+    actor: Actor
+    recorded: bool = False
+    result: TurnResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.actor.done
+
+
+@dataclass
+class Processes:
+    """The story's extra processes and the turns handed to them, not yet recorded."""
+
+    handles: dict[int, ProcessHandle] = field(default_factory=dict)
+    pending: list[TurnHandle] = field(default_factory=list)
+
+
+def start(story: Story) -> ProcessHandle:
+    world = story.world
+    process = world.start_process()
+    engine = Engine(limits=story._limits, tools=story._tools, holder=world.holder_of(process.pid),
+                    phase_observer=world.timeline.phase)
+    handle = ProcessHandle(process, engine, SimDriver(world, process))
+    story._processes.handles[process.pid] = handle
+    world.timeline.add("process", f"pid={process.pid} started")
+    return handle
+
+
+def default(story: Story) -> ProcessHandle:
+    """The story's own process (the one ``Story.turn`` uses), as a handle."""
+    world = story.world
+    process = world.processes[world.pid]
+    return ProcessHandle(process, story.engine, SimDriver(world, process))
+
+
+async def _later(seconds: float, engine: Engine, inp: TurnInput) -> TurnResult:
+    await Sleep(seconds)
+    return await engine.run_turn(inp)
+
+
+def start_turn(story: Story, text: str, *, session: str, process: ProcessHandle | None,
+               after_s: float, platform: str | None) -> TurnHandle:
+    handle = process or default(story)
+    inp = TurnInput(session_id=session, text=text, platform=platform or "cli")
+    coro: Any = handle.engine.run_turn(inp) if after_s <= 0 else _later(after_s, handle.engine, inp)
+    when = f" in {after_s:g} s" if after_s > 0 else ""
+    story.world.timeline.add("turn", f"pid={handle.pid} {session} {text!r}{when}")
+    turn = TurnHandle(session, text, handle.driver.spawn(coro))
+    story._processes.pending.append(turn)
+    return turn
+
+
+def run_all(story: Story) -> None:
+    """Step the world until every turn handed out has ended, then check the record."""
+    world = story.world
+    pending = story._processes.pending
+    while any(not t.done for t in pending):
+        if not world.scheduler.step():
+            break
+        _record_ended(story)
+    _record_ended(story)
+    story.check()
+
+
+def _record_ended(story: Story) -> None:
+    world = story.world
+    for turn in story._processes.pending:
+        if not turn.done or turn.recorded:
+            continue
+        turn.recorded = True
+        try:
+            turn.result = finished(turn.actor)
+        except Crashed:
+            turn.result = None
+        world.runs.append(TurnRun(turn.session_id, turn.text, turn.actor.turn_id,
+                                  turn.result is None))
+        if turn.result is not None:
+            answer = turn.result.final_response
+            shown = "None" if answer is None else repr(answer[:40])
+            world.timeline.add("result", f"{turn.result.turn_id} "
+                               f"{turn.result.exit_reason.value} final={shown}")
+    story._processes.pending[:] = [t for t in story._processes.pending if not t.recorded]
+
+
+def freeze(story: Story, process: ProcessHandle, seconds: float, after_s: float) -> None:
+    """From ``after_s`` on, no actor of the process runs for ``seconds``."""
+    world = story.world
+
+    def stall() -> None:
+        world.scheduler.freeze(process.pid, world.clock.now() + seconds)
+        world.stalls.append((process.pid, world.clock.now(), world.clock.now() + seconds))
+        world.timeline.add("FAULT", f"pid={process.pid} stalls for {seconds:g} s")
+    world.scheduler.at(world.clock.now() + after_s, stall)
+
+
+def kill(story: Story, process: ProcessHandle, after_s: float) -> None:
+    """``after_s`` from now the process dies, wherever its actors are (SIGKILL)."""
+    world = story.world
+
+    def die() -> None:
+        if process.process.alive:
+            process.driver.crash_process("SIGKILL")
+    world.scheduler.at(world.clock.now() + after_s, die)

@@ -1,0 +1,114 @@
+"""Broken leases: a turn that runs without one, a refresher that wakes too late or shrugs off
+a loss, a reclaim that waits out a dead holder, a release before the refresher stops, and a
+late start that says nothing."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+from unittest import mock
+
+from hermes_ref import finalizer, lease, prologue
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import ClearInterrupt, Now, RefreshLease, ReleaseLease, Sleep, StopRefresher
+from hermes_ref.errors import PersistenceError
+from hermes_ref.models import Lease
+from sim.sabotage.base import sabotage
+
+# ---- LEASE-1: the wait times out and the turn runs anyway ("fail open") ---------------------
+
+
+def _fail_open() -> list[AbstractContextManager[Any]]:
+    original = prologue._take_lease
+
+    async def fail_open(inp: Any, deps: Any, cache: Any, holder: str, now: float) -> Any:
+        cache, created, got = await original(inp, deps, cache, holder, now)
+        if got is None:  # "better to answer unserialized than not at all"
+            got = Lease(session_id=inp.session_id, holder=holder, token=0, acquired_at=now,
+                        expires_at=now + deps.limits.lease_ttl_s)
+        return cache, created, got
+    return [mock.patch.object(prologue, "_take_lease", fail_open)]
+
+
+sabotage("fail_open_on_lease_timeout", ("LEASE-1",),
+         "a turn whose lease wait times out runs anyway with a made-up grant")(_fail_open)
+
+
+# ---- LEASE-2: the refresher sleeps a whole TTL between refreshes ----------------------------
+
+
+def _refresh_every_ttl() -> list[AbstractContextManager[Any]]:
+    original = lease.keep_lease
+
+    async def late(grant: Lease, interval_s: float, ttl_s: float) -> None:
+        await original(grant, ttl_s, ttl_s)  # the TTL passed where the interval belongs
+    return [mock.patch.object(lease, "keep_lease", late)]
+
+
+sabotage("refresh_interval_is_the_ttl", ("LEASE-2",),
+         "the refresher waits lease_ttl_s between refreshes instead of lease_refresh_s")(
+    _refresh_every_ttl)
+
+
+# ---- LEASE-3: a dead holder's lease is only reclaimed once it expires -----------------------
+
+
+def _wait_out_the_dead() -> list[AbstractContextManager[Any]]:
+    def only_expired(expires_at: float, now: float, holder_dead: Any) -> bool:
+        return expires_at <= now
+    return [mock.patch.object(lease, "reclaimable", only_expired)]
+
+
+sabotage("dead_holders_block_the_lease", ("LEASE-3",),
+         "the reclaim rule ignores the holder's death and waits for the TTL")(_wait_out_the_dead)
+
+
+# ---- LEASE-4: a failed refresh is logged and the turn goes on --------------------------------
+
+
+def _shrug_off_loss() -> list[AbstractContextManager[Any]]:
+    async def shrug(grant: Lease, interval_s: float, ttl_s: float) -> None:
+        while True:
+            await Sleep(interval_s)
+            try:
+                grant = await RefreshLease(grant, await Now(), ttl_s)
+            except PersistenceError:
+                continue  # "the next refresh will probably work"
+    return [mock.patch.object(lease, "keep_lease", shrug)]
+
+
+sabotage("lost_lease_ignored", ("LEASE-4",),
+         "a refresh that fails is retried later instead of interrupting the turn")(_shrug_off_loss)
+
+
+# ---- LEASE-6: the lease is released before the refresher is stopped -------------------------
+
+
+def _release_first() -> list[AbstractContextManager[Any]]:
+    async def release_first(ctx: TurnContext) -> None:
+        try:
+            await ReleaseLease(ctx.lease)
+        except PersistenceError as error:
+            ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
+        if ctx.refresher is not None:
+            await StopRefresher(ctx.refresher)
+            await ClearInterrupt()
+    return [mock.patch.object(finalizer, "_release", release_first)]
+
+
+sabotage("release_before_stopping_refresher", ("LEASE-6",),
+         "the finalizer releases the lease first and stops its refresher afterwards")(
+    _release_first)
+
+
+# ---- CTX-9: a late start says nothing ---------------------------------------------------------
+
+
+def _no_warning() -> list[AbstractContextManager[Any]]:
+    async def silent(ctx: TurnContext) -> None:
+        return None
+    return [mock.patch.object(prologue, "_warn_if_late", silent)]
+
+
+sabotage("late_start_unwarned", ("CTX-9",),
+         "a turn that starts before its predecessor's final persist logs no warning")(_no_warning)
