@@ -62,7 +62,7 @@ W = TypeVar("W")
 __all__ = ["GroupCommit", "Outcome", "Write", "run_batch"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What one write came to: its op's return value, or the error its caller gets."""
 
@@ -70,7 +70,7 @@ class Outcome:
     error: Exception | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Waiter(Generic[W]):
     write: W
     done: asyncio.Future[Any]
@@ -237,7 +237,7 @@ def _dropped() -> PersistenceError:
 # -- the worker side: one transaction per batch --------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Write:
     """One store write op with its arguments, as ``sqlite_ops`` spells it: op(conn, events, ...)."""
 
