@@ -13,7 +13,8 @@ callers are settled and the next batch starts, in arrival order.
 
 When to start a batch, as PostgreSQL's ``commit_siblings`` asks "are others about to
 commit?": the turns that the last commit resumed are on their way to their next write
-(``awaited`` counts them until each writes again or ends). With the worker idle, a write
+(``awaited`` counts them until each writes again or its task ends, which a done callback
+on the task reports). With the worker idle, a write
 that finds none of them still on the way starts a batch at once, inside its own step; so
 one writer alone starts at once, and N turns in flight that all write between two model
 calls start the batch with the last of their N writes. While some are still on the way,
@@ -100,6 +101,7 @@ class GroupCommit(Generic[W]):
     _queue: list[_Waiter[W]] = field(default_factory=list)
     _inflight: asyncio.Future[Sequence[Outcome]] | None = None
     _released: set[asyncio.Task[Any]] = field(default_factory=set)  # resumed, not back yet
+    _watched: set[asyncio.Task[Any]] = field(default_factory=set)  # told us when they end
     _kick_pending: bool = False
     _rounds: int = 0          # loop rounds waited so far for this batch
     _crashed: bool = False
@@ -131,14 +133,20 @@ class GroupCommit(Generic[W]):
     @property
     def awaited(self) -> int:
         """Callers the last commit resumed that have neither written again nor ended."""
-        self._released = {task for task in self._released if not task.done()}
         return len(self._released)
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        """A caller's task ended: it writes no more, so nobody waits for it."""
+        self._watched.discard(task)
+        self._released.discard(task)
+        if not self._released and self._queue and self._inflight is None and not self._crashed:
+            self._start_next()
 
     def _start_or_wait(self, loop: asyncio.AbstractEventLoop) -> None:
         """The worker is idle: start now if nobody is on the way, else after this loop round."""
         if not self._queue or self._crashed:
             return
-        if not self.awaited:
+        if not self._released:
             self._start_next()
         elif not self._kick_pending:
             self._arm(loop)
@@ -177,6 +185,9 @@ class GroupCommit(Generic[W]):
         """The batch's transaction ended: settle its callers, then start what queued meanwhile."""
         self._inflight = None
         self._released = {w.task for w in batch if w.task is not None and not w.done.done()}
+        for task in self._released - self._watched:  # once per task: its end clears it
+            self._watched.add(task)
+            task.add_done_callback(self._ended)
         for waiter, outcome in zip(batch, _outcomes(inflight, len(batch)), strict=True):
             _settle(waiter.done, outcome)
         self._start_or_wait(inflight.get_loop())
