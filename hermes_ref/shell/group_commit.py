@@ -14,13 +14,13 @@ callers are settled and the next batch starts, in arrival order.
 When to start a batch, as PostgreSQL's ``commit_siblings`` asks "are others about to
 commit?": the turns that the last commit resumed are on their way to their next write
 (``awaited`` counts them until each writes again or its task ends, which a done callback
-on the task reports). With the worker idle, a write
-that finds none of them still on the way starts a batch at once, inside its own step; so
-one writer alone starts at once, and N turns in flight that all write between two model
-calls start the batch with the last of their N writes. While some are still on the way,
-the start waits for the end of the current loop round (``call_soon``), and again, at most
-``ROUNDS_MAX`` rounds (a turn that first joins a task writes a round later). There is no
-timer: a loop with nothing else to do ends its rounds at once. (Splitting the writers in
+on the task reports). With the worker idle, a write that finds none of them still on the
+way starts a batch at once, inside its own step; so one writer alone starts at once, and
+N turns in flight that all write between two model calls start the batch with the last of
+their N writes. While some are still on the way, the start waits for the end of the
+current loop round (``call_soon``), and again, at most ``ROUNDS_MAX`` rounds (a turn that
+first joins a task writes a round later). There is no timer: a loop with nothing else to
+do ends its rounds at once. (Splitting the writers in
 two halves, so that one half commits while the loop runs the other, measured no faster:
 the worker's SQL needs the GIL between statements, so it runs when the loop is idle.)
 
