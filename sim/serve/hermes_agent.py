@@ -65,12 +65,12 @@ class HermesRun:
     state_db: Path
 
 
-def _home(folder: Path, url: str) -> Path:
+def _home(folder: Path, url: str, model: str) -> Path:
     home = folder / "home"
     home.mkdir(parents=True)
     (home / "config.yaml").write_text(
         "model:\n  provider: custom\n"
-        f"  base_url: {url}\n  default: fake-model\n  api_key: sk-fake-local\n"
+        f"  base_url: {url}\n  default: {model}\n  api_key: sk-fake-local\n"
         "  context_length: 131072\nsecurity:\n  tirith_enabled: false\n")
     (home / ".update_check").write_text(json.dumps(
         {"ts": int(time.time()), "behind": 0, "rev": None, "ver": "0.19.0"}))
@@ -78,15 +78,16 @@ def _home(folder: Path, url: str) -> Path:
 
 
 def run(hermes: str | Path, script: object, folder: Path, prompt: str,
-        timeout_s: float = 180.0) -> HermesRun:
-    """One ``hermes -z`` run against ``script`` (a path or a decoded script)."""
+        timeout_s: float = 180.0, model: str = "fake-model") -> HermesRun:
+    """One ``hermes -z`` run against ``script`` (a path or a decoded script), with
+    ``model`` as Hermes' model name (some names make it pass reasoning back)."""
     parsed = script_file.load(script) if isinstance(script, str | Path) else (
         script_file.parse(script))
     journal = Journal(open_journal(folder / "journal.jsonl"))
     simulator = Simulator(parsed, journal)
     server = start(simulator)
     try:
-        home = _home(folder, server.url)
+        home = _home(folder, server.url, model)
         work = folder / "work"
         work.mkdir()
         env = {**os.environ, "HERMES_HOME": str(home), "HOME": str(folder),

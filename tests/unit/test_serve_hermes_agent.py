@@ -35,3 +35,16 @@ def test_hermes_meets_each_fault_and_its_database_audits(tmp_path: Path, name: s
     if name == "rate_limited":
         assert posts[1]["gap_s"] >= 0.9  # Retry-After: 1 was honoured
     assert [f.invariant for f in audit(result.state_db).findings] == FINDINGS.get(name, [])
+
+
+def test_hermes_passes_reasoning_back_and_it_is_accepted(tmp_path: Path) -> None:
+    """For a reasoning model's name Hermes sends reasoning_content back: 200, journaled."""
+    script = {"model": "deepseek-reasoner", "steps": [
+        {"tool_calls": [{"name": "terminal", "arguments": {"command": "echo tool-ok"}}],
+         "reasoning": "I should run it."},
+        {"text": "tool-ok", "reasoning": "Done."}]}
+    result = run(HERMES, script, tmp_path, PROMPT, model="deepseek-reasoner")
+    assert result.stdout.strip() == "tool-ok"
+    second = [r for r in result.records if r["method"] == "POST"][1]
+    assert second["status"] == 200
+    assert any(u.endswith(".reasoning_content") for u in second["unknown"])
