@@ -156,6 +156,7 @@ class OpenTurn(Effect[LeaseGrant]):
     holder: str
     now: float
     ttl_s: float
+    poll_s: float = 0.0  # > 0: join the session's queue of waiters when busy, asking again within
     kind: ClassVar[str] = "open_turn"
 
     @property
@@ -175,7 +176,24 @@ class AcquireLease(Effect[Lease | None]):
     holder: str
     now: float
     ttl_s: float
+    poll_s: float = 0.0  # > 0: join (or stay in) the session's queue of waiters when busy
     kind: ClassVar[str] = "acquire_lease"
+
+    @property
+    def site(self) -> Site:
+        return Site.LEASE
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveLeaseQueue(Effect[None]):
+    """A waiter gives up: take its place out of the session's queue at once (LEASE-5).
+
+    Without this its place would still hold back the next asker until it lapsed.
+    """
+
+    session_id: str
+    holder: str
+    kind: ClassVar[str] = "leave_lease_queue"
 
     @property
     def site(self) -> Site:

@@ -10,7 +10,9 @@ believes.
 
 The holder names its process and its turn: ``pid=<n>:pidns=<ns>:turn=<id>:platform=<p>``
 (LEASE-2). A lease whose holder process is dead may be reclaimed before it expires
-(LEASE-3); the store asks the driver's liveness probe.
+(LEASE-3); the store asks the driver's liveness probe. A turn that waits for a busy lease
+joins the session's queue of waiters, and a free lease goes to the live waiter that asked
+first (``first_in_line``); a waiter that stops asking drops out after two poll intervals.
 
 While the turn runs, ``keep_lease`` runs beside it (the driver starts it: an asyncio task
 in production, an actor of the same process in the simulator). Every ``lease_refresh_s``
@@ -27,7 +29,7 @@ release is holder-qualified, so releasing a lease that was lost changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from hermes_ref.effects import InterruptTurn, Now, RefreshLease, Sleep
 from hermes_ref.errors import PersistenceError
@@ -58,6 +60,19 @@ def reclaimable(expires_at: float, now: float, holder_dead: Callable[[], bool]) 
     asked only for an unexpired lease (it costs a system call in production).
     """
     return expires_at <= now or holder_dead()
+
+
+def first_in_line(mine: int | None, others: Iterable[int]) -> bool:
+    """Waiters are served in the order they asked (LEASE-1, fairness).
+
+    ``mine`` is the asker's place in the session's queue (None: it never waited), ``others``
+    the places of the other live waiters. A free lease goes to the asker only if nobody
+    still waiting asked before it; a first-time asker comes after every waiter. Without
+    this, a process that just released a session re-takes it for its next turn while the
+    waiters of other processes are between two polls.
+    """
+    earliest = min(others, default=None)
+    return earliest is None or (mine is not None and mine < earliest)
 
 
 async def keep_lease(lease: Lease, interval_s: float, ttl_s: float) -> None:

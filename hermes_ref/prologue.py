@@ -39,6 +39,7 @@ from hermes_ref.effects import (
     AcquireLease,
     Emit,
     FlushEvents,
+    LeaveLeaseQueue,
     LoadMessages,
     MintId,
     Now,
@@ -142,16 +143,19 @@ async def _take_lease(
     limits, created = deps.limits, False
     deadline = now + limits.lease_wait_s_max
     if cache is None:
-        grant = await OpenTurn(session_record(inp, deps.tools, now), holder, now, limits.lease_ttl_s)
+        grant = await OpenTurn(session_record(inp, deps.tools, now), holder, now,
+                               limits.lease_ttl_s, limits.lease_poll_s)
         prompt = grant.session.system_prompt
         cache = SessionCache(inp.session_id, prompt, Message(role=Role.SYSTEM, content=prompt))
         created, lease = grant.created, grant.lease
     else:
-        lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s)
+        lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
+                                   limits.lease_poll_s)
     while lease is None and now < deadline:
         await Sleep(limits.lease_poll_s)
         now = await Now()
-        lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s)
+        lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
+                                   limits.lease_poll_s)
     return cache, created, lease
 
 
@@ -249,6 +253,7 @@ def refused_result(inp: TurnInput, turn_id: str, user: Message,
 
 async def _refuse(inp: TurnInput, deps: PrologueDeps, turn_id: str, user: Message,
                   lease: Lease | None, failure: PersistenceError | None) -> TurnResult:
+    holder = lease_rules.holder_identity(deps.holder, turn_id, inp.platform)
     """End a turn that never began: give back a lease it got, log its exit, return the input."""
     result = refused_result(inp, turn_id, user, failure)
     cleanup: list[str] = []
@@ -257,6 +262,11 @@ async def _refuse(inp: TurnInput, deps: PrologueDeps, turn_id: str, user: Messag
             await ReleaseLease(lease)
         except PersistenceError as error:  # the lease expires on its own
             cleanup.append(f"release: {error.cause}")
+    elif failure is None:  # it waited in line and gave up: make way for the next waiter
+        try:
+            await LeaveLeaseQueue(inp.session_id, holder)
+        except PersistenceError as error:  # its place lapses on its own after two polls
+            cleanup.append(f"queue: {error.cause}")
     ending = Ending(result.exit_reason, result.exit_detail, None, failed=True)
     line = ExitLine.build(ending, api_calls=0, max_iterations=deps.limits.max_iterations,
                           budget_used=0, budget_max=deps.limits.iteration_budget, tail=None,

@@ -157,3 +157,23 @@ def two_sessions_run_side_by_side(s: Story) -> None:
     s.expect(one.result is not None and two.result is not None
              and one.result.completed and two.result.completed, "both answered")
     s.expect(s.world.clock.now() - start < 40.0, "in about 30 s together, not 60 s one by one")
+
+
+@scenario("A turn waiting for a busy session is served before a later turn of the holder",
+          invariants=("LEASE-1", "LEASE-5"), stage="lease")
+def waiters_are_served_in_order(s: Story) -> None:
+    s.script(text("The first answer."), text("The waiting answer."), text("The second answer."))
+    first = s.main_process()
+    other = s.process()
+    s.delay_reply(1, 10.0)
+    s.start_turn("First question.", process=first)
+    waiting = s.start_turn("A question from elsewhere.", process=other, after_s=2.5)
+    second = s.start_turn("Second question.", process=first, after_s=10.2)
+    s.run_all()
+    s.expect(waiting.result is not None and waiting.result.final_response == "The waiting answer.",
+             "the turn that had waited since 2.5 s ran next")
+    s.expect(second.result is not None and second.result.final_response == "The second answer.",
+             "the holder's next turn queued behind it and ran last")
+    holders = [g.holder.split(":turn=")[1].split(":")[0]
+               for g in s.world.store.snapshot().lease_grants]
+    s.expect(holders == ["turn-1", "turn-2", "turn-3"], f"grants in asking order: {holders}")

@@ -60,6 +60,7 @@ class LeaseHandlers:
             fx.AcquireLease: self._acquire_lease,
             fx.ReleaseLease: self._release_lease,
             fx.RefreshLease: self._refresh_lease,
+            fx.LeaveLeaseQueue: self._leave_queue,
             fx.StartRefresher: self._start_refresher,
             fx.StopRefresher: self._stop_refresher,
             fx.InterruptTurn: self._interrupt_turn,
@@ -77,7 +78,7 @@ class LeaseHandlers:
     def _open_turn(self, effect: fx.OpenTurn) -> LeaseGrant:
         self._fail_if_planned(Site.LEASE)
         grant: LeaseGrant = self._write(self.world.store.open_turn, effect.record, effect.holder,
-                                        effect.now, effect.ttl_s)
+                                        effect.now, effect.ttl_s, effect.poll_s)
         if grant.created:
             self.world.timeline.add("write", f"session   {effect.record.id} created")
         got = f"token {grant.lease.token}" if grant.lease else "busy"
@@ -91,7 +92,7 @@ class LeaseHandlers:
     def _acquire_lease(self, effect: fx.AcquireLease) -> Lease | None:
         self._fail_if_planned(Site.LEASE)
         lease: Lease | None = self._write(self.world.store.acquire_lease, effect.session_id,
-                                          effect.holder, effect.now, effect.ttl_s)
+                                          effect.holder, effect.now, effect.ttl_s, effect.poll_s)
         got = f"token {lease.token}" if lease else "busy"
         self.world.timeline.add("write", f"lease     {effect.session_id} {got}")
         if lease is not None:
@@ -110,6 +111,11 @@ class LeaseHandlers:
         self._write(self.world.store.release_lease, effect.lease)
         self.world.timeline.add("write", f"release   token {effect.lease.token}")
         self.log_lease("released", effect.lease)
+
+    def _leave_queue(self, effect: fx.LeaveLeaseQueue) -> None:
+        self._fail_if_planned(Site.LEASE)
+        self._write(self.world.store.leave_lease_queue, effect.session_id, effect.holder)
+        self.world.timeline.add("write", f"lease     {effect.session_id} gave up waiting")
 
     def _refresh_lease(self, effect: fx.RefreshLease) -> Lease:
         world = self.world

@@ -133,14 +133,20 @@ class SqliteStore:
         return ops.watermark(self._conn)
 
     # -- leases ---------------------------------------------------------------------------
-    def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float) -> Lease | None:
-        return self._write(ops.acquire_lease, session_id, holder, now, ttl_s, self._holder_alive)
+    def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float,
+                      poll_s: float = 0.0) -> Lease | None:
+        return self._write(ops.acquire_lease, session_id, holder, now, ttl_s, self._holder_alive,
+                           poll_s)
 
-    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float) -> LeaseGrant:
-        return self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive)
+    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
+                  poll_s: float = 0.0) -> LeaseGrant:
+        return self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive, poll_s)
 
     def release_lease(self, lease: Lease) -> None:
         self._write(ops.release_lease, lease, self._now() or 0.0)
+
+    def leave_lease_queue(self, session_id: str, holder: str) -> None:
+        self._write(ops.leave_lease_queue, session_id, holder)
 
     def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
         return self._write(ops.refresh_lease, lease, now, ttl_s, self._now())

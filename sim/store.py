@@ -34,6 +34,8 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
         # LEASE-4: the store's own clock decides expiry at each fenced write (None: never)
         self._clock = clock
         self._grants: list[LeaseGrantRow] = []
+        self._waiters: dict[str, dict[str, tuple[int, float]]] = {}  # session -> holder -> place
+        self._waiter_seq = 0
         self._open_grant: dict[str, int] = {}  # session -> index of its open grant row
         self._sessions: dict[str, SessionRecord] = {}
         # plain tuples, not StoredMessage values: the store keeps every row of a long sweep,
@@ -148,15 +150,21 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
         return self._next_row_id - 1
 
     # -- leases ---------------------------------------------------------------------
-    def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float) -> Lease | None:
+    def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float,
+                      poll_s: float = 0.0) -> Lease | None:
         if session_id not in self._sessions:
             raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
         current = self._leases.get(session_id)
+        free = True
         if current is not None and current.holder is not None:
             incumbent = current.holder
-            if not lease_rules.reclaimable(current.expires_at, now,
-                                           lambda: not self._holder_alive(incumbent)):
-                return None
+            free = lease_rules.reclaimable(current.expires_at, now,
+                                           lambda: not self._holder_alive(incumbent))
+        if not free or (poll_s > 0 and not self._first_in_line(session_id, holder, now)):
+            if poll_s > 0:  # wait in line: a write of its own, which commits no event
+                self._join_queue(session_id, holder, now, poll_s)
+            return None
+        self._waiters.get(session_id, {}).pop(holder, None)
         token = (current.token if current else 0) + 1
         row = LeaseRow(
             session_id=session_id, holder=holder, token=token,
@@ -174,13 +182,14 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
             acquired_at=now, expires_at=now + ttl_s,
         )
 
-    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float) -> LeaseGrant:
+    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
+                  poll_s: float = 0.0) -> LeaseGrant:
         """Ensure the session row and take its lease as one commit (see sqlite_ops.open_turn)."""
         existing = self._sessions.get(record.id)
         if existing is None:
             self._sessions[record.id] = record
             self._by_session.setdefault(record.id, [])
-        lease = self.acquire_lease(record.id, holder, now, ttl_s)
+        lease = self.acquire_lease(record.id, holder, now, ttl_s, poll_s)
         if existing is None and lease is None:
             self._commit_events()
         return LeaseGrant(session=existing or record, created=existing is None, lease=lease)
@@ -210,6 +219,29 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
         self._grants[index] = self._grants[index].model_copy(update={"expires_at": expires_at})
         self._commit_events()
         return lease.model_copy(update={"expires_at": expires_at})
+
+    def leave_lease_queue(self, session_id: str, holder: str) -> None:
+        self._waiters.get(session_id, {}).pop(holder, None)
+        self._commit_events()
+
+    def _first_in_line(self, session_id: str, holder: str, now: float) -> bool:
+        """Drop waiters that stopped asking or died; is ``holder`` first of those left?"""
+        queue = self._waiters.setdefault(session_id, {})
+        for waiter, (_, valid_until) in list(queue.items()):
+            if valid_until <= now or not self._holder_alive(waiter):
+                del queue[waiter]
+        mine = queue.get(holder)
+        return lease_rules.first_in_line(mine[0] if mine else None,
+                                         [seq for w, (seq, _) in queue.items() if w != holder])
+
+    def _join_queue(self, session_id: str, holder: str, now: float, poll_s: float) -> None:
+        queue = self._waiters.setdefault(session_id, {})
+        if holder in queue:
+            seq = queue[holder][0]
+        else:
+            self._waiter_seq += 1
+            seq = self._waiter_seq
+        queue[holder] = (seq, now + 2 * poll_s)  # gone unless it asks again within two polls
 
     def _end_grant(self, session_id: str, at: float, reason: str) -> None:
         index = self._open_grant.pop(session_id, None)

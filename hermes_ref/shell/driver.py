@@ -124,8 +124,9 @@ class AsyncDriver:
         return {
             fx.Sleep: self._sleep_effect,
             fx.LoadMessages: lambda e: store.load_messages(e.session_id, e.after_row_id),
-            fx.OpenTurn: lambda e: store.open_turn(e.record, e.holder, e.now, e.ttl_s),
-            fx.AcquireLease: lambda e: store.acquire_lease(e.session_id, e.holder, e.now, e.ttl_s),
+            fx.OpenTurn: lambda e: store.open_turn(e.record, e.holder, e.now, e.ttl_s, e.poll_s),
+            fx.AcquireLease: lambda e: store.acquire_lease(e.session_id, e.holder, e.now, e.ttl_s,
+                                                           e.poll_s),
             fx.ReleaseLease: lambda e: store.release_lease(e.lease),
             fx.AppendMessages: lambda e: store.append_messages(
                 e.session_id, e.lease_token, e.messages),
@@ -143,6 +144,7 @@ class AsyncDriver:
         store = self.store
         return {
             fx.RefreshLease: lambda e: store.refresh_lease(e.lease, e.now, e.ttl_s),
+            fx.LeaveLeaseQueue: lambda e: store.leave_lease_queue(e.session_id, e.holder),
             fx.StartRefresher: self._start_refresher,
             fx.StopRefresher: lambda e: turn_tasks.CURRENT.get().stop(e.handle),
             fx.InterruptTurn: self._interrupt_turn,

@@ -37,6 +37,14 @@ GRANTS_DDL: tuple[str, ...] = (
         end_reason TEXT,
         PRIMARY KEY (session_id, token)
     )""",
+    # the turns waiting for a busy lease, in the order they first asked (fairness)
+    """CREATE TABLE lease_waiters (
+        session_id TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        valid_until REAL NOT NULL,
+        PRIMARY KEY (session_id, holder)
+    )""",
 )
 
 _ACQUIRE = (
@@ -74,8 +82,56 @@ _SELECT_GRANTS = (
 
 
 def take(conn: sqlite3.Connection, session_id: str, holder: str, now: float, ttl_s: float,
-         holder_alive: Callable[[str], bool] | None) -> int | None:
-    """Grant the lease inside the open transaction; the new token, or None when busy."""
+         holder_alive: Callable[[str], bool] | None, poll_s: float = 0.0) -> int | None:
+    """Grant the lease inside the open transaction; the new token, or None when busy.
+
+    With ``poll_s`` the asker waits in line: it is refused while a live waiter that asked
+    before it still waits, and a refusal (re)writes its place in the queue.
+    """
+    if poll_s > 0 and not _first_in_line(conn, session_id, holder, now, holder_alive):
+        _join_queue(conn, session_id, holder, now, poll_s)
+        return None
+    token = _grant(conn, session_id, holder, now, ttl_s, holder_alive)
+    if token is None and poll_s > 0:
+        _join_queue(conn, session_id, holder, now, poll_s)
+    elif token is not None:
+        conn.execute(_LEAVE, (session_id, holder))
+    return token
+
+
+_WAITERS = "SELECT holder, seq, valid_until FROM lease_waiters WHERE session_id = ?"
+_LEAVE = "DELETE FROM lease_waiters WHERE session_id = ? AND holder = ?"
+_JOIN = (
+    "INSERT INTO lease_waiters(session_id, holder, seq, valid_until) VALUES (?, ?, "
+    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM lease_waiters), ?) "
+    "ON CONFLICT(session_id, holder) DO UPDATE SET valid_until = excluded.valid_until"
+)
+
+
+def _first_in_line(conn: sqlite3.Connection, session_id: str, holder: str, now: float,
+                   holder_alive: Callable[[str], bool] | None) -> bool:
+    mine, others = None, []
+    for waiter, seq, valid_until in conn.execute(_WAITERS, (session_id,)).fetchall():
+        if valid_until <= now or (holder_alive is not None and not holder_alive(waiter)):
+            conn.execute(_LEAVE, (session_id, waiter))  # stopped asking, or died
+        elif waiter == holder:
+            mine = int(seq)
+        else:
+            others.append(int(seq))
+    return lease_rules.first_in_line(mine, others)
+
+
+def leave_queue(conn: sqlite3.Connection, session_id: str, holder: str) -> None:
+    conn.execute(_LEAVE, (session_id, holder))
+
+
+def _join_queue(conn: sqlite3.Connection, session_id: str, holder: str, now: float,
+                poll_s: float) -> None:
+    conn.execute(_JOIN, (session_id, holder, now + 2 * poll_s))
+
+
+def _grant(conn: sqlite3.Connection, session_id: str, holder: str, now: float, ttl_s: float,
+           holder_alive: Callable[[str], bool] | None) -> int | None:
     current = conn.execute(_CURRENT, (session_id,)).fetchone()
     reason = "expired"
     if current is not None and current[0] is not None and current[2] > now:

@@ -335,21 +335,26 @@ def acquire_lease(
     now: float,
     ttl_s: float,
     holder_alive: Callable[[str], bool] | None = None,
+    poll_s: float = 0.0,
 ) -> Lease | None:
     """Grant if free, released or expired (token + 1); None if held and unexpired.
 
     A live-looking lease whose holder process is dead (``holder_alive`` says so) is
     reclaimable too (LEASE-3): it is marked expired inside the same transaction.
-    A refused acquire writes nothing, so it commits nothing: ``events`` stay pending.
+    A refused acquire commits no event: ``events`` stay pending. It writes nothing at all,
+    unless the asker waits in line (``poll_s``): then only its place in the queue.
     """
     expires_at = now + ttl_s
     try:
         with _write(conn):
-            token = leases.take(conn, session_id, holder, now, ttl_s, holder_alive)
-            if token is None:
+            token = leases.take(conn, session_id, holder, now, ttl_s, holder_alive, poll_s)
+            if token is None and poll_s <= 0:
                 raise _Busy
-            _insert_events(conn, events)
+            if token is not None:
+                _insert_events(conn, events)
     except _Busy:
+        return None
+    if token is None:
         return None
     return Lease(
         session_id=session_id, holder=holder, token=token,
@@ -365,6 +370,7 @@ def open_turn(
     now: float,
     ttl_s: float,
     holder_alive: Callable[[str], bool] | None = None,
+    poll_s: float = 0.0,
 ) -> LeaseGrant:
     """Ensure the session row and take its lease in ONE transaction (one commit, one fsync).
 
@@ -379,10 +385,11 @@ def open_turn(
             created = conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(record)).rowcount == 1
             if not created:
                 stored = decode_session(conn.execute(_SELECT_SESSION, (record.id,)).fetchone())
-            token = leases.take(conn, record.id, holder, now, ttl_s, holder_alive)
-            if token is None and not created:
+            token = leases.take(conn, record.id, holder, now, ttl_s, holder_alive, poll_s)
+            if token is None and not created and poll_s <= 0:
                 raise _Busy
-            _insert_events(conn, events)
+            if token is not None or created:
+                _insert_events(conn, events)
     except _Busy:
         return LeaseGrant(session=stored, created=False, lease=None)
     lease = Lease(session_id=record.id, holder=holder, token=token,
@@ -396,6 +403,14 @@ def release_lease(conn: StoreConnection, events: Sequence[EventRow], lease: Leas
     with _write(conn):
         if conn.execute(_RELEASE, (lease.session_id, lease.token, lease.holder)).rowcount:
             leases.close_released(conn, lease, now)
+        _insert_events(conn, events)
+
+
+def leave_lease_queue(conn: StoreConnection, events: Sequence[EventRow], session_id: str,
+                      holder: str) -> None:
+    """A waiter that gives up leaves the session's queue (LEASE-5)."""
+    with _write(conn):
+        leases.leave_queue(conn, session_id, holder)
         _insert_events(conn, events)
 
 

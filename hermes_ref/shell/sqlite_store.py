@@ -240,19 +240,23 @@ class AsyncSqliteStore:
 
     # -- leases ---------------------------------------------------------------------------
     async def acquire_lease(
-        self, session_id: str, holder: str, now: float, ttl_s: float
+        self, session_id: str, holder: str, now: float, ttl_s: float, poll_s: float = 0.0
     ) -> Lease | None:
         return await self._write(
-            ops.acquire_lease, session_id, holder, now, ttl_s, self._holder_alive
+            ops.acquire_lease, session_id, holder, now, ttl_s, self._holder_alive, poll_s
         )
 
     async def open_turn(
-        self, record: SessionRecord, holder: str, now: float, ttl_s: float
+        self, record: SessionRecord, holder: str, now: float, ttl_s: float, poll_s: float = 0.0
     ) -> LeaseGrant:
-        return await self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive)
+        return await self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive,
+                                 poll_s)
 
     async def release_lease(self, lease: Lease) -> None:
         await self._write(ops.release_lease, lease, self.clock())
+
+    async def leave_lease_queue(self, session_id: str, holder: str) -> None:
+        await self._write(ops.leave_lease_queue, session_id, holder)
 
     async def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
         return await self._write(ops.refresh_lease, lease, now, ttl_s, self.clock())

@@ -190,6 +190,20 @@ def late_start_is_warned(obs: Observation) -> list[Violation]:
     return out
 
 
+def _someone_ahead(obs: Observation, ask: LeaseStep) -> bool:
+    """Was another turn still waiting for the session that had first asked before ``ask``'s
+    asker did? (Its last ask comes after this one: it had not given up.)"""
+    steps = [s for s in obs.lease_log or () if s.what in ("busy", "granted")
+             and s.session_id == ask.session_id]
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for step in steps:
+        first.setdefault(step.holder, step.seq)
+        last[step.holder] = step.seq
+    mine = first.get(ask.holder, ask.seq)
+    return any(first[h] < mine and last[h] > ask.seq for h in first if h != ask.holder)
+
+
 def _steps(obs: Observation, what: str) -> list[LeaseStep]:
     return [step for step in obs.lease_log or () if step.what == what]
 
@@ -251,6 +265,8 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
         pid = holder_fields(grant.holder).get("pid", "")
         died = deaths.get(int(pid)) if pid.isdigit() else None
         if _after_loss(grant, ask.at):
+            if _someone_ahead(obs, ask):
+                continue  # free, but another turn had waited longer: its turn comes first
             problem = f"its grant (token {grant.token}) had ended"
         elif died is not None and died <= ask.at + EPSILON_S:
             problem = f"its holder pid={pid} had died {ask.at - died:g} s before"
@@ -286,4 +302,29 @@ def release_after_refresher_stops(obs: Observation) -> list[Violation]:
             out.append(Violation("release_after_refresher_stops", "LEASE-6",
                                  f"{release.session_id} token {release.token} was refreshed "
                                  f"{len(late)} time(s) after its release"))
+    return out
+
+
+@checker("waiters_served_in_order", ("LEASE-1",),
+         "a free lease goes to the turn that has waited longest, not to a later asker")
+def waiters_served_in_order(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    steps = [s for s in obs.lease_log or () if s.what in ("busy", "granted")]
+    first_ask: dict[tuple[str, str], LeaseStep] = {}
+    last_ask: dict[tuple[str, str], int] = {}
+    for step in steps:
+        key = (step.session_id, step.holder)
+        first_ask.setdefault(key, step)
+        last_ask[key] = step.seq
+    for grant in (s for s in steps if s.what == "granted"):
+        mine = first_ask[(grant.session_id, grant.holder)].seq
+        passed = [ask for (session_id, holder), ask in first_ask.items()
+                  if session_id == grant.session_id and holder != grant.holder
+                  and ask.what == "busy" and ask.seq < mine and last_ask[(session_id, holder)]
+                  > grant.seq]
+        for ask in passed:
+            out.append(Violation("waiters_served_in_order", "LEASE-1",
+                                 f"{grant.session_id} went to {grant.holder} (first asked at "
+                                 f"effect {mine}) while {ask.holder} had waited since effect "
+                                 f"{ask.seq}"))
     return out

@@ -112,3 +112,16 @@ def _no_warning() -> list[AbstractContextManager[Any]]:
 
 sabotage("late_start_unwarned", ("CTX-9",),
          "a turn that starts before its predecessor's final persist logs no warning")(_no_warning)
+
+
+# ---- LEASE-1: whoever asks when the lease is free gets it ----------------------------------
+
+
+def _no_queue() -> list[AbstractContextManager[Any]]:
+    def anyone(mine: int | None, others: Any) -> bool:
+        return True
+    return [mock.patch.object(lease, "first_in_line", anyone)]
+
+
+sabotage("waiters_not_served_in_order", ("LEASE-1",),
+         "a free lease goes to whoever asks next, ahead of turns already waiting")(_no_queue)

@@ -64,8 +64,9 @@ class SyncFacade:
     def ensure_session(self, record: SessionRecord) -> tuple[SessionRecord, bool]:
         return self._run(self.inner.ensure_session(record))  # type: ignore[no-any-return]
 
-    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float) -> Any:
-        return self._run(self.inner.open_turn(record, holder, now, ttl_s))
+    def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
+                  poll_s: float = 0.0) -> Any:
+        return self._run(self.inner.open_turn(record, holder, now, ttl_s, poll_s))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         return self._run(self.inner.get_session(session_id))  # type: ignore[no-any-return]
@@ -86,11 +87,15 @@ class SyncFacade:
     ) -> Message:
         return self._run(self.inner.rewrite_message(session_id, lease_token, row_id, content))  # type: ignore[no-any-return]
 
-    def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float) -> Lease | None:
-        return self._run(self.inner.acquire_lease(session_id, holder, now, ttl_s))  # type: ignore[no-any-return]
+    def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float,
+                      poll_s: float = 0.0) -> Lease | None:
+        return self._run(self.inner.acquire_lease(session_id, holder, now, ttl_s, poll_s))  # type: ignore[no-any-return]
 
     def release_lease(self, lease: Lease) -> None:
         self._run(self.inner.release_lease(lease))
+
+    def leave_lease_queue(self, session_id: str, holder: str) -> None:
+        self._run(self.inner.leave_lease_queue(session_id, holder))
 
     def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
         return self._run(self.inner.refresh_lease(lease, now, ttl_s))  # type: ignore[no-any-return]
@@ -983,3 +988,43 @@ def test_all_stores_agree_on_any_door_history(ops: list[tuple[Any, ...]]) -> Non
         assert other[1] == reference[1]
         assert other[0].admissions == reference[0].admissions
         assert other[0].epoch == reference[0].epoch
+
+
+def test_waiters_are_served_in_the_order_they_asked(harness: Harness) -> None:
+    """LEASE-1: a free lease goes to the earliest live waiter, not to whoever asks first after the release."""
+    store = harness.store
+    store.create_session(session())
+    held = store.acquire_lease("s1", "pid=1:turn=a", 0.0, 300.0, 1.0)
+    assert held is not None
+    assert store.acquire_lease("s1", "pid=2:turn=b", 1.0, 300.0, 1.0) is None  # b waits first
+    assert store.acquire_lease("s1", "pid=3:turn=c", 1.5, 300.0, 1.0) is None  # then c
+    store.release_lease(held)
+    assert store.acquire_lease("s1", "pid=1:turn=d", 2.0, 300.0, 1.0) is None  # d joins behind
+    assert store.acquire_lease("s1", "pid=3:turn=c", 2.0, 300.0, 1.0) is None  # b is ahead of c
+    got = store.acquire_lease("s1", "pid=2:turn=b", 2.0, 300.0, 1.0)
+    assert got is not None and got.holder == "pid=2:turn=b"
+
+
+def test_a_waiter_that_stops_asking_drops_out_of_line(harness: Harness) -> None:
+    """LEASE-1: a place in the queue lapses two poll intervals after its last ask."""
+    store = harness.store
+    store.create_session(session())
+    held = store.acquire_lease("s1", "pid=1:turn=a", 0.0, 300.0, 1.0)
+    assert held is not None
+    assert store.acquire_lease("s1", "pid=2:turn=b", 1.0, 300.0, 1.0) is None
+    store.release_lease(held)
+    got = store.acquire_lease("s1", "pid=3:turn=c", 3.5, 300.0, 1.0)  # b last asked at 1.0
+    assert got is not None and got.holder == "pid=3:turn=c"
+
+
+def test_a_waiter_that_gives_up_makes_way_at_once(harness: Harness) -> None:
+    """LEASE-5: a waiter that leaves the queue no longer holds back the next asker."""
+    store = harness.store
+    store.create_session(session())
+    held = store.acquire_lease("s1", "pid=1:turn=a", 0.0, 300.0, 1.0)
+    assert held is not None
+    assert store.acquire_lease("s1", "pid=2:turn=b", 1.0, 300.0, 1.0) is None
+    store.leave_lease_queue("s1", "pid=2:turn=b")
+    store.release_lease(held)
+    got = store.acquire_lease("s1", "pid=3:turn=c", 1.5, 300.0, 1.0)
+    assert got is not None and got.holder == "pid=3:turn=c"

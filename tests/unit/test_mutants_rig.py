@@ -56,6 +56,7 @@ class Rig:
             fx.Emit: lambda e: None,
             fx.FlushEvents: lambda e: None,
             fx.ReleaseLease: lambda e: None,
+            fx.LeaveLeaseQueue: lambda e: None,
             fx.StartRefresher: lambda e: 1,     # the refresher would run beside the turn
             fx.StopRefresher: lambda e: False,
             fx.ClearInterrupt: lambda e: None,
