@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestAssertRewriteWarning")
-
 
 def run(pytester: pytest.Pytester, source: str) -> pytest.RunResult:
     pytester.makeini("[pytest]\nasyncio_mode = auto\n"
