@@ -130,7 +130,9 @@ def judge_tails(sessions: dict[str, Session], walks: dict[str, _Walk]) -> Iterat
         elif walk.last == "tool":
             yield Finding(kind, "FIN-8", sid, walk.last_id, f"{state} a tool row at the tail")
         elif walk.last == "user":
-            yield Finding(kind, "FIN-5", sid, walk.last_id, f"{state} a user row at the tail")
+            note = " (FIN-5 allows it only after a context-pressure failure)" if ended else ""
+            yield Finding(kind, "FIN-5", sid, walk.last_id,
+                          f"{state} a user row at the tail{note}")
 
 
 def judge_sessions(record: Record, walks: dict[str, _Walk]) -> Iterator[Finding]:
