@@ -21,6 +21,9 @@ transport's own failures map here, each keeping the foreign exception as ``__cau
     httpx.TimeoutException                    ProviderTimeout                      transient
     httpx.InvalidURL                          ProviderRejected        (will not fix itself)
     any other transport failure               ProviderServerError(status=None)     transient
+      (a body cut before its end, a stream
+      without its last chunk, included:
+      httpx.RemoteProtocolError)
 
 No httpx or json exception escapes ``complete``. A request body that cannot be encoded
 (NaN, an unserialisable value) is a ``ProviderRejected`` before anything is sent
