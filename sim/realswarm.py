@@ -1,0 +1,238 @@
+"""Real processes on one SQLite file: several workers submit and drain, one is SIGKILLed.
+
+Theory of operation
+-------------------
+::
+
+    python -m sim.realswarm run    --workdir DIR [--processes 4 --sessions 3 --admissions 6]
+    python -m sim.realswarm worker --db FILE --workdir DIR --name W --sessions s-a,s-b ...
+    python -m sim.realswarm check  --workdir DIR
+
+``run`` (``run_swarm``) sets the file up in this process with the production store:
+the sessions, each worker's principal bound to every session as a member, the operator,
+and one runtime epoch (``door.recover``). Then it starts P worker processes
+(``sim.swarm_worker``) on that epoch. They all submit to and drain the same sessions at
+once; the admission queue (ADM-4) and the turn lease (LEASE-1) are all that keep them
+apart. The first worker is told to hold its ``hold_at``-th tool call: right after the
+call's effect is journaled it writes ``midturn.json`` and sleeps in its tool thread, its
+lease still refreshed. The coordinator waits for that marker, SIGKILLs the worker, reaps
+it (a zombie still answers ``kill(pid, 0)``, so reaping is what makes its pid dead to the
+liveness probe) and writes ``kills.jsonl``.
+
+The survivors run on. The killed turn's admission stays ``started`` (its epoch is the
+survivors' epoch, so nothing may call it dead while they run), and ADM-4 keeps its
+session's queue waiting behind it; the survivors drain the other sessions and exit once
+the shared queue has stopped moving. Why recovery waits for them: the runtime epoch is
+one row for the whole file, and beginning a new one fences every process of the old one
+(their claims and settles would be refused). So, as a restart would, a recovery process
+(``worker --recover``) then begins a new epoch (the killed turn's row becomes
+``unknown``), reconciles it as the operator (terminal ``interrupted``, never re-run:
+ADM-5), submits one input to each session (a user writing again after the restart), and
+drains what is left. Its first turn on the killed session finds the dead
+holder's lease and reclaims it (through the liveness probe if it is still unexpired),
+and its prologue reports the held call unknown instead of running it again (TOOL-10).
+
+Then ``check`` (``sim.swarm_check``) judges the file and the journals: the three swarm
+checks and every registered checker over the rebuilt observation. ``SwarmReport``
+carries the figures (processes, sessions, admissions submitted, completed, unknown,
+kills, wall time) and both lists of violations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hermes_ref import door
+from hermes_ref.admission import AdmissionStatus, Binding, BindingRole, PrincipalKind
+from hermes_ref.limits import Limits
+from hermes_ref.prologue import TurnInput, session_record
+from hermes_ref.shell.driver import AsyncDriver
+from hermes_ref.tool_specs import REFERENCE_TOOLS
+from sim import swarm_worker
+from sim.checkers import run_all
+from sim.realcrash import append_jsonl, read_jsonl
+from sim.swarm_check import KILLS_FILE, load, observation, swarm_violations
+from sim.swarm_worker import MARKER_FILE, OPERATOR, SwarmProvider, SwarmStore, SwarmTools
+
+ROOT = Path(__file__).resolve().parents[1]
+DB_FILE = "swarm.db"
+RECOVERY = "r0"  # the restarted process's name, and its principal
+
+
+@dataclass(frozen=True)
+class SwarmPlan:
+    processes: int = 4
+    sessions: int = 3
+    admissions: int = 6  # per worker (every third is also handed in a second time)
+    hold_at: int = 2     # the victim is killed holding its hold_at-th tool call
+    lease_ttl_s: float = 8.0  # long enough that the dead holder's lease is still unexpired
+    lease_refresh_s: float = 1.0  # when recovery asks for it: the liveness probe reclaims it
+    idle_exit_s: float = 1.5
+    timeout_s: float = 30.0
+
+    @property
+    def session_ids(self) -> tuple[str, ...]:
+        return tuple(f"s-{chr(ord('a') + i)}" for i in range(self.sessions))
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(lease_ttl_s=self.lease_ttl_s, lease_refresh_s=self.lease_refresh_s)
+
+
+@dataclass
+class SwarmReport:
+    figures: dict[str, Any]
+    swarm: list[str] = field(default_factory=list)     # the three swarm checks
+    checkers: list[str] = field(default_factory=list)  # every registered checker
+
+    @property
+    def ok(self) -> bool:
+        return not self.swarm and not self.checkers
+
+
+async def _setup(db: Path, plan: SwarmPlan, names: Sequence[str]) -> int:
+    """Sessions, bindings and the first runtime epoch, through the production store."""
+    store = await SwarmStore.open_shared(db)
+    try:
+        now = time.time()
+        for session in plan.session_ids:
+            record = session_record(TurnInput(session_id=session, text=""), REFERENCE_TOOLS, now)
+            await store.ensure_session(record)
+            for name in names:
+                await store.bind_principal(Binding(principal_id=name, kind=PrincipalKind.USER,
+                                                   session_id=session, role=BindingRole.MEMBER))
+            await store.bind_principal(Binding(principal_id=OPERATOR, kind=PrincipalKind.OPERATOR,
+                                               session_id=session, role=BindingRole.OPERATOR))
+        unused = db.parent / "setup.jsonl"  # the epoch's effects call no model and no tool
+        driver = AsyncDriver(store=store, provider=SwarmProvider(store, unused, "setup"),
+                             tools=SwarmTools(store, unused, "setup", unused, None, 0.0))
+        start = await driver.run(door.recover())
+        return start.epoch
+    finally:
+        await store.close()
+
+
+def _spawn(db: Path, workdir: Path, name: str, plan: SwarmPlan, **options: object,
+           ) -> subprocess.Popen[str]:
+    argv = swarm_worker.worker_command(
+        db, workdir, name, plan.session_ids, lease_ttl_s=plan.lease_ttl_s,
+        lease_refresh_s=plan.lease_refresh_s, idle_exit_s=plan.idle_exit_s,
+        deadline_s=plan.timeout_s, **options)
+    return subprocess.Popen([sys.executable, "-m", "sim.realswarm", *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _await_marker(marker: Path, victim: subprocess.Popen[str], deadline: float) -> dict[str, Any]:
+    while time.monotonic() < deadline:
+        lines = read_jsonl(marker)
+        if lines:
+            return lines[-1]
+        if victim.poll() is not None:
+            raise RuntimeError(f"the victim exited ({victim.returncode}) before it held a call: "
+                               f"{victim.stderr.read() if victim.stderr else ''}")
+        time.sleep(0.01)
+    raise TimeoutError("the victim never reached its held tool call")
+
+
+def _finish(proc: subprocess.Popen[str], deadline: float) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker pid {proc.pid} exited {proc.returncode}: {err[-2000:]}")
+    summary: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return summary
+
+
+def run_swarm(workdir: Path, plan: SwarmPlan | None = None) -> SwarmReport:
+    """Start the workers, kill one mid-turn, let the others finish, recover, check."""
+    plan = plan or SwarmPlan()
+    workdir.mkdir(parents=True, exist_ok=True)
+    db = workdir / DB_FILE
+    names = [f"w{i}" for i in range(plan.processes)]
+    began = time.monotonic()
+    deadline = began + plan.timeout_s
+    epoch = asyncio.run(_setup(db, plan, [*names, RECOVERY]))
+    procs = [_spawn(db, workdir, name, plan, admissions=plan.admissions, epoch=epoch, seed=i,
+                    hold_at=plan.hold_at if i == 0 else None)
+             for i, name in enumerate(names)]
+    victim = procs[0]
+    try:
+        held = _await_marker(workdir / MARKER_FILE, victim, deadline)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()  # reaped: from now on its pid is dead to the liveness probe
+        append_jsonl(workdir / KILLS_FILE, {**held, "pid": victim.pid, "at": time.time()})
+        summaries = [_finish(p, deadline) for p in procs[1:]]
+        # one more input per session after the restart, so every session runs a turn again
+        recovery = _spawn(db, workdir, RECOVERY, plan, admissions=plan.sessions, recover=True)
+        summaries.append(_finish(recovery, deadline))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    wall_s = time.monotonic() - began
+    return judge(db, workdir, plan, summaries, wall_s)
+
+
+def judge(db: Path, workdir: Path, plan: SwarmPlan, summaries: list[dict[str, Any]],
+          wall_s: float) -> SwarmReport:
+    """The figures and the violations of a finished run."""
+    rec = load(db, workdir)
+    statuses = Counter((r.status.value, r.outcome.value if r.outcome else None)
+                       for r in rec.admissions)
+    answers = [d for d in rec.door if d["kind"] == "answer"]
+    dead = [g for g in rec.grants if g.end_reason == "holder_dead"]
+    figures = {
+        "processes": plan.processes + 1, "workers": plan.processes, "sessions": plan.sessions,
+        "submissions": sum(1 for d in rec.door if d["kind"] == "submit"),
+        "admissions": len(rec.admissions),
+        "resubmissions_answered_same": sum(1 for a in answers if a.get("fresh") is False),
+        "completed": statuses[(AdmissionStatus.TERMINAL.value, "completed")],
+        "reconciled_unknown": sum(1 for r in rec.admissions if r.unknown_tick is not None),
+        "unknown_now": sum(n for (s, _), n in statuses.items() if s == "unknown"),
+        "kills": len(rec.kills), "turns": sum(1 for d in rec.door if d["kind"] == "settled"),
+        "tool_runs": len(rec.runs), "grants": len(rec.grants),
+        "reclaimed_dead_holder": len(dead),
+        "reclaimed_before_expiry": sum(1 for g in dead if (g.ended_at or 0) < g.expires_at),
+        "wall_s": round(wall_s, 2), "workers_summary": summaries,
+    }
+    checkers = list(dict.fromkeys(str(v) for v in run_all(observation(db, workdir, plan.limits))))
+    return SwarmReport(figures, swarm_violations(rec), checkers)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.realswarm", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="the whole swarm: start, kill, recover, check")
+    run.add_argument("--workdir", required=True, type=Path)
+    for name, default in asdict(SwarmPlan()).items():
+        run.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+    swarm_worker.add_arguments(sub.add_parser("worker", help="one worker process"))
+    check = sub.add_parser("check", help="judge a finished run's file and journals")
+    check.add_argument("--workdir", required=True, type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "worker":
+        return swarm_worker.main(args)
+    if args.command == "run":
+        fields = {k: getattr(args, k) for k in asdict(SwarmPlan())}
+        report = run_swarm(args.workdir, SwarmPlan(**fields))
+    else:
+        report = judge(args.workdir / DB_FILE, args.workdir, SwarmPlan(), [], 0.0)
+    print(json.dumps(asdict(report), indent=1, sort_keys=True))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

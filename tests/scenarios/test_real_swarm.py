@@ -1,0 +1,49 @@
+"""Real processes on one SQLite file: four workers, one SIGKILLed mid-turn, the rest finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes_ref.admission import AdmissionStatus, Move, Outcome
+from hermes_ref.closure import RECOVERED_CALL_TEXT
+from hermes_ref.lease import holder_fields
+from hermes_ref.models import Role
+from sim.realswarm import DB_FILE, SwarmPlan, run_swarm
+from sim.sqlite_store import SqliteStore
+from sim.swarm_check import load
+
+
+@pytest.mark.realcrash
+def test_a_holder_killed_mid_turn_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
+    """SIGKILL a holder mid-turn: no admission lost, no grant overlap, no call run twice."""
+    plan = SwarmPlan()
+    report = run_swarm(tmp_path, plan)
+    assert report.swarm == [], report.swarm
+    assert report.checkers == [], report.checkers
+    fig = report.figures
+    assert fig["processes"] == plan.processes + 1 and fig["kills"] == 1
+    assert fig["unknown_now"] == 0 and fig["reconciled_unknown"] == 1
+    assert fig["completed"] == fig["admissions"] - 1
+    assert fig["wall_s"] < plan.timeout_s
+
+    rec = load(tmp_path / DB_FILE, tmp_path)
+    (kill,) = rec.kills
+    (unknown,) = [r for r in rec.admissions if r.unknown_tick is not None]
+    assert unknown.session_id == kill.session_id and unknown.claims == 1
+    assert (unknown.status, unknown.outcome, unknown.settled_via) == (
+        AdmissionStatus.TERMINAL, Outcome.INTERRUPTED, Move.RECONCILE)
+    # the held call ran once, in the killed process, and was never run again
+    assert [r.pid for r in rec.runs if r.call_id == kill.call_id] == [kill.pid]
+    # the killed holder's lease was taken back through the liveness probe, before it expired
+    (dead,) = [g for g in rec.grants if holder_fields(g.holder)["pid"] == str(kill.pid)
+               and holder_fields(g.holder)["turn"] == kill.turn_id]
+    assert dead.end_reason == "holder_dead" and (dead.ended_at or 0) < dead.expires_at
+    store = SqliteStore(tmp_path / DB_FILE)
+    try:
+        rows = store.snapshot().transcript(kill.session_id)
+    finally:
+        store.close()
+    (result,) = [m for m in rows if m.role is Role.TOOL and m.tool_call_id == kill.call_id]
+    assert result.content == RECOVERED_CALL_TEXT and result.turn_id != kill.turn_id
