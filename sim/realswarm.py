@@ -17,7 +17,8 @@ apart. The first worker is told to hold its ``hold_at``-th tool call: right afte
 call's effect is journaled it writes ``midturn.json`` and sleeps in its tool thread, its
 lease still refreshed. The coordinator waits for that marker, SIGKILLs the worker, reaps
 it (a zombie still answers ``kill(pid, 0)``, so reaping is what makes its pid dead to the
-liveness probe) and writes ``kills.jsonl``.
+liveness probe) and writes ``kills.jsonl``, with what the file showed just before the
+kill (``mid_turn``: the victim's unexpired lease, the durable tool-call row, no result).
 
 The survivors run on. The killed turn's admission stays ``started`` (its epoch is the
 survivors' epoch, so nothing may call it dead while they run), and ADM-4 keeps its
@@ -45,6 +46,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -56,6 +58,7 @@ from typing import Any
 
 from hermes_ref import door
 from hermes_ref.admission import AdmissionStatus, Binding, BindingRole, PrincipalKind
+from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.prologue import TurnInput, session_record
 from hermes_ref.shell.driver import AsyncDriver
@@ -79,7 +82,7 @@ class SwarmPlan:
     hold_at: int = 2     # the victim is killed holding its hold_at-th tool call
     lease_ttl_s: float = 8.0  # long enough that the dead holder's lease is still unexpired
     lease_refresh_s: float = 1.0  # when recovery asks for it: the liveness probe reclaims it
-    idle_exit_s: float = 1.5
+    idle_exit_s: float = 1.0
     timeout_s: float = 30.0
 
     @property
@@ -146,6 +149,27 @@ def _await_marker(marker: Path, victim: subprocess.Popen[str], deadline: float) 
     raise TimeoutError("the victim never reached its held tool call")
 
 
+def mid_turn(db: Path, held: dict[str, Any], pid: int) -> dict[str, bool]:
+    """What the file shows of the held turn just before the kill: its lease, held by the
+    victim and unexpired, and its durable tool-call row (and no result row yet)."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        lease = conn.execute("SELECT holder, expires_at FROM turn_leases WHERE session_id = ?",
+                             (held["session_id"],)).fetchone()
+        rows = conn.execute("SELECT role, tool_calls, tool_call_id FROM messages "
+                            "WHERE session_id = ? AND turn_id = ?",
+                            (held["session_id"], held["turn_id"])).fetchall()
+    conn.close()
+    fields = holder_fields(str(lease[0])) if lease is not None and lease[0] else {}
+    return {
+        "lease_held": fields.get("pid") == str(pid) and fields.get("turn") == held["turn_id"]
+        and float(lease[1]) > time.time(),
+        "call_row": any(role == "assistant" and held["call_id"] in (calls or "")
+                        for role, calls, _ in rows),
+        "result_row": any(role == "tool" and call_id == held["call_id"]
+                          for role, _, call_id in rows),
+    }
+
+
 def _finish(proc: subprocess.Popen[str], deadline: float) -> dict[str, Any]:
     out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     if proc.returncode != 0:
@@ -169,9 +193,11 @@ def run_swarm(workdir: Path, plan: SwarmPlan | None = None) -> SwarmReport:
     victim = procs[0]
     try:
         held = _await_marker(workdir / MARKER_FILE, victim, deadline)
+        seen = mid_turn(db, held, victim.pid)
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()  # reaped: from now on its pid is dead to the liveness probe
-        append_jsonl(workdir / KILLS_FILE, {**held, "pid": victim.pid, "at": time.time()})
+        append_jsonl(workdir / KILLS_FILE, {**held, **seen, "pid": victim.pid,
+                                            "at": time.time()})
         summaries = [_finish(p, deadline) for p in procs[1:]]
         # one more input per session after the restart, so every session runs a turn again
         recovery = _spawn(db, workdir, RECOVERY, plan, admissions=plan.sessions, recover=True)

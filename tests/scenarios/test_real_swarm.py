@@ -10,9 +10,10 @@ from hermes_ref.admission import AdmissionStatus, Move, Outcome
 from hermes_ref.closure import RECOVERED_CALL_TEXT
 from hermes_ref.lease import holder_fields
 from hermes_ref.models import Role
+from sim.realcrash import read_jsonl
 from sim.realswarm import DB_FILE, SwarmPlan, run_swarm
 from sim.sqlite_store import SqliteStore
-from sim.swarm_check import load
+from sim.swarm_check import KILLS_FILE, load
 
 
 @pytest.mark.realcrash
@@ -30,6 +31,8 @@ def test_a_holder_killed_mid_turn_loses_nothing_and_runs_nothing_twice(tmp_path:
 
     rec = load(tmp_path / DB_FILE, tmp_path)
     (kill,) = rec.kills
+    (seen,) = read_jsonl(tmp_path / KILLS_FILE)  # the file just before the SIGKILL
+    assert (seen["lease_held"], seen["call_row"], seen["result_row"]) == (True, True, False)
     (unknown,) = [r for r in rec.admissions if r.unknown_tick is not None]
     assert unknown.session_id == kill.session_id and unknown.claims == 1
     assert (unknown.status, unknown.outcome, unknown.settled_via) == (
