@@ -67,7 +67,8 @@ from sim import swarm_worker
 from sim.checkers import run_all
 from sim.realcrash import append_jsonl, read_jsonl
 from sim.swarm_check import KILLS_FILE, load, observation, swarm_violations
-from sim.swarm_worker import MARKER_FILE, OPERATOR, SwarmProvider, SwarmStore, SwarmTools
+from sim.swarm_ports import MARKER_FILE, SwarmProvider, SwarmStore, SwarmTools
+from sim.swarm_worker import OPERATOR
 
 ROOT = Path(__file__).resolve().parents[1]
 DB_FILE = "swarm.db"
@@ -80,6 +81,7 @@ class SwarmPlan:
     sessions: int = 3
     admissions: int = 6  # per worker (every third is also handed in a second time)
     hold_at: int = 2     # the victim is killed holding its hold_at-th tool call
+    hold_when: str = "after"  # after that call's effect, or "before" it
     lease_ttl_s: float = 8.0  # long enough that the dead holder's lease is still unexpired
     lease_refresh_s: float = 1.0  # when recovery asks for it: the liveness probe reclaims it
     idle_exit_s: float = 1.0
@@ -186,9 +188,11 @@ def run_swarm(workdir: Path, plan: SwarmPlan | None = None) -> SwarmReport:
     names = [f"w{i}" for i in range(plan.processes)]
     began = time.monotonic()
     deadline = began + plan.timeout_s
+    phases: dict[str, float] = {}
     epoch = asyncio.run(_setup(db, plan, [*names, RECOVERY]))
     procs = [_spawn(db, workdir, name, plan, admissions=plan.admissions, epoch=epoch, seed=i,
-                    hold_at=plan.hold_at if i == 0 else None)
+                    hold_at=plan.hold_at if i == 0 else None,
+                    hold_when=plan.hold_when if i == 0 else None)
              for i, name in enumerate(names)]
     victim = procs[0]
     try:
@@ -196,19 +200,24 @@ def run_swarm(workdir: Path, plan: SwarmPlan | None = None) -> SwarmReport:
         seen = mid_turn(db, held, victim.pid)
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait()  # reaped: from now on its pid is dead to the liveness probe
+        phases["killed_at_s"] = time.monotonic() - began
         append_jsonl(workdir / KILLS_FILE, {**held, **seen, "pid": victim.pid,
                                             "at": time.time()})
         summaries = [_finish(p, deadline) for p in procs[1:]]
+        phases["survivors_done_at_s"] = time.monotonic() - began
         # one more input per session after the restart, so every session runs a turn again
         recovery = _spawn(db, workdir, RECOVERY, plan, admissions=plan.sessions, recover=True)
         summaries.append(_finish(recovery, deadline))
+        phases["recovered_at_s"] = time.monotonic() - began
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    wall_s = time.monotonic() - began
-    return judge(db, workdir, plan, summaries, wall_s)
+    report = judge(db, workdir, plan, summaries, time.monotonic() - began)
+    phases["checked_at_s"] = time.monotonic() - began
+    report.figures.update({k: round(v, 2) for k, v in phases.items()})
+    return report
 
 
 def judge(db: Path, workdir: Path, plan: SwarmPlan, summaries: list[dict[str, Any]],
