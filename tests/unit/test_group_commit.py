@@ -368,3 +368,16 @@ async def test_a_store_crash_drops_the_queued_writes_and_keeps_the_committing_on
         assert [len(await again.load_messages(f"s{i}")) for i in range(3)] == [1, 0, 0]
     finally:
         await again.close()
+
+
+async def test_a_write_to_a_store_whose_worker_is_gone_is_a_closed_store_error(
+        tmp_path: Path) -> None:
+    """If aiosqlite's worker has stopped, a write fails as PersistenceError(closed), not ValueError."""
+    store, leases = await open_with_sessions(tmp_path / "w.db", 1)
+    await store._db.close()  # the worker stops; the store has not been told
+    try:
+        with pytest.raises(PersistenceError) as info:
+            await store.append_messages("s0", leases[0].token, user("late"))
+        assert info.value.cause == "closed"
+    finally:
+        await store.close()
