@@ -90,8 +90,8 @@ class GroupCommit(Generic[W]):
 
     ``start(writes)`` must hand the batch to the worker at once and return a future of one
     ``Outcome`` per write, in order (a failed future fails every write of the batch).
-    Starting it synchronously, inside the caller's step, is what lets the worker commit one
-    batch while the loop runs the turns of the previous one; no task is involved.
+    Starting it synchronously puts the batch on the worker inside the caller's step, not a
+    loop round later; no task is involved.
     """
 
     start: Start[W]
