@@ -238,6 +238,7 @@ def judge(db: Path, workdir: Path, plan: SwarmPlan, summaries: list[dict[str, An
         "unknown_now": sum(n for (s, _), n in statuses.items() if s == "unknown"),
         "kills": len(rec.kills), "turns": sum(1 for d in rec.door if d["kind"] == "settled"),
         "tool_runs": len(rec.runs), "grants": len(rec.grants),
+        "model_calls": sum(1 for a in rec.activities if a.what.startswith("model call")),
         "reclaimed_dead_holder": len(dead),
         "reclaimed_before_expiry": sum(1 for g in dead if (g.ended_at or 0) < g.expires_at),
         "wall_s": round(wall_s, 2), "workers_summary": summaries,

@@ -29,6 +29,9 @@ def test_a_holder_killed_mid_turn_loses_nothing_and_runs_nothing_twice(when: str
     assert fig["processes"] == plan.processes + 1 and fig["kills"] == 1
     assert fig["unknown_now"] == 0 and fig["reconciled_unknown"] == 1
     assert fig["completed"] == fig["admissions"] - 1
+    # the checks had something to judge: resubmissions, a tool run and two calls per turn
+    assert fig["submissions"] > fig["admissions"] > plan.sessions
+    assert fig["tool_runs"] >= fig["completed"] and fig["model_calls"] >= 2 * fig["completed"]
     assert fig["wall_s"] < plan.timeout_s
 
     rec = load(tmp_path / DB_FILE, tmp_path)
