@@ -47,6 +47,9 @@ CASES: dict[str, list[dict[str, Any]]] = {
 }
 
 
+CHAT_CASES = {"chat_rejected": "rejected"}  # run with ``hermes chat -q``: no session end
+
+
 def case_script(name: str) -> dict[str, Any]:
     """The whole script of a named case: its steps, and a route for side calls."""
     return {"model": "fake-model", "steps": CASES[name], "routes": [
@@ -78,9 +81,10 @@ def _home(folder: Path, url: str, model: str) -> Path:
 
 
 def run(hermes: str | Path, script: object, folder: Path, prompt: str,
-        timeout_s: float = 180.0, model: str = "fake-model") -> HermesRun:
+        timeout_s: float = 180.0, model: str = "fake-model", chat: bool = False) -> HermesRun:
     """One ``hermes -z`` run against ``script`` (a path or a decoded script), with
-    ``model`` as Hermes' model name (some names make it pass reasoning back)."""
+    ``model`` as Hermes' model name (some names make it pass reasoning back). ``chat``
+    runs ``hermes chat -q`` instead, which leaves its session un-ended."""
     parsed = script_file.load(script) if isinstance(script, str | Path) else (
         script_file.parse(script))
     journal = Journal(open_journal(folder / "journal.jsonl"))
@@ -93,8 +97,10 @@ def run(hermes: str | Path, script: object, folder: Path, prompt: str,
         env = {**os.environ, "HERMES_HOME": str(home), "HOME": str(folder),
                "HERMES_DISABLE_LAZY_INSTALLS": "1"}
         usage_file = folder / "usage.json"
+        argv = ([str(hermes), "chat", "-q", prompt, "-Q", "-t", "terminal", "--yolo"] if chat
+                else [str(hermes), "-z", prompt, "-t", "terminal", "--usage-file", str(usage_file)])
         done = subprocess.run(
-            [str(hermes), "-z", prompt, "-t", "terminal", "--usage-file", str(usage_file)],
+            argv,
             cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     finally:
         server.stop()
@@ -131,14 +137,17 @@ def scrubbed_copy(state_db: Path, dest: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m sim.serve.hermes_agent HERMES_BIN OUT_DIR``: record every case's state.db."""
+    """``python -m sim.serve.hermes_agent HERMES_BIN OUT_DIR``: record every case's state.db
+    (the ``-z`` cases, then the ``chat -q`` ones)."""
     import sys
     import tempfile
 
     hermes, out = (argv or sys.argv[1:])[:2]
-    for name in CASES:
+    every = [(name, name, False) for name in CASES]
+    every += [(name, case, True) for name, case in CHAT_CASES.items()]
+    for name, case, chat in every:
         with tempfile.TemporaryDirectory(prefix=f"hermes-{name}-") as tmp:
-            result = run(hermes, case_script(name), Path(tmp), PROMPT)
+            result = run(hermes, case_script(case), Path(tmp), PROMPT, chat=chat)
             scrubbed_copy(result.state_db, Path(out) / f"{name}.db")
             sys.stdout.write(f"{name}: exit {result.exit_code}, {len(result.records)} "
                              f"request(s), {result.stdout.strip()[:60]!r}\n")

@@ -16,6 +16,7 @@ EXPECTED = {
     "stream_cut": [("violation", "SCAF-1", 3)],
     "context_overflow": [("violation", "FIN-5", 1)],
     "rejected": [("violation", "FIN-5", 1)],
+    "chat_rejected": [("open", "FIN-5", 1)],  # 'hermes chat -q' never ends its session
 }
 
 

@@ -48,3 +48,11 @@ def test_hermes_passes_reasoning_back_and_it_is_accepted(tmp_path: Path) -> None
     second = [r for r in result.records if r["method"] == "POST"][1]
     assert second["status"] == 200
     assert any(u.endswith(".reasoning_content") for u in second["unknown"])
+
+
+def test_a_chat_run_that_fails_leaves_an_open_turn(tmp_path: Path) -> None:
+    """'hermes chat -q' does not end its session: a failed turn is an open turn, not a violation."""
+    result = run(HERMES, case_script("rejected"), tmp_path, PROMPT, chat=True)
+    checked = audit(result.state_db)
+    assert [(f.kind, f.invariant) for f in checked.findings] == [("open", "FIN-5")]
+    assert not checked.failed() and checked.failed(strict=True)
