@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+
 import pytest
+
+
+def installed() -> bool:
+    """Whether the pytest11 entry point is installed (an editable install made before it
+    was declared lacks it; the plugin is then named on the command line)."""
+    return any(e.value == "sim.pytest_plugin" for e in entry_points(group="pytest11"))
 
 
 def run(pytester: pytest.Pytester, source: str) -> pytest.RunResult:
     pytester.makeini("[pytest]\nasyncio_mode = auto\n"
                      "asyncio_default_fixture_loop_scope = function\n")
     pytester.makepyfile(test_user=source)
-    return pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider")
+    named = () if installed() else ("-p", "sim.pytest_plugin")
+    return pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", *named)
 
 
 def test_served_sim_answers_over_http_and_journals(pytester: pytest.Pytester) -> None:
@@ -92,3 +101,13 @@ def test_audit_helper(tmp_path):
         assert_audit_clean(tmp_path / "state.db")
 ''')
     result.assert_outcomes(passed=3)
+
+
+def test_the_entry_point_names_the_plugin() -> None:
+    """pyproject.toml declares the plugin under pytest11 (what 'pip install' registers)."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    declared = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["pytest11"]
+    assert declared == {"hermes_ref_sim": "sim.pytest_plugin"}
