@@ -163,6 +163,8 @@ class AsyncSqliteStore:
         except StopIteration as stop:  # aiosqlite answered at once: never, but keep it
             pending = asyncio.get_running_loop().create_future()
             pending.set_result(stop.value)
+        except ValueError as exc:  # aiosqlite's worker is gone ("Connection closed")
+            raise PersistenceError(f"{self.path}: store is closed", cause="closed") from exc
         finally:
             hop.close()
         return cast(asyncio.Future[Sequence[Outcome]], pending)
