@@ -29,6 +29,7 @@ with the bytes sent, the answers) so every registered checker can judge it too
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from itertools import pairwise
@@ -40,6 +41,7 @@ from hermes_ref.door import Submission
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.ports import LeaseGrantRow, LedgerEntry
+from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers.admission import DoorObservation
 from sim.realcrash import load_calls, load_ledger, read_jsonl
 from sim.sqlite_store import SqliteStore
@@ -251,6 +253,13 @@ def _ack(line: dict[str, Any]) -> AckRecord:
     return AckRecord(answer=answer, mark=int(line["mark"]), submitted=sub)
 
 
+def _with_catalog_tools(call: CallRecord) -> CallRecord:
+    """The call with the offered tools' local fields back (``keeps_memory`` is not on the
+    wire, and CTX-1's checker asks it): each rebuilt spec replaced by the catalog's own."""
+    tools = tuple(TOOLS_BY_NAME.get(t.name, t) for t in call.request.tools)
+    return dataclasses.replace(call, request=dataclasses.replace(call.request, tools=tools))
+
+
 def observation(db: Path, workdir: Path, limits: Limits) -> DoorObservation:
     """The ``DoorObservation`` the file and every worker's journals support."""
     store = SqliteStore(db)
@@ -266,7 +275,7 @@ def observation(db: Path, workdir: Path, limits: Limits) -> DoorObservation:
         calls.extend(load_calls(folder))
         acks.extend(_ack(line) for line in read_jsonl(folder / DOOR_FILE)
                     if line["kind"] == "answer")
-    calls.sort(key=lambda c: c.at)
+    calls = sorted((_with_catalog_tools(c) for c in calls), key=lambda c: c.at)
     kills = read_jsonl(workdir / KILLS_FILE)
     return DoorObservation(record=record, ledger=tuple(sorted(ledger, key=lambda e: e.at)),
                            calls=tuple(calls), crash_seqs=tuple(range(len(kills))),

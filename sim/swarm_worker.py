@@ -15,7 +15,8 @@ drain step, each reconcile).
 The loop submits its admissions one per round through ``door.admit`` (the principal is
 the worker's name, bound to every session; every third request is submitted twice, which
 the door must answer with the same admission), and in every round takes one drain step
-per session. It stops when its submissions are done and the shared queue has not moved
+per session (a worker told to hold a call submits more while nothing is left for it to
+reach that call on). It stops when its submissions are done and the shared queue has not moved
 (no claim, settle or new row) for ``--idle-exit-s``, or when nothing is queued or
 started, or at ``--deadline-s``. With ``--recover`` it first begins a new runtime epoch
 (started rows of the old one become unknown), reconciles each orphan as the operator, and
@@ -71,15 +72,19 @@ class WorkerConfig:
     recover: bool = False
 
 
+def submission(cfg: WorkerConfig, i: int) -> door.Submission:
+    """This worker's i-th request, round robin over the sessions (start shifted by the seed)."""
+    session = cfg.sessions[(i + cfg.seed) % len(cfg.sessions)]
+    return door.Submission(principal_id=cfg.name, session_id=session,
+                           request_id=f"{cfg.name}-{i}",
+                           payload={"text": f"{cfg.name} asks: keep note {i} of {session}."})
+
+
 def submissions(cfg: WorkerConfig) -> list[door.Submission]:
-    """This worker's requests, round robin over the sessions (start shifted by the seed);
-    every third one is handed in twice (ADM-3: the same request is one admission)."""
+    """This worker's requests; every third one is handed in twice (ADM-3: one admission)."""
     out: list[door.Submission] = []
     for i in range(cfg.admissions):
-        session = cfg.sessions[(i + cfg.seed) % len(cfg.sessions)]
-        sub = door.Submission(principal_id=cfg.name, session_id=session,
-                              request_id=f"{cfg.name}-{i}",
-                              payload={"text": f"{cfg.name} asks: keep note {i} of {session}."})
+        sub = submission(cfg, i)
         out.extend([sub, sub] if i % 3 == 0 else [sub])
     return out
 
@@ -156,7 +161,7 @@ class Worker:
         started = time.monotonic()
         if cfg.recover:
             await self.recover()
-        todo = submissions(cfg)
+        todo, more = submissions(cfg), cfg.admissions
         marker, still = _progress(cfg.db), time.monotonic()
         while time.monotonic() - started < cfg.deadline_s:
             if todo:
@@ -165,6 +170,10 @@ class Worker:
             now_marker = _progress(cfg.db)
             if ran or todo or now_marker != marker:
                 marker, still = now_marker, time.monotonic()
+                continue
+            if cfg.hold_at is not None and now_marker[2] == 0:
+                todo.append(submission(cfg, more))  # the others took all the work before
+                more += 1                           # this worker reached its held call
                 continue
             if now_marker[2] == 0 or (not cfg.recover
                                       and time.monotonic() - still >= cfg.idle_exit_s):

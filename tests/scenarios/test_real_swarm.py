@@ -56,3 +56,15 @@ def test_a_holder_killed_mid_turn_loses_nothing_and_runs_nothing_twice(when: str
         store.close()
     (result,) = [m for m in rows if m.role is Role.TOOL and m.tool_call_id == kill.call_id]
     assert result.content == RECOVERED_CALL_TEXT and result.turn_id != kill.turn_id
+
+
+@pytest.mark.realcrash
+@pytest.mark.slow
+def test_a_larger_swarm_killed_late_still_loses_nothing(tmp_path: Path) -> None:
+    """Six workers, twelve inputs each, killed at the twelfth call: every check still holds."""
+    plan = SwarmPlan(processes=6, admissions=12, hold_at=12, timeout_s=60.0)
+    report = run_swarm(tmp_path, plan)
+    assert report.swarm == [] and report.checkers == [], (report.swarm, report.checkers)
+    fig = report.figures
+    assert fig["kills"] == 1 and fig["unknown_now"] == 0 and fig["reconciled_unknown"] == 1
+    assert fig["completed"] == fig["admissions"] - 1
