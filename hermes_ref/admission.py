@@ -32,6 +32,18 @@ and nothing else writes a status (ADM-5)::
     started --orphan--> unknown          (its owner epoch is dead: set at recovery)
     unknown --reconcile--> terminal(interrupted)   (explicit, by an operator; never re-queued)
 
+Epochs are per process. A process begins its own epoch (``BeginEpoch``: a new number,
+recorded durably with the process's holder identity ``pid=..:pidns=..`` and its start
+time); each admission it claims carries that epoch as its owner, and a settle is fenced
+by the row's owner epoch being the caller's own, live epoch. Recovery (``retirable``,
+then ``recover``) retires an epoch only when its holder is dead (the store's
+``holder_alive`` probe) or when a later epoch of the *same* holder began: one pid in one
+pid namespace is one process at a time, so an older epoch under the holder of a process
+that begins again belongs to a predecessor that is gone (a restart under the same pid, as
+pid 1 in a container) or that this process abandoned. Only the started rows of retired
+epochs become unknown; several live processes drain one store side by side (ADM-5:
+started becomes unknown after its owner dies, not when someone else starts).
+
 ``next_claim`` is the FIFO rule (ADM-4): the lowest ``seq`` queued row of the session,
 none while one is started, and a paused queue while one is unknown. These functions are
 reached through this module (``admission.next_claim``) by every store, so one rule
@@ -42,7 +54,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -192,10 +204,20 @@ class ClaimAnswer(Frozen):
     paused: bool = False
 
 
-class EpochStart(Frozen):
-    """A new runtime epoch and the started admissions of dead epochs it made unknown."""
+class EpochRecord(Frozen):
+    """One process's runtime epoch, as the store keeps it: whose, since when, retired when."""
 
     epoch: int
+    holder: str                     # the process's holder identity, ``pid=..:pidns=..``
+    started_at: float
+    retired_at: float | None = None  # set once recovery found its holder dead (or replaced)
+
+
+class EpochStart(Frozen):
+    """The caller's epoch after a recovery: the epochs it retired, the rows it made unknown."""
+
+    epoch: int
+    retired: tuple[int, ...] = ()
     orphaned: tuple[AdmissionRow, ...] = ()
 
 
@@ -316,23 +338,25 @@ def next_claim(rows: Iterable[AdmissionRow]) -> ClaimAnswer:
     return ClaimAnswer(row=min(queued, key=lambda r: r.seq)) if queued else ClaimAnswer()
 
 
-def apply_move(row: AdmissionRow, move: Move, *, epoch: int, current_epoch: int, now: float,
+def apply_move(row: AdmissionRow, move: Move, *, epoch: int, live: bool, now: float,
                tick: int, outcome: Outcome | None = None, turn_id: str | None = None,
                claim_mark: int | None = None) -> AdmissionRow:
     """The row after ``move``, or ``PersistenceError`` when the table or the fence says no.
 
-    Every move but ``orphan`` is fenced by the runtime epoch: a process whose epoch is no
-    longer the stored one writes nothing (ADM-5's settle fencing); a settle must also come
-    from the epoch that claimed the row.
+    Every move but ``orphan`` is fenced by the caller's epoch: one that is unknown to the
+    store or retired (``live`` false) writes nothing, and a settle must come from the row's
+    owner epoch, the one that claimed it (ADM-5's settle fencing). Another live process's
+    epoch is no reason to refuse: many processes drain one store.
     """
     target = TRANSITIONS.get((row.status, move))
     if target is None:
         raise PersistenceError(f"admission {row.admission_id} is {row.status.value}: "
                                f"it cannot {move.value}", cause="illegal_move")
-    if epoch != current_epoch or (move is Move.SETTLE and row.owner_epoch != epoch):
+    if move is not Move.ORPHAN and (
+            not live or (move is Move.SETTLE and row.owner_epoch != epoch)):
         raise PersistenceError(f"admission {row.admission_id}: epoch {epoch} is stale "
-                               f"(current {current_epoch}, owner {row.owner_epoch})",
-                               cause="stale_epoch")
+                               f"({'live' if live else 'retired or unknown'}, "
+                               f"owner {row.owner_epoch})", cause="stale_epoch")
     allowed = MOVE_OUTCOMES.get(move, frozenset())
     if (outcome is None) != (not allowed) or (outcome is not None and outcome not in allowed):
         raise PersistenceError(f"{move.value} cannot record outcome {outcome}",
@@ -349,19 +373,45 @@ def apply_move(row: AdmissionRow, move: Move, *, epoch: int, current_epoch: int,
     return row.model_copy(update=update)
 
 
-def orphaned(row: AdmissionRow, epoch: int) -> bool:
-    """ADM-5/7 at recovery: a started row of an older epoch becomes unknown; nothing else moves."""
-    return row.status is AdmissionStatus.STARTED and row.owner_epoch != epoch
+def epoch_live(epochs: Iterable[EpochRecord], epoch: int) -> bool:
+    """The fence: ``epoch`` was begun in this store and is not retired."""
+    return any(e.epoch == epoch and e.retired_at is None for e in epochs)
 
 
-def recover(rows: Iterable[AdmissionRow], epoch: int, now: float,
+def fence(epochs: Iterable[EpochRecord], epoch: int) -> None:
+    """A claim's fence, before the FIFO choice: a retired (or never begun) epoch claims
+    nothing, even from an empty queue, so a process recovery gave up on learns it at once."""
+    if not epoch_live(epochs, epoch):
+        raise PersistenceError(f"epoch {epoch} is retired or unknown: it cannot claim",
+                               cause="stale_epoch")
+
+
+def retirable(epochs: Iterable[EpochRecord], epoch: int,
+              holder_alive: Callable[[str], bool]) -> list[int]:
+    """The live epochs that recovery under ``epoch`` retires: those whose holder is dead,
+    and the older ones of ``epoch``'s own holder (its predecessor under the same pid)."""
+    known = list(epochs)
+    mine = next((e for e in known if e.epoch == epoch), None)
+    if mine is None or mine.retired_at is not None:
+        raise PersistenceError(f"epoch {epoch} is not live: it cannot recover",
+                               cause="stale_epoch")
+    return [e.epoch for e in known if e.retired_at is None and e.epoch != epoch
+            and (e.holder == mine.holder or not holder_alive(e.holder))]
+
+
+def orphaned(row: AdmissionRow, dead: Collection[int]) -> bool:
+    """ADM-5/7 at recovery: a started row of a retired epoch becomes unknown; nothing else."""
+    return row.status is AdmissionStatus.STARTED and row.owner_epoch in dead
+
+
+def recover(rows: Iterable[AdmissionRow], dead: Collection[int], now: float,
             tick: int) -> list[AdmissionRow]:
-    """The rows recovery changes under the new ``epoch``: each orphan, moved to unknown."""
+    """The rows recovery changes once the ``dead`` epochs are retired: each orphan, unknown."""
     changed: list[AdmissionRow] = []
     for row in rows:
-        if orphaned(row, epoch):
+        if orphaned(row, dead):
             tick += 1
-            changed.append(apply_move(row, Move.ORPHAN, epoch=epoch, current_epoch=epoch,
+            changed.append(apply_move(row, Move.ORPHAN, epoch=row.owner_epoch, live=False,
                                       now=now, tick=tick))
     return changed
 

@@ -15,10 +15,13 @@ module is the order of the steps, and the order is the contract:
                carries the input back as it was given (ADM-6).
 ``drain_step`` ``ClaimAdmission`` (FIFO, one in flight, paused on unknown: ADM-4) → the
                turn, through ``Engine.run_turn`` → ``MoveAdmission(settle)`` with the
-               turn's id and outcome, fenced by the epoch. A settle that fails leaves the
-               row started; the next process's recovery makes it unknown.
-``recover``    ``BeginEpoch``: a new runtime epoch; started rows of older epochs become
-               unknown, queued rows stay queued (ADM-7). Nothing is re-run.
+               turn's id and outcome, fenced by the row's owner epoch being the caller's.
+               A settle that fails leaves the row started; recovery makes it unknown
+               once its process is dead.
+``recover``    ``BeginEpoch``: this process's own new epoch, recorded with its holder;
+               started rows of epochs whose holder is dead become unknown, queued rows
+               stay queued (ADM-7), other live processes' rows are untouched. Nothing is
+               re-run. ``recover_dead`` does the same later, under the epoch it has.
 ``reconcile``  an operator's explicit verdict on an unknown row: terminal(interrupted).
 
 Internal events (a background completion, a cron tick, a subagent's report) are built
@@ -53,6 +56,7 @@ from hermes_ref.effects import (
     MintId,
     MoveAdmission,
     Now,
+    RecoverEpochs,
 )
 from hermes_ref.engine import Engine
 from hermes_ref.errors import PersistenceError
@@ -228,9 +232,18 @@ async def drain_step(engine: Engine, session_id: str, epoch: int) -> DrainStep:
     return DrainStep(row, result, settle_error=None if failure is None else failure.cause)
 
 
-async def recover() -> EpochStart:
-    """A process starts: a new epoch; started admissions of dead epochs become unknown."""
-    return await BeginEpoch(await Now())
+async def recover(holder: str | None = None) -> EpochStart:
+    """A process starts: its own new epoch, under ``holder`` (``pid=..:pidns=..``; None:
+    the driver's own process); the started admissions of dead holders' epochs (and of
+    older epochs of the same holder, a predecessor under the same pid) become unknown.
+    Live processes' admissions stay as they are."""
+    return await BeginEpoch(await Now(), holder)
+
+
+async def recover_dead(epoch: int) -> EpochStart:
+    """A running process looks again, under its live ``epoch``: the started admissions of
+    epochs whose holder has died since become unknown; its own epoch stays."""
+    return await RecoverEpochs(epoch, await Now())
 
 
 async def resolve(principal_id: str, session_id: str, admission_id: str, epoch: int,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from hermes_ref.admission import Ack, AdmissionStatus, Outcome, Refusal
+from hermes_ref.models import ProviderReply
+from hermes_ref.wire import ProviderRequest
 from sim.harness import Story, scenario
-from sim.provider import text, tool_calls
+from sim.provider import FunctionProvider, text, tool_calls
 
 
 def _acked(answer: object) -> Ack:
@@ -292,3 +294,106 @@ def request_ids_belong_to_their_submitter(s: Story) -> None:
     s.drain()
     s.expect([m.content for m in s.transcript() if m.role == "user"] == ["Alice here.", "Bob here."],
              "both inputs ran, each once")
+
+
+# ---- many processes, one door -------------------------------------------------------------
+
+
+def _echo(request: ProviderRequest) -> ProviderReply:
+    """Each turn answers its own input, whichever process asks first."""
+    asked = [m.content for m in request.messages if m.role == "user"]
+    return text(f"Answered: {asked[-1] if asked else ''}")
+
+
+@scenario("Two processes drain one session: submitters keep FIFO order, one turn in flight",
+          invariants=("ADM-4", "ADM-5", "ADM-1"), stage="admission")
+def two_processes_drain_one_session_in_order(s: Story) -> None:
+    s.bind("alice")
+    s.bind("bob")
+    s.use_provider(FunctionProvider(_echo))
+    one, two = s.main_process(), s.process()
+    s.delay_reply(1, 6.0)
+    for n in (1, 2):  # both submitters at once: the seed decides who comes first
+        s.start_submit(one, "alice", f"a-{n}", {"text": f"Alice {n}."})
+        s.start_submit(two, "bob", f"b-{n}", {"text": f"Bob {n}."})
+    for process in (one, two, one, two):
+        s.start_drain(process, after_s=1.0, poll_s=4.0)
+    s.run_all()
+    rows = s.admissions()
+    s.expect([r.seq for r in rows] == [1, 2, 3, 4] and len({r.principal_id for r in rows}) == 2,
+             "four admissions from two submitters, one seq each")
+    s.expect(all(r.outcome is Outcome.COMPLETED for r in rows), "every input ran")
+    users = [m.content for m in s.transcript() if m.role == "user"]
+    s.expect(users == [r.text for r in rows], f"turns ran in seq order: {users}")
+    owners = {r.owner_epoch for r in rows}
+    s.expect(len(owners) == 2, f"both processes' epochs claimed some: {sorted(owners)}")
+
+
+@scenario("Two processes drain two sessions in parallel and never touch each other's admissions",
+          invariants=("ADM-4", "ADM-5"), stage="admission")
+def two_processes_drain_two_sessions(s: Story) -> None:
+    s.bind("alice", session="s-1")
+    s.bind("bob", session="s-2")
+    s.use_provider(FunctionProvider(_echo))
+    one, two = s.main_process(), s.process()
+    s.delay_reply(1, 30.0)
+    s.delay_reply(2, 30.0)
+    for n in (1, 2):
+        s.start_submit(one, "alice", f"a-{n}", {"text": f"Alice {n}."}, session="s-1")
+        s.start_submit(two, "bob", f"b-{n}", {"text": f"Bob {n}."}, session="s-2")
+    start = s.world.clock.now()
+    for _ in (1, 2):
+        s.start_drain(one, "s-1", after_s=1.0)
+        s.start_drain(two, "s-2", after_s=1.0)
+    s.run_all()
+    for session, process in (("s-1", one), ("s-2", two)):
+        rows = s.admissions(session)
+        s.expect(all(r.outcome is Outcome.COMPLETED for r in rows) and len(rows) == 2,
+                 f"both inputs of {session} ran")
+        mine = s.world.store.snapshot().epochs
+        holder = s.world.holder_of(process.pid)
+        s.expect({r.owner_epoch for r in rows} == {e.epoch for e in mine if e.holder == holder},
+                 f"{session}'s admissions were claimed by its own process only")
+    s.expect(all(e.retired_at is None for e in s.world.store.snapshot().epochs),
+             "no process retired the other's epoch")
+    s.expect(s.world.clock.now() - start < 60.0, "side by side: the first turns overlapped")
+
+
+@scenario("A killed process's started admission becomes unknown at the survivor's recovery",
+          invariants=("ADM-5", "ADM-7", "ADM-4"), stage="admission")
+def killed_process_admission_goes_unknown(s: Story) -> None:
+    s.bind("alice", session="s-1")
+    s.bind("bob", session="s-2")
+    s.bind("olga", session="s-1", role="operator", kind="operator")
+    s.use_provider(FunctionProvider(_echo))
+    victim, survivor = s.process(), s.process()
+    s.start_submit(victim, "alice", "a-1", {"text": "Alice 1."}, session="s-1")
+    s.start_submit(victim, "alice", "a-2", {"text": "Alice 2."}, session="s-1")
+    for n in (1, 2):
+        s.start_submit(survivor, "bob", f"b-{n}", {"text": f"Bob {n}."}, session="s-2")
+    s.run_all()
+    s.delay_reply(1, 60.0)
+    s.start_drain(victim, "s-1")
+    s.start_drain(survivor, "s-2", after_s=5.0)
+    s.kill(victim, after_s=20.0)
+    s.run_all()
+    a1 = s.admissions("s-1")[0]
+    s.expect(a1.status is AdmissionStatus.STARTED, "the dead process's admission is still started")
+    s.recover(survivor)
+    rows = s.admissions("s-1")
+    s.expect([r.status for r in rows] == [AdmissionStatus.UNKNOWN, AdmissionStatus.QUEUED],
+             "the survivor's recovery made it unknown; the queued one stays queued")
+    s.start_drain(survivor, "s-1")
+    s.start_drain(survivor, "s-2")
+    s.run_all()
+    s.expect(s.admissions("s-1")[1].status is AdmissionStatus.QUEUED,
+             "s-1 is paused: nothing ran behind the unknown admission")
+    s.expect([r.outcome for r in s.admissions("s-2")] == [Outcome.COMPLETED] * 2,
+             "the survivor kept draining s-2")
+    s.reconcile("olga", a1.admission_id)
+    s.start_drain(survivor, "s-1")
+    s.run_all()
+    rows = s.admissions("s-1")
+    s.expect(rows[0].outcome is Outcome.INTERRUPTED and rows[0].claims == 1,
+             "reconciled, never run again")
+    s.expect(rows[1].outcome is Outcome.COMPLETED, "the reconcile unpaused the queue")

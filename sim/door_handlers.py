@@ -24,13 +24,14 @@ from hermes_ref.admission import Ack, AdmissionRow, AdmitAnswer, ClaimAnswer, Ep
 from hermes_ref.effects import Site
 
 if TYPE_CHECKING:
-    from sim.world import World
+    from sim.world import SimProcess, World
 
 
 class AdmissionHandlers:
     """Mixed into ``SimDriver``; relies on its ``world``, ``_write`` and ``_fail_if_planned``."""
 
     world: World
+    process: SimProcess
 
     def _write(self, write: Callable[..., Any], *args: Any) -> Any:  # pragma: no cover
         raise NotImplementedError
@@ -42,6 +43,7 @@ class AdmissionHandlers:
         return {
             fx.LoadBinding: lambda e: self.world.store.get_binding(e.principal_id, e.session_id),
             fx.BeginEpoch: self._begin_epoch,
+            fx.RecoverEpochs: self._recover_epochs,
             fx.AdmitInput: self._admit_input,
             fx.Acknowledge: self._acknowledge,
             fx.ClaimAdmission: self._claim_admission,
@@ -50,11 +52,21 @@ class AdmissionHandlers:
 
     def _begin_epoch(self, effect: fx.BeginEpoch) -> EpochStart:
         self._fail_if_planned(Site.EPOCH)
-        start: EpochStart = self._write(self.world.store.begin_epoch, effect.now)
-        orphans = " ".join(r.admission_id for r in start.orphaned)
-        self.world.timeline.add("write", f"epoch     {start.epoch}"
-                                + (f" unknown: {orphans}" if orphans else ""))
+        holder = effect.holder or self.world.holder_of(self.process.pid)
+        start: EpochStart = self._write(self.world.store.begin_epoch, effect.now, holder)
+        self._narrate_recovery(f"epoch     {start.epoch}", start)
         return start
+
+    def _recover_epochs(self, effect: fx.RecoverEpochs) -> EpochStart:
+        self._fail_if_planned(Site.EPOCH)
+        start: EpochStart = self._write(self.world.store.recover_epochs, effect.epoch,
+                                        effect.now)
+        self._narrate_recovery(f"recover   epoch {start.epoch}", start)
+        return start
+
+    def _narrate_recovery(self, head: str, start: EpochStart) -> None:
+        orphans = " ".join(r.admission_id for r in start.orphaned)
+        self.world.timeline.add("write", head + (f" unknown: {orphans}" if orphans else ""))
 
     def _admit_input(self, effect: fx.AdmitInput) -> AdmitAnswer:
         self._fail_if_planned(Site.ADMIT)

@@ -8,8 +8,17 @@ the simulator driver of the story's current process, so a planned crash drops it
 any turn. After each step the story runs every checker, as after a turn.
 
 A process needs a runtime epoch before it touches the queue: the first door step of a
-process begins one (``BeginEpoch``, which is also recovery), unless the story calls
-``recover`` itself. A crash forgets the process's epoch with the process.
+process begins its own (``BeginEpoch``, recorded with its holder ``pid=..:pidns=..``,
+which is also recovery), unless the story calls ``recover`` itself; ``recover`` on a
+process that has an epoch recovers under it (``RecoverEpochs``) without beginning
+another. A crash forgets the process's epoch with the process. Epochs are per process:
+several processes of one world admit and drain side by side, and only the started
+admissions of a process that died become unknown.
+
+Several processes: ``start_submit`` and ``start_drain`` hand a door coroutine to a
+process as an actor of its own (``driver.spawn``), to begin ``after_s`` from now, as
+``processes.start_turn`` does for a turn; ``processes.run_all`` runs them with the turns,
+and ``record_ended`` enters each in the ack log or the run log when it ends.
 
 Every turn the drain runs is entered in the world's run log (``World.runs``) exactly as
 ``Story.turn`` enters its own, with the turn id the world minted and whether the process
@@ -22,7 +31,7 @@ a submission that got no answer at all is logged as silence (``answer=None``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,28 +46,50 @@ from hermes_ref.admission import (
     PrincipalKind,
     Refusal,
 )
-from sim.driver import SimDriver
+from hermes_ref.effects import Sleep
+from hermes_ref.engine import Engine
+from sim.driver import SimDriver, finished
 from sim.faults import Crashed
 from sim.world import AckRecord, TurnRun
 
 if TYPE_CHECKING:
     from sim.harness import Story
+    from sim.processes import ProcessHandle
+    from sim.scheduler import Actor
 
 T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class DoorActor:
+    """A door coroutine handed to a process: a submission or one drain claim."""
+
+    pid: int
+    epoch: int
+    session_id: str
+    actor: Actor
+    sub: door.Submission | None = None  # None: a drain
+    recorded: bool = False
 
 
 @dataclass
 class DoorState:
     epochs: dict[int, int] = field(default_factory=dict)  # pid -> its runtime epoch
+    pending: list[DoorActor] = field(default_factory=list)  # handed out, not yet recorded
 
 
-def _run(story: Story, coro: Coroutine[Any, Any, T]) -> T | None:
-    """Run a door coroutine on the current process; None when the process died in it."""
+def _run(story: Story, coro: Coroutine[Any, Any, T],
+         handle: ProcessHandle | None = None) -> T | None:
+    """Run a door coroutine on ``handle``'s process (the current one by default); None when
+    the process died in it."""
+    world = story.world
+    pid = world.pid if handle is None else handle.pid
     try:
-        return SimDriver(story.world).run(coro)
+        return (SimDriver(world) if handle is None else handle.driver).run(coro)
     except Crashed:
-        story._engine = None  # the process is gone with everything it held
-        story._door.epochs.pop(story.world.pid, None)
+        if pid == world.pid:
+            story._engine = None  # the process is gone with everything it held
+        story._door.epochs.pop(pid, None)
         return None
 
 
@@ -73,20 +104,24 @@ def bind(story: Story, principal: str, session: str, role: str, kind: str) -> No
     world.timeline.add("bind", f"{principal} ({kind}) to {session} as {role}")
 
 
-def epoch(story: Story) -> int | None:
-    """The current process's runtime epoch, beginning one if it has none yet."""
-    known = story._door.epochs.get(story.world.pid)
+def epoch(story: Story, handle: ProcessHandle | None = None) -> int | None:
+    """The process's runtime epoch, beginning one if it has none yet."""
+    known = story._door.epochs.get(story.world.pid if handle is None else handle.pid)
     if known is not None:
         return known
-    start = recover(story)
+    start = recover(story, handle)
     return None if start is None else start.epoch
 
 
-def recover(story: Story) -> EpochStart | None:
-    """Begin a new runtime epoch for the current process (recovery: nothing re-runs)."""
-    start = _run(story, door.recover())
+def recover(story: Story, handle: ProcessHandle | None = None) -> EpochStart | None:
+    """Recovery on the process (the current one by default): it begins its own epoch if it
+    has none, else recovers under the one it has (nothing re-runs either way)."""
+    pid = story.world.pid if handle is None else handle.pid
+    known = story._door.epochs.get(pid)
+    coro = door.recover() if known is None else door.recover_dead(known)
+    start = _run(story, coro, handle)
     if start is not None:
-        story._door.epochs[story.world.pid] = start.epoch
+        story._door.epochs[pid] = start.epoch
     story.check()
     return start
 
@@ -166,3 +201,114 @@ def resolve(story: Story, principal: str, session: str, admission_id: str,
 def _payload(payload: object) -> str:
     text = repr(payload)
     return text if len(text) <= 72 else text[:71] + "…"
+
+
+# ---- door coroutines as actors of a process (several processes, one door) -----------------
+
+
+async def _later(seconds: float, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``make()``'s coroutine, ``seconds`` from now (made only then: a process that dies
+    first leaves nothing un-awaited behind)."""
+    if seconds > 0:
+        await Sleep(seconds)
+    return await make()
+
+
+async def _claim_once(engine: Engine, session: str, current: int, poll_s: float,
+                      tries: int) -> door.DrainStep:
+    """One drain step; while another admission of the session is in flight (``busy``),
+    wait ``poll_s`` and ask again, ``tries`` times at most."""
+    step = await door.drain_step(engine, session, current)
+    for _ in range(tries):
+        if not step.busy:
+            break
+        await Sleep(poll_s)
+        step = await door.drain_step(engine, session, current)
+    return step
+
+
+def start_submit(story: Story, handle: ProcessHandle, sub: door.Submission,
+                 after_s: float) -> DoorActor | None:
+    """Hand ``sub`` to the door on ``handle``'s process, ``after_s`` from now."""
+    current = epoch(story, handle)
+    if current is None:
+        return None
+    when = f" in {after_s:g} s" if after_s > 0 else ""
+    story.world.timeline.add("submit", f"pid={handle.pid} {sub.principal_id!r} "
+                             f"{sub.request_id!r} to {sub.session_id!r}: "
+                             f"{_payload(sub.payload)}{when}")
+    coro = _later(after_s, lambda: door.admit(sub, story._limits, current))
+    handed = DoorActor(handle.pid, current, str(sub.session_id),
+                       handle.driver.spawn(coro, name="submit"), sub=sub)
+    story._door.pending.append(handed)
+    return handed
+
+
+def start_drain(story: Story, handle: ProcessHandle, session: str, after_s: float,
+                poll_s: float, tries: int) -> DoorActor | None:
+    """One drain claim of ``session`` on ``handle``'s process, ``after_s`` from now."""
+    current = epoch(story, handle)
+    if current is None:
+        return None
+    when = f" in {after_s:g} s" if after_s > 0 else ""
+    story.world.timeline.add("drain", f"pid={handle.pid} {session}{when}")
+    coro = _later(after_s, lambda: _claim_once(handle.engine, session, current, poll_s, tries))
+    handed = DoorActor(handle.pid, current, session, handle.driver.spawn(coro, name="drain"))
+    story._door.pending.append(handed)
+    return handed
+
+
+def busy(story: Story) -> bool:
+    """Some door actor handed out has not ended yet."""
+    return any(not d.actor.done for d in story._door.pending)
+
+
+def record_ended(story: Story) -> None:
+    """Enter each door actor that ended in the ack log or the run log (once)."""
+    for handed in story._door.pending:
+        if handed.actor.done and not handed.recorded:
+            handed.recorded = True
+            _record_submit(story, handed) if handed.sub is not None \
+                else _record_drain(story, handed)
+    story._door.pending[:] = [d for d in story._door.pending if not d.recorded]
+
+
+def _result(handed: DoorActor) -> Any:
+    try:
+        return finished(handed.actor)
+    except Crashed:
+        return None
+
+
+def _record_submit(story: Story, handed: DoorActor) -> None:
+    """The submitter's answer (the very value the door acknowledged) gets its submission."""
+    world, answer = story.world, _result(handed)
+    if answer is None:
+        return  # its process died: the submitter heard nothing (as with a crash point)
+    for i, rec in enumerate(world.acks):
+        if rec.answer is answer:
+            world.acks[i] = dataclasses.replace(rec, submitted=handed.sub)
+            return
+    world.acks.append(AckRecord(answer=None, mark=world.store.admission_mark(),
+                                submitted=handed.sub))
+
+
+def _record_drain(story: Story, handed: DoorActor) -> None:
+    """A claim that ran (or died in) a turn is in the run log, like ``Story.turn``'s."""
+    world, step = story.world, _result(handed)
+    row = step.admission if isinstance(step, door.DrainStep) else _claimed_by(story, handed)
+    turn_id = handed.actor.turn_id
+    if row is None and turn_id is None:
+        return
+    world.runs.append(TurnRun(handed.session_id, row.text if row is not None else "", turn_id,
+                              step is None))
+    if isinstance(step, door.DrainStep) and step.result is not None:
+        world.timeline.add("result", f"pid={handed.pid} {step.result.turn_id} "
+                           f"{step.result.exit_reason.value}")
+
+
+def _claimed_by(story: Story, handed: DoorActor) -> AdmissionRow | None:
+    """The unsettled admission of the session that this actor's epoch claimed."""
+    return next((r for r in story.world.store.snapshot().admissions
+                 if r.session_id == handed.session_id and r.owner_epoch == handed.epoch
+                 and r.claims and r.settled_tick is None), None)

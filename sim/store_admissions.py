@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-Rows, bindings, the runtime epoch and the admission clock (``tick``, one count per
-transition) live here. Every method is one "transaction" that commits before it returns,
-as in the SQLite stores: it reads what it needs, asks ``hermes_ref.admission`` what to do
-(``decide_admit``, ``next_claim``, ``apply_move``, ``recover``: the same functions the
+Rows, bindings, every process's runtime epoch (``EpochRecord``: holder, start,
+retirement) and the admission clock (``tick``, one count per transition) live here.
+Every method is one "transaction" that commits before it returns, as in the SQLite
+stores: it reads what it needs, asks ``hermes_ref.admission`` what to do (``decide_admit``,
+``next_claim``, ``apply_move``, ``retirable``, ``recover``: the same functions the
 SQLite ops call, reached through the module so that one rule governs every store), then
 writes the answer and commits the pending events. Nothing here decides a rule itself.
 
@@ -23,6 +24,7 @@ from hermes_ref.admission import (
     AdmitAnswer,
     Binding,
     ClaimAnswer,
+    EpochRecord,
     EpochStart,
     Move,
     Outcome,
@@ -31,6 +33,8 @@ from hermes_ref.errors import PersistenceError
 from hermes_ref.ports import DurableRecord
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from hermes_ref.models import SessionRecord
 
 
@@ -39,6 +43,7 @@ class AdmissionsMixin:
 
     if TYPE_CHECKING:
         _sessions: dict[str, SessionRecord]
+        _holder_alive: Callable[[str], bool]
 
         def _commit_events(self) -> None: ...
         def watermark(self) -> int: ...
@@ -47,7 +52,8 @@ class AdmissionsMixin:
         self._admissions: dict[str, AdmissionRow] = {}
         self._by_request: dict[tuple[str, str], list[str]] = {}  # (session, request) -> ids
         self._bindings: dict[tuple[str, str], Binding] = {}
-        self._epoch = 0
+        self._epoch = 0  # the highest epoch begun
+        self._epochs: dict[int, EpochRecord] = {}
         self._tick = 0
 
     def bind_principal(self, binding: Binding) -> None:
@@ -59,14 +65,22 @@ class AdmissionsMixin:
     def get_binding(self, principal_id: str, session_id: str) -> Binding | None:
         return self._bindings.get((principal_id, session_id))
 
-    def begin_epoch(self, now: float) -> EpochStart:
+    def begin_epoch(self, now: float, holder: str) -> EpochStart:
         epoch = self._epoch + 1
-        changed = admission.recover(self._admissions.values(), epoch, now, self._tick)
+        self._epochs[epoch] = EpochRecord(epoch=epoch, holder=holder, started_at=now)
+        self._epoch = epoch
+        return self.recover_epochs(epoch, now)
+
+    def recover_epochs(self, epoch: int, now: float) -> EpochStart:
+        dead = admission.retirable(self._epochs.values(), epoch, self._holder_alive)
+        for number in dead:
+            self._epochs[number] = self._epochs[number].model_copy(update={"retired_at": now})
+        changed = admission.recover(self._admissions.values(), dead, now, self._tick)
         for row in changed:
             self._admissions[row.admission_id] = row
-        self._epoch, self._tick = epoch, self._tick + len(changed)
+        self._tick += len(changed)
         self._commit_events()
-        return EpochStart(epoch=epoch, orphaned=tuple(changed))
+        return EpochStart(epoch=epoch, retired=tuple(dead), orphaned=tuple(changed))
 
     def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer:
         key = (candidate.session_id, candidate.request_id)
@@ -87,11 +101,13 @@ class AdmissionsMixin:
         return AdmitAnswer(verdict=verdict, row=row)
 
     def claim_admission(self, session_id: str, epoch: int, now: float) -> ClaimAnswer:
+        admission.fence(self._epochs.values(), epoch)
         rows = [r for r in self._admissions.values() if r.session_id == session_id]
         answer = admission.next_claim(rows)
         if answer.row is not None:
             claimed = admission.apply_move(
-                answer.row, Move.CLAIM, epoch=epoch, current_epoch=self._epoch, now=now,
+                answer.row, Move.CLAIM, epoch=epoch,
+                live=admission.epoch_live(self._epochs.values(), epoch), now=now,
                 tick=self._tick + 1, claim_mark=self.watermark())
             self._admissions[claimed.admission_id] = claimed
             self._tick += 1
@@ -107,8 +123,9 @@ class AdmissionsMixin:
         if row is None or row.session_id != session_id:
             raise PersistenceError(f"no admission {admission_id!r} in session {session_id!r}",
                                    cause="not_found")
-        moved = admission.apply_move(row, move, epoch=epoch, current_epoch=self._epoch, now=now,
-                                     tick=self._tick + 1, outcome=outcome, turn_id=turn_id)
+        moved = admission.apply_move(
+            row, move, epoch=epoch, live=admission.epoch_live(self._epochs.values(), epoch),
+            now=now, tick=self._tick + 1, outcome=outcome, turn_id=turn_id)
         self._admissions[admission_id] = moved
         self._tick += 1
         self._commit_events()
@@ -122,4 +139,5 @@ class AdmissionsMixin:
         bindings = sorted(self._bindings.values(), key=lambda b: (b.session_id, b.principal_id))
         return record.model_copy(update={
             "admissions": tuple(sorted(self._admissions.values(), key=lambda r: r.seq)),
-            "bindings": tuple(bindings), "epoch": self._epoch})
+            "bindings": tuple(bindings), "epoch": self._epoch,
+            "epochs": tuple(self._epochs[n] for n in sorted(self._epochs))})

@@ -13,15 +13,20 @@ answer. So the idempotency check and its insert are one transaction (ADM-3), the
 and its FIFO choice are one (ADM-4), and a fenced move cannot interleave with another
 writer: the write lock is taken before anything is read.
 
-``runtime_epoch`` is a singleton row: the current epoch and the admission clock
+``runtime_epoch`` is a singleton row: the highest epoch begun and the admission clock
 (``tick``), which counts transitions so that checkers can order claims, orphanings and
-settlements without trusting anyone's clock.
+settlements without trusting anyone's clock. ``runtime_epochs`` holds one row per
+process's epoch: its holder identity (``pid=..:pidns=..``), when it began, and when
+recovery retired it. Recovery asks the store's ``holder_alive`` probe (production:
+``liveness.holder_alive``, by pid) which holders are dead, inside the write transaction;
+a store without a probe presumes every other holder alive.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from hermes_ref import admission
 from hermes_ref.admission import (
@@ -29,6 +34,7 @@ from hermes_ref.admission import (
     AdmitAnswer,
     Binding,
     ClaimAnswer,
+    EpochRecord,
     EpochStart,
     Move,
     Outcome,
@@ -66,6 +72,9 @@ _BEGIN_EPOCH = (
     "ON CONFLICT(singleton) DO UPDATE SET epoch = excluded.epoch, tick = excluded.tick, "
     "started_at = excluded.started_at"
 )
+_EPOCHS = "SELECT epoch, holder, started_at, retired_at FROM runtime_epochs ORDER BY epoch"
+_NEW_EPOCH = "INSERT INTO runtime_epochs(epoch, holder, started_at) VALUES (?, ?, ?)"
+_RETIRE = "UPDATE runtime_epochs SET retired_at = ? WHERE epoch = ? AND retired_at IS NULL"
 _BIND = (
     "INSERT INTO session_bindings(principal_id, session_id, kind, role) VALUES (?, ?, ?, ?) "
     "ON CONFLICT(principal_id, session_id) DO UPDATE SET kind = excluded.kind, "
@@ -100,16 +109,50 @@ def get_binding(conn: sqlite3.Connection, principal_id: str, session_id: str) ->
     return None if found is None else decode_binding(found)
 
 
-def begin_epoch(conn: StoreConnection, events: Sequence[EventRow], now: float) -> EpochStart:
+def _epochs(conn: sqlite3.Connection) -> list[EpochRecord]:
+    return [EpochRecord(epoch=int(e), holder=str(h), started_at=float(at),
+                        retired_at=None if gone is None else float(gone))
+            for e, h, at, gone in conn.execute(_EPOCHS).fetchall()]
+
+
+def _live(conn: sqlite3.Connection, epoch: int) -> bool:
+    return admission.epoch_live(_epochs(conn), epoch)
+
+
+def begin_epoch(conn: StoreConnection, events: Sequence[EventRow], now: float, holder: str,
+                holder_alive: Callable[[str], bool] | None) -> EpochStart:
+    """This process's new epoch, recorded with its holder, and recovery, in one transaction."""
     with ops._write(conn):
         epoch, tick = _epoch_tick(conn)
-        rows = [decode_admission(r) for r in conn.execute(_ALL).fetchall()]
-        changed = admission.recover(rows, epoch + 1, now, tick)
-        for row in changed:
-            _update(conn, row)
-        conn.execute(_BEGIN_EPOCH, (epoch + 1, tick + len(changed), now))
+        conn.execute(_NEW_EPOCH, (epoch + 1, holder, now))
+        conn.execute(_BEGIN_EPOCH, (epoch + 1, tick, now))
+        start = _recover(conn, epoch + 1, now, holder_alive)
         ops._insert_events(conn, events)
-    return EpochStart(epoch=epoch + 1, orphaned=tuple(changed))
+    return start
+
+
+def recover_epochs(conn: StoreConnection, events: Sequence[EventRow], epoch: int, now: float,
+                   holder_alive: Callable[[str], bool] | None) -> EpochStart:
+    """Recovery under the caller's live ``epoch``, in one transaction."""
+    with ops._write(conn):
+        start = _recover(conn, epoch, now, holder_alive)
+        ops._insert_events(conn, events)
+    return start
+
+
+def _recover(conn: sqlite3.Connection, epoch: int, now: float,
+             holder_alive: Callable[[str], bool] | None) -> EpochStart:
+    """Retire dead holders' epochs and make their started rows unknown (inside the write)."""
+    dead = admission.retirable(_epochs(conn), epoch, holder_alive or (lambda holder: True))
+    for number in dead:
+        conn.execute(_RETIRE, (now, number))
+    _, tick = _epoch_tick(conn)
+    rows = [decode_admission(r) for r in conn.execute(_ALL).fetchall()]
+    changed = admission.recover(rows, dead, now, tick)
+    for row in changed:
+        _update(conn, row)
+    conn.execute(_SET_TICK, (tick + len(changed),))
+    return EpochStart(epoch=epoch, retired=tuple(dead), orphaned=tuple(changed))
 
 
 def admit_input(conn: StoreConnection, events: Sequence[EventRow],
@@ -135,13 +178,14 @@ def claim_admission(conn: StoreConnection, events: Sequence[EventRow], session_i
                     epoch: int, now: float) -> ClaimAnswer:
     """The FIFO choice and the claim in one transaction (ADM-4)."""
     with ops._write(conn):
+        admission.fence(_epochs(conn), epoch)
         rows = [decode_admission(r) for r in conn.execute(_OF_SESSION, (session_id,)).fetchall()]
         answer = admission.next_claim(rows)
         if answer.row is not None:
-            current, tick = _epoch_tick(conn)
+            _, tick = _epoch_tick(conn)
             mark = conn.execute(_WATERMARK).fetchone()[0]
             claimed = admission.apply_move(answer.row, Move.CLAIM, epoch=epoch,
-                                           current_epoch=current, now=now, tick=tick + 1,
+                                           live=_live(conn, epoch), now=now, tick=tick + 1,
                                            claim_mark=mark)
             _update(conn, claimed)
             conn.execute(_SET_TICK, (tick + 1,))
@@ -160,8 +204,8 @@ def move_admission(conn: StoreConnection, events: Sequence[EventRow], admission_
         if row is None or row.session_id != session_id:
             raise PersistenceError(f"no admission {admission_id!r} in session {session_id!r}",
                                    cause="not_found")
-        current, tick = _epoch_tick(conn)
-        moved = admission.apply_move(row, move, epoch=epoch, current_epoch=current, now=now,
+        _, tick = _epoch_tick(conn)
+        moved = admission.apply_move(row, move, epoch=epoch, live=_live(conn, epoch), now=now,
                                      tick=tick + 1, outcome=outcome, turn_id=turn_id)
         _update(conn, moved)
         conn.execute(_SET_TICK, (tick + 1,))
@@ -176,9 +220,10 @@ def admission_mark(conn: sqlite3.Connection) -> int:
     return value
 
 
-def read_door(conn: sqlite3.Connection,
-              ) -> tuple[tuple[AdmissionRow, ...], tuple[Binding, ...], int]:
-    """Rows, bindings and epoch, for a snapshot (the caller holds the read transaction)."""
+def read_door(conn: sqlite3.Connection) -> dict[str, Any]:
+    """The snapshot's door fields: rows, bindings, the highest epoch and every epoch (the
+    caller holds the read transaction)."""
     rows = tuple(decode_admission(r) for r in conn.execute(_ALL).fetchall())
     bindings = tuple(decode_binding(r) for r in conn.execute(_BINDINGS).fetchall())
-    return rows, bindings, _epoch_tick(conn)[0]
+    return {"admissions": rows, "bindings": bindings, "epoch": _epoch_tick(conn)[0],
+            "epochs": tuple(_epochs(conn))}

@@ -36,7 +36,7 @@ from hermes_ref.admission import (
 )
 from hermes_ref.models import Role
 from sim.checkers.base import Observation, Violation, checker
-from sim.world import AckRecord
+from sim.world import SIM_PID_NAMESPACE, AckRecord
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,7 @@ def unknown_is_never_rerun(obs: Observation) -> list[Violation]:
             out.append(_v5(f"{where} was claimed {row.claims} times: its input ran again"))
         if row.claims and row.status is AdmissionStatus.QUEUED:
             out.append(_v5(f"{where} was claimed once and is queued again"))
-        if row.status is AdmissionStatus.STARTED and row.owner_epoch < obs.record.epoch:
+        if row.status is AdmissionStatus.STARTED and row.owner_epoch in _overdue(obs):
             out.append(_v5(f"{where} is still started under dead epoch {row.owner_epoch}"))
         if row.unknown_tick is not None and row.status is AdmissionStatus.TERMINAL \
                 and row.settled_via is not Move.RECONCILE:
@@ -264,6 +264,57 @@ def unknown_is_never_rerun(obs: Observation) -> list[Violation]:
 
 def _v5(message: str) -> Violation:
     return Violation("unknown_is_never_rerun", "ADM-5", message)
+
+
+def _overdue(obs: Observation) -> set[int]:
+    """Epochs recovery must have retired: retired ones, and those of a simulated process
+    that died before a later epoch began (whose recovery then had to find it dead)."""
+    deaths = dict(obs.deaths)
+    out: set[int] = set()
+    for e in obs.record.epochs:
+        died = deaths.get(_sim_pid(e.holder) or -1)
+        if e.retired_at is not None or (died is not None and any(
+                later.epoch > e.epoch and later.started_at >= died
+                for later in obs.record.epochs)):
+            out.add(e.epoch)
+    return out
+
+
+def _sim_pid(holder: str) -> int | None:
+    """The pid of a simulated process's holder (``pid=N:pidns=sim``); None for any other
+    holder, whose death no simulated world recorded."""
+    parts = dict(p.split("=", 1) for p in holder.split(":") if "=" in p)
+    if parts.get("pidns") != SIM_PID_NAMESPACE or not parts.get("pid", "").isdigit():
+        return None
+    return int(parts["pid"])
+
+
+@checker("unknown_only_after_death", ("ADM-5",),
+         "an epoch is retired, and its started admissions made unknown, only after its "
+         "process died (or a later epoch of the same holder began): a live process keeps "
+         "its admissions")
+def unknown_only_after_death(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    deaths = dict(obs.deaths)
+    epochs = {e.epoch: e for e in obs.record.epochs}
+    for e in epochs.values():
+        pid = _sim_pid(e.holder)
+        if e.retired_at is None or pid is None:
+            continue
+        died = deaths.get(pid)
+        replaced = any(o.holder == e.holder and o.epoch > e.epoch
+                       and o.started_at <= e.retired_at for o in epochs.values())
+        if (died is None or died > e.retired_at) and not replaced:
+            out.append(Violation("unknown_only_after_death", "ADM-5",
+                                 f"epoch {e.epoch} of {e.holder} was retired at "
+                                 f"{e.retired_at:g} while its process lived"))
+    for row in obs.record.admissions:
+        owner = epochs.get(row.owner_epoch)
+        if row.unknown_tick is not None and owner is not None and owner.retired_at is None:
+            out.append(Violation("unknown_only_after_death", "ADM-5",
+                                 f"admission {row.admission_id} was made unknown, but its "
+                                 f"owner epoch {owner.epoch} ({owner.holder}) is live"))
+    return out
 
 
 def _turns_of(obs: Observation, row: AdmissionRow) -> set[str | None]:

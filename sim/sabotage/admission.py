@@ -1,10 +1,11 @@
 """Broken admission doors: an ack before its commit, a role read from the payload, a digest
 ignored, a newest-first claim, a queue that does not pause, recovery that re-queues or
-suspects the queue, a refusal that drops the input, every turn settled as completed."""
+suspects the queue, a refusal that drops the input, every turn settled as completed, and a
+recovery that takes a live process's admissions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
@@ -16,6 +17,7 @@ from hermes_ref.admission import (
     AdmissionStatus,
     BindingRole,
     ClaimAnswer,
+    EpochRecord,
     Outcome,
     Refusal,
     Verdict,
@@ -123,10 +125,10 @@ sabotage("queue_not_paused", ("ADM-5",),
 
 
 def _recovery_requeues() -> list[AbstractContextManager[Any]]:
-    def requeue(rows: Iterable[AdmissionRow], epoch: int, now: float,
+    def requeue(rows: Iterable[AdmissionRow], dead: Collection[int], now: float,
                 tick: int) -> list[AdmissionRow]:
         return [r.model_copy(update={"status": AdmissionStatus.QUEUED, "updated_at": now})
-                for r in rows if admission.orphaned(r, epoch)]  # "just try it again"
+                for r in rows if admission.orphaned(r, dead)]  # "just try it again"
     return [mock.patch.object(admission, "recover", requeue)]
 
 
@@ -165,12 +167,12 @@ sabotage("refusal_drops_input", ("ADM-6",),
 
 
 def _restart_suspects_queue() -> list[AbstractContextManager[Any]]:
-    def suspicious(rows: Iterable[AdmissionRow], epoch: int, now: float,
+    def suspicious(rows: Iterable[AdmissionRow], dead: Collection[int], now: float,
                    tick: int) -> list[AdmissionRow]:
         changed = []
         for row in rows:  # "anything a dead epoch left open is suspect"
             if row.status in (AdmissionStatus.QUEUED, AdmissionStatus.STARTED) \
-                    and row.owner_epoch != epoch:
+                    and row.owner_epoch in dead:
                 tick += 1
                 changed.append(row.model_copy(update={
                     "status": AdmissionStatus.UNKNOWN, "unknown_tick": tick, "updated_at": now}))
@@ -181,3 +183,19 @@ def _restart_suspects_queue() -> list[AbstractContextManager[Any]]:
 sabotage("restart_suspects_queue", ("ADM-7",),
          "recovery makes every open admission of a dead epoch unknown, queued ones too")(
     _restart_suspects_queue)
+
+
+# ---- ADM-5: recovery takes a live process's admissions -------------------------------------
+
+
+def _recovery_retires_live_epochs() -> list[AbstractContextManager[Any]]:
+    def everyone_else(epochs: Iterable[EpochRecord], epoch: int,
+                      holder_alive: Callable[[str], bool]) -> list[int]:
+        # "whoever begins an epoch owns the store": one epoch per store, as before
+        return [e.epoch for e in epochs if e.retired_at is None and e.epoch != epoch]
+    return [mock.patch.object(admission, "retirable", everyone_else)]
+
+
+sabotage("recovery_retires_live_epochs", ("ADM-5",),
+         "recovery retires every other process's epoch, so a live process's started "
+         "admissions become unknown")(_recovery_retires_live_epochs)

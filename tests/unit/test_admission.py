@@ -20,6 +20,7 @@ from hermes_ref.admission import (
     AdmitAnswer,
     Binding,
     BindingRole,
+    EpochRecord,
     Intent,
     Move,
     Outcome,
@@ -77,7 +78,7 @@ def test_apply_move_follows_the_table_exactly(status: AdmissionStatus, move: Mov
     legal = (status, move) in admission.TRANSITIONS and (
         outcome in allowed if allowed else outcome is None)
     try:
-        after = admission.apply_move(before, move, epoch=1, current_epoch=1, now=5.0, tick=9,
+        after = admission.apply_move(before, move, epoch=1, live=True, now=5.0, tick=9,
                                      outcome=outcome)
     except PersistenceError as error:
         assert not legal and error.cause == "illegal_move"
@@ -89,22 +90,42 @@ def test_apply_move_follows_the_table_exactly(status: AdmissionStatus, move: Mov
 
 
 def test_a_stale_epoch_moves_nothing() -> None:
-    """Settle is fenced by the stored epoch and by the epoch that claimed the row."""
+    """Settle is fenced by a live caller epoch that is the row's owner epoch."""
     started = row(status=AdmissionStatus.STARTED, owner_epoch=1)
-    for epoch, current in ((1, 2), (2, 2)):
+    for epoch, live in ((1, False), (2, True)):
         with pytest.raises(PersistenceError) as info:
-            admission.apply_move(started, Move.SETTLE, epoch=epoch, current_epoch=current,
+            admission.apply_move(started, Move.SETTLE, epoch=epoch, live=live,
                                  now=1.0, tick=1, outcome=Outcome.COMPLETED)
         assert info.value.cause == "stale_epoch"
 
 
+def test_another_live_epoch_does_not_fence_a_claim() -> None:
+    """A process claims under its own live epoch whatever other processes began since."""
+    claimed = admission.apply_move(row(owner_epoch=5), Move.CLAIM, epoch=2, live=True, now=1.0,
+                                   tick=1)
+    assert claimed.owner_epoch == 2 and claimed.status is AdmissionStatus.STARTED
+
+
 def test_recovery_makes_only_dead_epochs_started_rows_unknown() -> None:
-    """Queued rows and the current epoch's started rows are left as they are (ADM-7)."""
+    """Queued rows and the started rows of live epochs are left as they are (ADM-5, ADM-7)."""
     rows = [row(1, AdmissionStatus.STARTED, owner_epoch=1), row(2, owner_epoch=1),
             row(3, AdmissionStatus.STARTED, owner_epoch=2)]
-    changed = admission.recover(rows, 2, 3.0, 10)
+    changed = admission.recover(rows, {1}, 3.0, 10)
     assert [(r.admission_id, r.status, r.unknown_tick) for r in changed] == [
         ("adm-1", AdmissionStatus.UNKNOWN, 11)]
+
+
+def test_only_dead_holders_and_a_same_holder_predecessor_are_retired() -> None:
+    """Recovery retires a dead holder's epoch and an older one of its own holder, no other."""
+    epochs = [EpochRecord(epoch=1, holder="pid=7", started_at=0.0),
+              EpochRecord(epoch=2, holder="pid=8", started_at=0.0),
+              EpochRecord(epoch=3, holder="pid=9", started_at=0.0),
+              EpochRecord(epoch=4, holder="pid=6", started_at=0.0, retired_at=1.0),
+              EpochRecord(epoch=5, holder="pid=9", started_at=2.0)]
+    assert admission.retirable(epochs, 5, lambda holder: holder != "pid=7") == [1, 3]
+    assert admission.epoch_live(epochs, 5) and not admission.epoch_live(epochs, 4)
+    with pytest.raises(PersistenceError):
+        admission.retirable(epochs, 4, lambda holder: True)
 
 
 # ---- FIFO -------------------------------------------------------------------------------
@@ -317,7 +338,7 @@ async def test_the_asyncio_driver_runs_the_door_on_sqlite(tmp_path: Path) -> Non
 
 def test_a_claim_counts_marks_and_takes_the_claiming_epoch() -> None:
     """A claim records the count, the message mark, its tick and the epoch that claimed it."""
-    claimed = admission.apply_move(row(owner_epoch=1), Move.CLAIM, epoch=3, current_epoch=3,
+    claimed = admission.apply_move(row(owner_epoch=1), Move.CLAIM, epoch=3, live=True,
                                    now=7.0, tick=4, claim_mark=12)
     assert (claimed.status, claimed.claims, claimed.claim_mark, claimed.claimed_tick,
             claimed.owner_epoch, claimed.updated_at) == (
@@ -328,15 +349,15 @@ def test_a_claim_counts_marks_and_takes_the_claiming_epoch() -> None:
 def test_a_settle_records_how_when_and_which_turn() -> None:
     """Settle writes outcome, turn, the move, the epoch and the tick; orphan only its tick."""
     started = row(status=AdmissionStatus.STARTED, owner_epoch=2)
-    done = admission.apply_move(started, Move.SETTLE, epoch=2, current_epoch=2, now=9.0,
+    done = admission.apply_move(started, Move.SETTLE, epoch=2, live=True, now=9.0,
                                 tick=6, outcome=Outcome.FAILED, turn_id="turn-4")
     assert (done.outcome, done.turn_id, done.settled_via, done.settled_epoch, done.settled_tick) \
         == (Outcome.FAILED, "turn-4", Move.SETTLE, 2, 6)
-    lost = admission.apply_move(started, Move.ORPHAN, epoch=3, current_epoch=3, now=9.0, tick=7)
+    lost = admission.apply_move(started, Move.ORPHAN, epoch=3, live=True, now=9.0, tick=7)
     assert (lost.status, lost.unknown_tick, lost.outcome, lost.settled_via) == (
         AdmissionStatus.UNKNOWN, 7, None, None)
     ended = admission.apply_move(lost.model_copy(update={"turn_id": "turn-4"}), Move.RECONCILE,
-                                 epoch=3, current_epoch=3, now=10.0, tick=8,
+                                 epoch=3, live=True, now=10.0, tick=8,
                                  outcome=Outcome.INTERRUPTED)
     assert ended.turn_id == "turn-4" and ended.settled_via is Move.RECONCILE
 
