@@ -1,7 +1,9 @@
-"""Sessions: tests (default), lint, types, sweep (long property sweeps), bench, mutants."""
+"""Sessions: tests (default), lint, types, sweep (long property sweeps), bench, mutants,
+hermes_agent (the real Hermes Agent against the served simulator), audit_bench."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import nox
@@ -61,3 +63,26 @@ def mutants(session: nox.Session) -> None:
     session.env["HERMES_REF_PROPERTY_EXAMPLES"] = "10"  # the property tests, kept short
     session.run("mutmut", "run", *session.posargs)
     session.run("python", "-m", "sim.mutation_report", "--survivors")
+
+
+@nox.session(python=PYTHON)
+def hermes_agent(session: nox.Session) -> None:
+    """The real Hermes Agent 0.19.0 (PyPI, in a venv of its own) against `sim serve`, each
+    fault of sim.serve.hermes_agent.CASES, and its state.db audited. Needs the network once."""
+    session.install("-e", ".[test]")
+    venv = os.path.abspath(f"{session.cache_dir}/hermes-agent-0.19.0")
+    hermes = f"{venv}/bin/hermes"
+    if not shutil.which(hermes):
+        session.run("python", "-m", "venv", venv, external=True)
+        session.run(f"{venv}/bin/pip", "install", "-q", "hermes-agent==0.19.0", external=True)
+    session.env["HERMES_AGENT_BIN"] = hermes
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider",
+                "tests/unit/test_serve_hermes_agent.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def audit_bench(session: nox.Session) -> None:
+    """The auditor's throughput on a generated 1,000,000-message database, and the served
+    simulator's latency at 20 clients, each beside the calibration of the same run."""
+    session.install("-e", ".")
+    session.run("python", "-m", "sim.bench.tooling_cli", "--messages", "1000000", *session.posargs)

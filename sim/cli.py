@@ -5,10 +5,14 @@
     hermes-ref invariants [--json] [--store ...]
     hermes-ref invariants verify [--json] [--store ...]
     hermes-ref bench [--json] [--quick]
-    hermes-ref fake-provider serve --script FILE [--host 127.0.0.1] [--port 0]
+    hermes-ref sim serve --script FILE [--host 127.0.0.1] [--port 0] [--journal FILE]
+    hermes-ref fake-provider serve --script FILE ...   (alias; stops when the script ends)
+    hermes-ref audit PATH [--schema auto|ref|hermes] [--json] [--strict]
 
-Exit status: 0 when everything held, 1 when a scenario failed or a sabotage went
-uncaught, 2 for bad usage or bad input (a broken script file, an unknown scenario).
+Exit status: 0 when everything held, 1 when a scenario failed, a sabotage went
+uncaught, a served script was not consumed exactly or an audit found a violation, 2 for
+bad usage or bad input (a broken script file, an unknown scenario, a busy port, a file
+that is no transcript database).
 """
 
 from __future__ import annotations
@@ -172,28 +176,15 @@ def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_fake_provider_serve(args: argparse.Namespace, out: TextIO) -> int:
-    import time
+    from sim.serve.cli import main as serve_main
 
-    from sim.provider import load_script
-    from sim.provider_http import serve_fake_provider
+    return serve_main(args, out)
 
-    provider = load_script(args.script)
-    server, url = serve_fake_provider(provider, host=args.host, port=args.port)
-    out.write(f"fake provider serving {provider.remaining} scripted step(s) at {url}\n")
-    out.flush()
-    try:
-        while provider.remaining > 0 or args.keep:
-            time.sleep(0.2)
-        time.sleep(1.0)  # let the last response (possibly a stream) finish before stopping
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-    errors = server.harness_errors
-    for error in errors:
-        sys.stderr.write(f"hermes-ref: fake provider: {error}\n")
-    out.write(f"fake provider done: script consumed, {len(errors)} harness error(s)\n")
-    return 1 if errors else 0
+
+def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
+    from sim.audit.cli import main as audit_main
+
+    return audit_main(args, out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -222,13 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true")
     bench.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
 
-    fake = sub.add_parser("fake-provider", help="the fake provider as a real HTTP server")
-    fake_sub = fake.add_subparsers(dest="action", required=True)
-    serve = fake_sub.add_parser("serve", help="serve a JSON script on 127.0.0.1")
-    serve.add_argument("--script", required=True)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=0)
-    serve.add_argument("--keep", action="store_true", help="keep serving after the script ends")
+    from sim.audit.cli import add_arguments as audit_arguments
+    from sim.serve.cli import add_arguments as serve_arguments
+
+    fake = sub.add_parser("fake-provider", help="alias of 'sim serve' (stops when the script ends)")
+    serve_arguments(fake.add_subparsers(dest="action", required=True).add_parser(
+        "serve", help="serve a script on 127.0.0.1"), alias=True)
+    simulator = sub.add_parser("sim", help="the served simulator for any OpenAI-compatible agent")
+    serve_arguments(simulator.add_subparsers(dest="action", required=True).add_parser(
+        "serve", help="serve a fault script as a chat-completions server on 127.0.0.1"))
+    audit_arguments(sub.add_parser("audit", help="check a transcript database's durable record"))
     return parser
 
 
@@ -242,6 +236,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         ("invariants", "verify"): cmd_invariants_verify,
         ("bench", None): cmd_bench,
         ("fake-provider", "serve"): cmd_fake_provider_serve,
+        ("sim", "serve"): cmd_fake_provider_serve,
+        ("audit", None): cmd_audit,
     }
     key = (args.command, getattr(args, "action", None))
     try:
