@@ -85,3 +85,54 @@ def test_no_crash_loses_or_repeats_an_admitted_input(sent: list[tuple[str, bool]
             assert row.status is AdmissionStatus.TERMINAL and row.claims == 1
             count = users.count(row.text)
             assert count == 1 if row.outcome is Outcome.COMPLETED else count <= 1
+
+
+def _swarm_story(s: Story, per_session: int, kill_after_s: float, delay_s: float) -> None:
+    """Two sessions, three processes draining both; one is killed mid-way; the survivors
+    recover, an operator reconciles, and everything left is drained."""
+    for session in ("s-1", "s-2"):
+        s.bind("alice", session=session)
+        s.bind("olga", session=session, role="operator", kind="operator")
+    s.use_provider(_provider(False))
+    procs = [s.main_process(), s.process(), s.process()]
+    s.delay_reply(1, delay_s)
+    s.delay_reply(2, delay_s)
+    for n in range(per_session):
+        for i, session in enumerate(("s-1", "s-2")):
+            s.start_submit(procs[(n + i) % 3], "alice", f"{session}-r{n}",
+                           {"text": f"input {n} of {session}"}, session=session)
+    for n in range(per_session):
+        for session in ("s-1", "s-2"):
+            s.start_drain(procs[n % 3], session, after_s=1.0, poll_s=3.0)
+    s.kill(procs[1], after_s=kill_after_s)
+    s.run_all()
+    s.recover(procs[2])
+    for session in ("s-1", "s-2"):  # every synchronous step before the next actors
+        for row in s.admissions(session):
+            if row.status is AdmissionStatus.UNKNOWN:
+                s.reconcile("olga", row.admission_id, session=session)
+    for session in ("s-1", "s-2"):
+        for _ in range(per_session):
+            s.start_drain(procs[2], session)
+    s.run_all()
+
+
+@settings(max_examples=MAX_EXAMPLES // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 3), st.floats(0.0, 40.0), st.sampled_from((0.0, 5.0, 20.0)),
+       st.integers(0, 2**16))
+def test_a_killed_peer_loses_nothing_and_takes_no_live_admission(
+        per_session: int, kill_after_s: float, delay_s: float, seed: int) -> None:
+    """A peer killed at any time: only its own started admission goes unknown; all else ends."""
+    with tempfile.TemporaryDirectory() as tmp:
+        s = Story(store_kind="memory", workdir=Path(tmp), seed=seed, trace=False)
+        _swarm_story(s, per_session, kill_after_s, delay_s)
+        s.check()
+        assert [str(v) for v in s.violations] == []
+        record = s.world.store.snapshot()
+        victim = s.world.holder_of(2)  # the first process started after the main one
+        for row in record.admissions:
+            assert row.status is AdmissionStatus.TERMINAL and row.claims <= 1
+            owner = next(e for e in record.epochs if e.epoch == row.owner_epoch)
+            if row.unknown_tick is not None:
+                assert owner.holder == victim
