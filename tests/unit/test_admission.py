@@ -29,6 +29,7 @@ from hermes_ref.admission import (
 )
 from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.limits import Limits
+from hermes_ref.shell import liveness
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 LIMITS = Limits()
@@ -330,7 +331,48 @@ async def test_the_asyncio_driver_runs_the_door_on_sqlite(tmp_path: Path) -> Non
         record = await store.snapshot()
         assert [m.content for m in record.transcript("s-1")] == ["Hello!", "Hello back."]
         assert record.admissions[0].turn_id == step.admission.turn_id
+        assert [e.holder for e in record.epochs] == [liveness.holder_identity()]
     await store.close()
+
+
+async def test_a_dead_pid_s_epoch_is_retired_on_sqlite_and_a_live_one_kept(
+        tmp_path: Path) -> None:
+    """Production liveness: a killed child's started admission goes unknown, a live one's stays."""
+    import subprocess
+    import sys
+
+    from hermes_ref.models import SessionRecord
+    from hermes_ref.shell.sqlite_store import AsyncSqliteStore
+
+    def holder(pid: int) -> str:  # the child's identity, as it would name itself
+        ns = liveness.own_pid_namespace()
+        return f"pid={pid}" + (f":pidns={ns}" if ns else "")
+
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+                for _ in range(2)]
+    store = await AsyncSqliteStore.open(tmp_path / "door.db")
+    try:
+        epochs = []
+        for n, child in enumerate(children, start=1):
+            sid = f"s-{n}"
+            await store.create_session(SessionRecord(id=sid, key=sid, system_prompt="p",
+                                                     started_at=0.0))
+            await store.bind_principal(binding().model_copy(update={"session_id": sid}))
+            epochs.append((await store.begin_epoch(1.0, holder(child.pid))).epoch)
+            await store.admit_input(row(n, session_id=sid, owner_epoch=epochs[-1]))
+            assert (await store.claim_admission(sid, epochs[-1], 2.0)).row is not None
+        children[0].kill()
+        children[0].wait()
+        start = await store.begin_epoch(3.0, liveness.holder_identity())
+        assert start.retired == (epochs[0],)
+        assert [r.admission_id for r in start.orphaned] == ["adm-1"]
+        status = {r.session_id: r.status for r in (await store.snapshot()).admissions}
+        assert status == {"s-1": AdmissionStatus.UNKNOWN, "s-2": AdmissionStatus.STARTED}
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+        await store.close()
 
 
 # ---- what each move writes -----------------------------------------------------------------
