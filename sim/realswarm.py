@@ -8,35 +8,34 @@ Theory of operation
     python -m sim.realswarm worker --db FILE --workdir DIR --name W --sessions s-a,s-b ...
     python -m sim.realswarm check  --workdir DIR
 
-``run`` (``run_swarm``) sets the file up in this process with the production store:
-the sessions, each worker's principal bound to every session as a member, the operator,
-and one runtime epoch (``door.recover``). Then it starts P worker processes
-(``sim.swarm_worker``) on that epoch. They all submit to and drain the same sessions at
-once; the admission queue (ADM-4) and the turn lease (LEASE-1) are all that keep them
-apart. The first worker is told to hold its ``hold_at``-th tool call: right after the
-call's effect is journaled it writes ``midturn.json`` and sleeps in its tool thread, its
-lease still refreshed. The coordinator waits for that marker, SIGKILLs the worker, reaps
-it (a zombie still answers ``kill(pid, 0)``, so reaping is what makes its pid dead to the
-liveness probe) and writes ``kills.jsonl``, with what the file showed just before the
-kill (``mid_turn``: the victim's unexpired lease, the durable tool-call row, no result).
+``run`` (``run_swarm``) sets the file up in this process with the production store: the
+sessions, each worker's principal bound to every session as a member, and the operator.
+This process then begins its own runtime epoch (it is the operator, and it submits too)
+and starts P worker processes (``sim.swarm_worker``), each on an epoch of its own. They
+all submit to and drain the same sessions at once; the admission queue (ADM-4) and the
+turn lease (LEASE-1) are all that keep them apart. The first worker is told to hold its
+``hold_at``-th tool call: right after the call's effect is journaled (or just before it)
+it writes ``midturn.json`` and sleeps in its tool thread, its lease still refreshed. The
+coordinator waits for that marker, checks the file (``mid_turn``: the victim's unexpired
+lease, the durable tool-call row, no result), SIGKILLs the worker, reaps it (a zombie
+still answers ``kill(pid, 0)``, so reaping is what makes its pid dead to the liveness
+probe) and writes ``kills.jsonl``.
 
-The survivors run on. The killed turn's admission stays ``started`` (its epoch is the
-survivors' epoch, so nothing may call it dead while they run), and ADM-4 keeps its
-session's queue waiting behind it; the survivors drain the other sessions and exit once
-the shared queue has stopped moving. Why recovery waits for them: the runtime epoch is
-one row for the whole file, and beginning a new one fences every process of the old one
-(their claims and settles would be refused). So, as a restart would, a recovery process
-(``worker --recover``) then begins a new epoch (the killed turn's row becomes
-``unknown``), reconciles it as the operator (terminal ``interrupted``, never re-run:
-ADM-5), submits one input to each session (a user writing again after the restart), and
-drains what is left. Its first turn on the killed session finds the dead
-holder's lease and reclaims it (through the liveness probe if it is still unexpired),
-and its prologue reports the held call unknown instead of running it again (TOOL-10).
+The survivors run on. When a round of theirs finds nothing to do they look for dead
+processes (``door.recover_dead``): the killed worker's epoch is retired and its started
+admission becomes ``unknown``, which pauses that session's queue (ADM-5). The
+coordinator then acts as the operator would: it submits one more input to each session
+(a user writing again, so every session runs a turn after the kill), waits for the
+unknown row and reconciles it (terminal ``interrupted``, never re-run). The survivors
+drain the rest. The first turn on the killed session finds the dead holder's lease still
+unexpired and takes it back through the liveness probe; its prologue reports the held
+call unknown instead of running it again (TOOL-10). The survivors exit once nothing is
+queued, started or unknown.
 
 Then ``check`` (``sim.swarm_check``) judges the file and the journals: the three swarm
 checks and every registered checker over the rebuilt observation. ``SwarmReport``
 carries the figures (processes, sessions, admissions submitted, completed, unknown,
-kills, wall time) and both lists of violations.
+kills, phase times, wall time) and both lists of violations.
 """
 
 from __future__ import annotations
@@ -56,23 +55,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hermes_ref import door
 from hermes_ref.admission import AdmissionStatus, Binding, BindingRole, PrincipalKind
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.prologue import TurnInput, session_record
-from hermes_ref.shell.driver import AsyncDriver
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim import swarm_worker
 from sim.checkers import run_all
 from sim.realcrash import append_jsonl, read_jsonl
 from sim.swarm_check import KILLS_FILE, load, observation, swarm_violations
-from sim.swarm_ports import MARKER_FILE, SwarmProvider, SwarmStore, SwarmTools
+from sim.swarm_ports import MARKER_FILE, SwarmStore
 from sim.swarm_worker import OPERATOR
 
 ROOT = Path(__file__).resolve().parents[1]
 DB_FILE = "swarm.db"
-RECOVERY = "r0"  # the restarted process's name, and its principal
+COORDINATOR = "op"  # the coordinator's name as a submitter (it reconciles as OPERATOR)
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,7 @@ class SwarmPlan:
     hold_when: str = "after"  # after that call's effect, or "before" it
     lease_ttl_s: float = 8.0  # long enough that the dead holder's lease is still unexpired
     lease_refresh_s: float = 1.0  # when recovery asks for it: the liveness probe reclaims it
-    idle_exit_s: float = 1.0
+    idle_exit_s: float = 5.0  # a fallback: workers exit once nothing is left to do
     timeout_s: float = 30.0
 
     @property
@@ -107,8 +104,8 @@ class SwarmReport:
         return not self.swarm and not self.checkers
 
 
-async def _setup(db: Path, plan: SwarmPlan, names: Sequence[str]) -> int:
-    """Sessions, bindings and the first runtime epoch, through the production store."""
+async def _setup(db: Path, plan: SwarmPlan, names: Sequence[str]) -> None:
+    """Sessions and bindings, through the production store."""
     store = await SwarmStore.open_shared(db)
     try:
         now = time.time()
@@ -120,11 +117,6 @@ async def _setup(db: Path, plan: SwarmPlan, names: Sequence[str]) -> int:
                                                    session_id=session, role=BindingRole.MEMBER))
             await store.bind_principal(Binding(principal_id=OPERATOR, kind=PrincipalKind.OPERATOR,
                                                session_id=session, role=BindingRole.OPERATOR))
-        unused = db.parent / "setup.jsonl"  # the epoch's effects call no model and no tool
-        driver = AsyncDriver(store=store, provider=SwarmProvider(store, unused, "setup"),
-                             tools=SwarmTools(store, unused, "setup", unused, None, 0.0))
-        start = await driver.run(door.recover())
-        return start.epoch
     finally:
         await store.close()
 
@@ -139,7 +131,8 @@ def _spawn(db: Path, workdir: Path, name: str, plan: SwarmPlan, **options: objec
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _await_marker(marker: Path, victim: subprocess.Popen[str], deadline: float) -> dict[str, Any]:
+async def _await_marker(marker: Path, victim: subprocess.Popen[str],
+                        deadline: float) -> dict[str, Any]:
     while time.monotonic() < deadline:
         lines = read_jsonl(marker)
         if lines:
@@ -147,8 +140,30 @@ def _await_marker(marker: Path, victim: subprocess.Popen[str], deadline: float) 
         if victim.poll() is not None:
             raise RuntimeError(f"the victim exited ({victim.returncode}) before it held a call: "
                                f"{victim.stderr.read() if victim.stderr else ''}")
-        time.sleep(0.01)
+        await asyncio.sleep(0.01)
     raise TimeoutError("the victim never reached its held tool call")
+
+
+def _unknown_rows(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        rows = conn.execute("SELECT admission_id, session_id FROM admissions "
+                            "WHERE status = 'unknown' ORDER BY seq").fetchall()
+    conn.close()
+    return [(str(a), str(s)) for a, s in rows]
+
+
+async def _operate(operator: swarm_worker.Worker, deadline: float) -> int:
+    """After the kill: one more input per session, then reconcile what a survivor made unknown."""
+    for i in range(len(operator.cfg.sessions)):
+        await operator.submit(swarm_worker.submission(operator.cfg, i))
+    while time.monotonic() < deadline:
+        found = _unknown_rows(operator.cfg.db)
+        if found:
+            for admission_id, session_id in found:
+                await operator.reconcile(admission_id, session_id)
+            return len(found)
+        await asyncio.sleep(0.01)
+    raise TimeoutError("no survivor found the killed worker's admission")
 
 
 def mid_turn(db: Path, held: dict[str, Any], pid: int) -> dict[str, bool]:
@@ -181,34 +196,18 @@ def _finish(proc: subprocess.Popen[str], deadline: float) -> dict[str, Any]:
 
 
 def run_swarm(workdir: Path, plan: SwarmPlan | None = None) -> SwarmReport:
-    """Start the workers, kill one mid-turn, let the others finish, recover, check."""
+    """Start the workers, kill one mid-turn, let the others finish, check."""
     plan = plan or SwarmPlan()
     workdir.mkdir(parents=True, exist_ok=True)
     db = workdir / DB_FILE
     names = [f"w{i}" for i in range(plan.processes)]
     began = time.monotonic()
-    deadline = began + plan.timeout_s
-    phases: dict[str, float] = {}
-    epoch = asyncio.run(_setup(db, plan, [*names, RECOVERY]))
-    procs = [_spawn(db, workdir, name, plan, admissions=plan.admissions, epoch=epoch, seed=i,
-                    hold_at=plan.hold_at if i == 0 else None,
-                    hold_when=plan.hold_when if i == 0 else None)
-             for i, name in enumerate(names)]
-    victim = procs[0]
+    asyncio.run(_setup(db, plan, [*names, COORDINATOR]))
+    procs: list[subprocess.Popen[str]] = []
     try:
-        held = _await_marker(workdir / MARKER_FILE, victim, deadline)
-        seen = mid_turn(db, held, victim.pid)
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait()  # reaped: from now on its pid is dead to the liveness probe
-        phases["killed_at_s"] = time.monotonic() - began
-        append_jsonl(workdir / KILLS_FILE, {**held, **seen, "pid": victim.pid,
-                                            "at": time.time()})
-        summaries = [_finish(p, deadline) for p in procs[1:]]
+        phases = asyncio.run(_kill_and_reconcile(db, workdir, plan, names, procs, began))
+        summaries = [_finish(p, began + plan.timeout_s) for p in procs[1:]]
         phases["survivors_done_at_s"] = time.monotonic() - began
-        # one more input per session after the restart, so every session runs a turn again
-        recovery = _spawn(db, workdir, RECOVERY, plan, admissions=plan.sessions, recover=True)
-        summaries.append(_finish(recovery, deadline))
-        phases["recovered_at_s"] = time.monotonic() - began
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -220,6 +219,37 @@ def run_swarm(workdir: Path, plan: SwarmPlan | None = None) -> SwarmReport:
     return report
 
 
+async def _kill_and_reconcile(db: Path, workdir: Path, plan: SwarmPlan, names: Sequence[str],
+                              procs: list[subprocess.Popen[str]], began: float,
+                              ) -> dict[str, float]:
+    """The coordinator's part while the workers run: start them, kill one, reconcile."""
+    deadline = began + plan.timeout_s
+    store = await SwarmStore.open_shared(db)
+    try:
+        operator = swarm_worker.Worker(swarm_worker.WorkerConfig(
+            db=db, workdir=workdir, name=COORDINATOR, sessions=plan.session_ids,
+            admissions=plan.sessions, lease_ttl_s=plan.lease_ttl_s,
+            lease_refresh_s=plan.lease_refresh_s), store)
+        await operator.begin()  # before the kill: the survivors, not this, find the dead
+        procs.extend(_spawn(db, workdir, name, plan, admissions=plan.admissions, seed=i,
+                            hold_at=plan.hold_at if i == 0 else None,
+                            hold_when=plan.hold_when if i == 0 else None)
+                     for i, name in enumerate(names))
+        victim = procs[0]
+        held = await _await_marker(workdir / MARKER_FILE, victim, deadline)
+        seen = mid_turn(db, held, victim.pid)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()  # reaped: from now on its pid is dead to the liveness probe
+        phases = {"killed_at_s": time.monotonic() - began}
+        append_jsonl(workdir / KILLS_FILE, {**held, **seen, "pid": victim.pid,
+                                            "at": time.time()})
+        await _operate(operator, deadline)
+        phases["reconciled_at_s"] = time.monotonic() - began
+        return phases
+    finally:
+        await store.close()
+
+
 def judge(db: Path, workdir: Path, plan: SwarmPlan, summaries: list[dict[str, Any]],
           wall_s: float) -> SwarmReport:
     """The figures and the violations of a finished run."""
@@ -229,7 +259,8 @@ def judge(db: Path, workdir: Path, plan: SwarmPlan, summaries: list[dict[str, An
     answers = [d for d in rec.door if d["kind"] == "answer"]
     dead = [g for g in rec.grants if g.end_reason == "holder_dead"]
     figures = {
-        "processes": plan.processes + 1, "workers": plan.processes, "sessions": plan.sessions,
+        "processes": plan.processes + 1,  # the workers and the coordinator (the operator)
+        "workers": plan.processes, "sessions": plan.sessions,
         "submissions": sum(1 for d in rec.door if d["kind"] == "submit"),
         "admissions": len(rec.admissions),
         "resubmissions_answered_same": sum(1 for a in answers if a.get("fresh") is False),

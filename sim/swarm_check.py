@@ -3,11 +3,12 @@
 Theory of operation
 -------------------
 After the workers of ``sim.realswarm`` are gone (one SIGKILLed mid-turn, the others run
-to completion, a recovery process reconciled and drained), ``load`` reads what is left:
-the SQLite file (admission rows, lease grants) and every worker's journals (see
-``sim.swarm_worker``): the door lines (each submission before it reached the door, each
-answer after), the tool ledger (an intent line fsynced before each effect) and the call
-log, plus the coordinator's ``kills.jsonl`` (the killed pid and the call it was holding).
+to completion, its admission made unknown by a survivor and reconciled by the operator),
+``load`` reads what is left: the SQLite file (admission rows, lease grants) and every
+process's journals (see ``sim.swarm_worker``): the door lines (each submission before it
+reached the door, each answer after, each orphaning and reconcile), the tool ledger (an
+intent line fsynced before each effect) and the call log, plus the coordinator's
+``kills.jsonl`` (the killed pid and the call it was holding).
 The three checks are plain functions over that ``SwarmRecord``, so a test can hand them
 a record it made up and watch them fail:
 

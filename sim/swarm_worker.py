@@ -12,15 +12,18 @@ tools that journal every effect before it happens). The journals live in ``DIR/<
 (each submission before it is handed to the door, each answer after it, each settled
 drain step, each reconcile).
 
-The loop submits its admissions one per round through ``door.admit`` (the principal is
-the worker's name, bound to every session; every third request is submitted twice, which
-the door must answer with the same admission), and in every round takes one drain step
-per session (a worker told to hold a call submits more while nothing is left for it to
-reach that call on). It stops when its submissions are done and the shared queue has not moved
-(no claim, settle or new row) for ``--idle-exit-s``, or when nothing is queued or
-started, or at ``--deadline-s``. With ``--recover`` it first begins a new runtime epoch
-(started rows of the old one become unknown), reconciles each orphan as the operator, and
-drains until nothing is queued or started.
+Each worker begins its own runtime epoch (``door.recover`` with its holder identity), so
+several processes drain one file side by side. The loop submits its admissions one per
+round through ``door.admit`` (the principal is the worker's name, bound to every
+session; every third request is submitted twice, which the door must answer with the
+same admission), and in every round takes one drain step per session (a worker told to
+hold a call submits more while nothing is left for it to reach that call on). When a
+round finds nothing to do it looks for dead processes (``door.recover_dead``, at most
+every ``RECOVER_EVERY_S``): the started admissions of an epoch whose holder is dead
+become ``unknown``, and the session's queue pauses until an operator reconciles them
+(``reconcile``; the coordinator does it). A worker stops when its submissions are done
+and nothing is queued, started or unknown, or when the shared queue has not moved for
+``--idle-exit-s``, or at ``--deadline-s``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_ref import door
-from hermes_ref.admission import Ack, Move, Refusal
+from hermes_ref.admission import Ack, EpochStart, Move, Refusal
 from hermes_ref.engine import Engine
 from hermes_ref.limits import Limits
 from hermes_ref.shell import liveness
@@ -50,7 +53,8 @@ OPERATOR = "olga"  # the operator principal that reconciles unknown admissions
 CALLS_FILE, LEDGER_FILE, DOOR_FILE = "calls.jsonl", "ledger.jsonl", "door.jsonl"
 _PROGRESS = ("SELECT (SELECT COALESCE(MAX(tick), 0) FROM runtime_epoch), "
              "(SELECT COALESCE(MAX(seq), 0) FROM admissions), "
-             "(SELECT COUNT(*) FROM admissions WHERE status IN ('queued', 'started'))")
+             "(SELECT COUNT(*) FROM admissions WHERE status IN ('queued', 'started', 'unknown'))")
+RECOVER_EVERY_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -60,16 +64,14 @@ class WorkerConfig:
     name: str
     sessions: tuple[str, ...]
     admissions: int
-    epoch: int
     seed: int = 0
     lease_ttl_s: float = 6.0
     lease_refresh_s: float = 1.0
     hold_at: int | None = None
     hold_s: float = 60.0
     hold_when: str = "after"  # hold the call after its effect, or "before" it
-    idle_exit_s: float = 1.5
+    idle_exit_s: float = 5.0
     deadline_s: float = 30.0
-    recover: bool = False
 
 
 def submission(cfg: WorkerConfig, i: int) -> door.Submission:
@@ -113,7 +115,7 @@ class Worker:
                                   tool_batch_deadline_s=cfg.deadline_s + cfg.hold_s)
         self.engine = Engine(limits=self.limits, tools=REFERENCE_TOOLS,
                              holder=liveness.holder_identity())
-        self.epoch = cfg.epoch
+        self.epoch = 0  # until ``begin``
         self.turns = 0
 
     def _log(self, line: dict[str, Any]) -> None:
@@ -145,24 +147,36 @@ class Worker:
                        "settle_error": step.settle_error})
         return ran
 
-    async def recover(self) -> None:
-        """A new epoch; each orphan (a started row of the old one) reconciled by the operator."""
-        start = await self.driver.run(door.recover())
+    async def begin(self) -> None:
+        """This process's own epoch; dead processes' started rows become unknown."""
+        start = await self.driver.run(door.recover(liveness.holder_identity()))
         self.epoch = start.epoch
+        self._orphans(start)
+
+    async def recover_dead(self) -> None:
+        """Look for processes that died since: their started rows become unknown."""
+        self._orphans(await self.driver.run(door.recover_dead(self.epoch)))
+
+    def _orphans(self, start: EpochStart) -> None:
         for row in start.orphaned:
-            moved = await self.driver.run(door.resolve(OPERATOR, row.session_id, row.admission_id,
-                                                       self.epoch, Move.RECONCILE))
-            self._log({"kind": "reconciled", "admission_id": row.admission_id,
+            self._log({"kind": "orphaned", "admission_id": row.admission_id,
                        "session_id": row.session_id, "epoch": self.epoch,
-                       "refused": moved.code if isinstance(moved, Refusal) else None})
+                       "retired": list(start.retired)})
+
+    async def reconcile(self, admission_id: str, session_id: str) -> None:
+        """The operator's verdict on an unknown row: terminal ``interrupted``, never re-run."""
+        moved = await self.driver.run(door.resolve(OPERATOR, session_id, admission_id,
+                                                   self.epoch, Move.RECONCILE))
+        self._log({"kind": "reconciled", "admission_id": admission_id,
+                   "session_id": session_id, "epoch": self.epoch,
+                   "refused": moved.code if isinstance(moved, Refusal) else None})
 
     async def run(self) -> dict[str, Any]:
         cfg = self.cfg
         started = time.monotonic()
-        if cfg.recover:
-            await self.recover()
+        await self.begin()
         todo, more = submissions(cfg), cfg.admissions
-        marker, still = _progress(cfg.db), time.monotonic()
+        marker, still, looked = _progress(cfg.db), time.monotonic(), 0.0
         while time.monotonic() - started < cfg.deadline_s:
             if todo:
                 await self.submit(todo.pop(0))
@@ -171,13 +185,14 @@ class Worker:
             if ran or todo or now_marker != marker:
                 marker, still = now_marker, time.monotonic()
                 continue
-            if cfg.hold_at is not None and now_marker[2] == 0:
+            if now_marker[2] == 0 and cfg.hold_at is not None:
                 todo.append(submission(cfg, more))  # the others took all the work before
                 more += 1                           # this worker reached its held call
-                continue
-            if now_marker[2] == 0 or (not cfg.recover
-                                      and time.monotonic() - still >= cfg.idle_exit_s):
+            elif now_marker[2] == 0 or time.monotonic() - still >= cfg.idle_exit_s:
                 break
+            elif time.monotonic() - looked >= RECOVER_EVERY_S:
+                looked = time.monotonic()
+                await self.recover_dead()
             await asyncio.sleep(0.02)
         return {"worker": cfg.name, "pid": os.getpid(), "turns": self.turns,
                 "epoch": self.epoch, "tool_runs": self.tools.executed,
@@ -185,7 +200,7 @@ class Worker:
 
 
 def _progress(db: Path) -> tuple[int, int, int]:
-    """The shared queue's motion: (admission clock, highest seq, rows queued or started)."""
+    """The shared queue's motion: (admission clock, highest seq, rows not yet terminal)."""
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
         tick, seq, open_rows = conn.execute(_PROGRESS).fetchone()
     conn.close()
@@ -206,7 +221,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", required=True)
     parser.add_argument("--sessions", required=True, help="comma-separated session ids")
     parser.add_argument("--admissions", type=int, default=6)
-    parser.add_argument("--epoch", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lease-ttl-s", type=float, default=6.0)
     parser.add_argument("--lease-refresh-s", type=float, default=1.0)
@@ -215,19 +229,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hold-s", type=float, default=60.0)
     parser.add_argument("--hold-when", choices=("after", "before"), default="after",
                         help="hold the call after its effect, or before it")
-    parser.add_argument("--idle-exit-s", type=float, default=1.5)
+    parser.add_argument("--idle-exit-s", type=float, default=5.0)
     parser.add_argument("--deadline-s", type=float, default=30.0)
-    parser.add_argument("--recover", action="store_true")
 
 
 def main(args: argparse.Namespace) -> int:
     cfg = WorkerConfig(
         db=args.db, workdir=args.workdir, name=args.name,
         sessions=tuple(s for s in args.sessions.split(",") if s), admissions=args.admissions,
-        epoch=args.epoch, seed=args.seed, lease_ttl_s=args.lease_ttl_s,
+        seed=args.seed, lease_ttl_s=args.lease_ttl_s,
         lease_refresh_s=args.lease_refresh_s, hold_at=args.hold_at, hold_s=args.hold_s,
         hold_when=args.hold_when,
-        idle_exit_s=args.idle_exit_s, deadline_s=args.deadline_s, recover=args.recover)
+        idle_exit_s=args.idle_exit_s, deadline_s=args.deadline_s)
     print(json.dumps(asyncio.run(run_worker(cfg)), sort_keys=True), flush=True)
     return 0
 
