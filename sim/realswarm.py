@@ -83,6 +83,7 @@ class SwarmPlan:
     lease_refresh_s: float = 1.0  # when recovery asks for it: the liveness probe reclaims it
     idle_exit_s: float = 5.0  # a fallback: workers exit once nothing is left to do
     timeout_s: float = 30.0
+    sabotage: str = ""   # a sim.sabotage name every worker runs under (proof the checks bite)
 
     @property
     def session_ids(self) -> tuple[str, ...]:
@@ -126,7 +127,7 @@ def _spawn(db: Path, workdir: Path, name: str, plan: SwarmPlan, **options: objec
     argv = swarm_worker.worker_command(
         db, workdir, name, plan.session_ids, lease_ttl_s=plan.lease_ttl_s,
         lease_refresh_s=plan.lease_refresh_s, idle_exit_s=plan.idle_exit_s,
-        deadline_s=plan.timeout_s, **options)
+        deadline_s=plan.timeout_s, sabotage=plan.sabotage or None, **options)
     return subprocess.Popen([sys.executable, "-m", "sim.realswarm", *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
@@ -47,6 +48,7 @@ from hermes_ref.shell import liveness
 from hermes_ref.shell.driver import AsyncDriver
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.realcrash import append_jsonl
+from sim.sabotage import SABOTAGES
 from sim.swarm_ports import MARKER_FILE, SwarmProvider, SwarmStore, SwarmTools
 
 OPERATOR = "olga"  # the operator principal that reconciles unknown admissions
@@ -231,6 +233,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hold the call after its effect, or before it")
     parser.add_argument("--idle-exit-s", type=float, default=5.0)
     parser.add_argument("--deadline-s", type=float, default=30.0)
+    parser.add_argument("--sabotage", choices=sorted(SABOTAGES), default=None,
+                        help="run this worker's engine broken in this way (sim.sabotage)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -241,7 +245,9 @@ def main(args: argparse.Namespace) -> int:
         lease_refresh_s=args.lease_refresh_s, hold_at=args.hold_at, hold_s=args.hold_s,
         hold_when=args.hold_when,
         idle_exit_s=args.idle_exit_s, deadline_s=args.deadline_s)
-    print(json.dumps(asyncio.run(run_worker(cfg)), sort_keys=True), flush=True)
+    with SABOTAGES[args.sabotage].applied() if args.sabotage else contextlib.nullcontext():
+        summary = asyncio.run(run_worker(cfg))
+    print(json.dumps(summary, sort_keys=True), flush=True)
     return 0
 
 

@@ -66,6 +66,17 @@ def test_a_holder_killed_mid_turn_loses_nothing_and_runs_nothing_twice(when: str
 
 
 @pytest.mark.realcrash
+def test_survivors_that_rerun_the_held_call_are_caught(tmp_path: Path) -> None:
+    """Under recovery_reruns_open_calls a survivor runs the killed turn's call again: caught."""
+    report = run_swarm(tmp_path, SwarmPlan(sabotage="recovery_reruns_open_calls"))
+    (kill,) = load(tmp_path / DB_FILE, tmp_path).kills
+    twice = [v for v in report.swarm if v.startswith(f"{kill.call_id} of {kill.session_id}")]
+    assert any("ran 2 times" in v for v in twice), report.swarm
+    assert any("held by killed pid" in v for v in twice), report.swarm
+    assert any("TOOL-10 [recovered_calls_not_rerun]" in v for v in report.checkers), report.checkers
+
+
+@pytest.mark.realcrash
 @pytest.mark.slow
 def test_a_larger_swarm_killed_late_still_loses_nothing(tmp_path: Path) -> None:
     """Six workers, twelve inputs each, killed at the twelfth call: every check still holds."""
