@@ -29,8 +29,10 @@ coordinator then acts as the operator would: it submits one more input to each s
 unknown row and reconciles it (terminal ``interrupted``, never re-run). The survivors
 drain the rest. The first turn on the killed session finds the dead holder's lease still
 unexpired and takes it back through the liveness probe; its prologue reports the held
-call unknown instead of running it again (TOOL-10). The survivors exit once nothing is
-queued, started or unknown.
+call unknown instead of running it again (TOOL-10). The coordinator then writes the
+release file, and the survivors exit once nothing is queued, started or unknown (before
+the release an empty queue does not end them: a survivor gone before the kill could not
+find the dead).
 
 Then ``check`` (``sim.swarm_check``) judges the file and the journals: the three swarm
 checks and every registered checker over the rebuilt observation. ``SwarmReport``
@@ -127,7 +129,7 @@ def _spawn(db: Path, workdir: Path, name: str, plan: SwarmPlan, **options: objec
     argv = swarm_worker.worker_command(
         db, workdir, name, plan.session_ids, lease_ttl_s=plan.lease_ttl_s,
         lease_refresh_s=plan.lease_refresh_s, idle_exit_s=plan.idle_exit_s,
-        deadline_s=plan.timeout_s, sabotage=plan.sabotage or None, **options)
+        deadline_s=plan.timeout_s, sabotage=plan.sabotage or None, coordinated=True, **options)
     return subprocess.Popen([sys.executable, "-m", "sim.realswarm", *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -246,6 +248,7 @@ async def _kill_and_reconcile(db: Path, workdir: Path, plan: SwarmPlan, names: S
                                             "at": time.time()})
         await _operate(operator, deadline)
         phases["reconciled_at_s"] = time.monotonic() - began
+        (workdir / swarm_worker.RELEASE_FILE).touch()  # no kill is to come: finish and go
         return phases
     finally:
         await store.close()

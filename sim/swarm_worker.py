@@ -22,8 +22,9 @@ round finds nothing to do it looks for dead processes (``door.recover_dead``, at
 every ``RECOVER_EVERY_S``): the started admissions of an epoch whose holder is dead
 become ``unknown``, and the session's queue pauses until an operator reconciles them
 (``reconcile``; the coordinator does it). A worker stops when its submissions are done
-and nothing is queued, started or unknown, or when the shared queue has not moved for
-``--idle-exit-s``, or at ``--deadline-s``.
+and nothing is queued, started or unknown (with ``--coordinated``, only once the
+coordinator has written ``RELEASE_FILE``, so no survivor is gone before the kill), or when
+the shared queue has not moved for ``--idle-exit-s``, or at ``--deadline-s``.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ _PROGRESS = ("SELECT (SELECT COALESCE(MAX(tick), 0) FROM runtime_epoch), "
              "(SELECT COALESCE(MAX(seq), 0) FROM admissions), "
              "(SELECT COUNT(*) FROM admissions WHERE status IN ('queued', 'started', 'unknown'))")
 RECOVER_EVERY_S = 0.2
+RELEASE_FILE = "release"  # the coordinator's word that the run is over: no kill is to come
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class WorkerConfig:
     hold_when: str = "after"  # hold the call after its effect, or "before" it
     idle_exit_s: float = 5.0
     deadline_s: float = 30.0
+    coordinated: bool = False  # wait for the coordinator's release before stopping
 
 
 def submission(cfg: WorkerConfig, i: int) -> door.Submission:
@@ -173,6 +176,11 @@ class Worker:
                    "session_id": session_id, "epoch": self.epoch,
                    "refused": moved.code if isinstance(moved, Refusal) else None})
 
+    def _released(self) -> bool:
+        """May this worker stop once the queue is empty? Only after the coordinator said
+        so (``RELEASE_FILE``: no kill is to come), or at once when nobody coordinates."""
+        return not self.cfg.coordinated or (self.cfg.workdir / RELEASE_FILE).exists()
+
     async def run(self) -> dict[str, Any]:
         cfg = self.cfg
         started = time.monotonic()
@@ -190,7 +198,8 @@ class Worker:
             if now_marker[2] == 0 and cfg.hold_at is not None:
                 todo.append(submission(cfg, more))  # the others took all the work before
                 more += 1                           # this worker reached its held call
-            elif now_marker[2] == 0 or time.monotonic() - still >= cfg.idle_exit_s:
+            elif (now_marker[2] == 0 and self._released()) \
+                    or time.monotonic() - still >= cfg.idle_exit_s:
                 break
             elif time.monotonic() - looked >= RECOVER_EVERY_S:
                 looked = time.monotonic()
@@ -233,6 +242,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hold the call after its effect, or before it")
     parser.add_argument("--idle-exit-s", type=float, default=5.0)
     parser.add_argument("--deadline-s", type=float, default=30.0)
+    parser.add_argument("--coordinated", action="store_true",
+                        help="an empty queue ends the worker only after the coordinator's release")
     parser.add_argument("--sabotage", choices=sorted(SABOTAGES), default=None,
                         help="run this worker's engine broken in this way (sim.sabotage)")
 
@@ -244,7 +255,7 @@ def main(args: argparse.Namespace) -> int:
         seed=args.seed, lease_ttl_s=args.lease_ttl_s,
         lease_refresh_s=args.lease_refresh_s, hold_at=args.hold_at, hold_s=args.hold_s,
         hold_when=args.hold_when,
-        idle_exit_s=args.idle_exit_s, deadline_s=args.deadline_s)
+        idle_exit_s=args.idle_exit_s, deadline_s=args.deadline_s, coordinated=args.coordinated)
     with SABOTAGES[args.sabotage].applied() if args.sabotage else contextlib.nullcontext():
         summary = asyncio.run(run_worker(cfg))
     print(json.dumps(summary, sort_keys=True), flush=True)
