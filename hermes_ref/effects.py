@@ -306,11 +306,28 @@ class LoadBinding(Effect[Binding | None]):
 
 @dataclass(frozen=True, slots=True)
 class BeginEpoch(Effect[EpochStart]):
-    """Start a runtime epoch (+1) and make the started admissions of older ones unknown,
-    in one transaction (ADM-5: recovery never replays)."""
+    """Begin this process's runtime epoch (a new number, recorded with ``holder``) and
+    recover in the same transaction: epochs of dead holders (and older ones of ``holder``)
+    are retired and their started admissions made unknown (ADM-5: recovery never replays).
+    ``holder`` None: this process, as its driver knows it (production: its pid)."""
 
     now: float
+    holder: str | None = None
     kind: ClassVar[str] = "begin_epoch"
+
+    @property
+    def site(self) -> Site:
+        return Site.EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverEpochs(Effect[EpochStart]):
+    """Recover under the caller's live ``epoch`` without beginning another: retire the
+    epochs of dead holders and make their started admissions unknown, in one transaction."""
+
+    epoch: int
+    now: float
+    kind: ClassVar[str] = "recover_epochs"
 
     @property
     def site(self) -> Site:

@@ -269,7 +269,8 @@ class Story:
                               calls=tuple(world.calls), crash_seqs=tuple(world.crash_seqs),
                               limits=self._limits, runs=tuple(world.runs),
                               acks=tuple(world.acks), lease_log=tuple(world.lease_log),
-                              deaths=world.deaths(), stalls=tuple(world.stalls))
+                              deaths=world.deaths(), stalls=tuple(world.stalls),
+                              death_seqs=world.death_seqs())
         found = run_all(obs)
         known = {str(v) for v in self.violations}
         fresh = [v for v in found if str(v) not in known]
@@ -336,9 +337,24 @@ class Story:
         """Claim and run the session's admissions in order until none is claimable."""
         return door_story.drain(self, session, steps)
 
-    def recover(self) -> EpochStart | None:
-        """Begin a new runtime epoch for this process (done by its first door step anyway)."""
-        return door_story.recover(self)
+    def recover(self, process: ProcessHandle | None = None) -> EpochStart | None:
+        """Recovery on ``process`` (the story's own by default): it begins its own runtime
+        epoch (done by its first door step anyway), or recovers under the one it has."""
+        return door_story.recover(self, process)
+
+    def start_submit(self, process: ProcessHandle, principal: Any, request_id: Any,
+                     payload: Any, *, session: Any = "s-1", after_s: float = 0.0,
+                     ) -> door_story.DoorActor | None:
+        """Hand an input to the door on ``process``, ``after_s`` from now (see ``run_all``)."""
+        return door_story.start_submit(self, process, Submission(principal, session,
+                                                                 request_id, payload), after_s)
+
+    def start_drain(self, process: ProcessHandle, session: str = "s-1", *,
+                    after_s: float = 0.0, poll_s: float = 1.0,
+                    tries: int = 120) -> door_story.DoorActor | None:
+        """One drain claim of ``session`` on ``process``, ``after_s`` from now; while another
+        admission is in flight it asks again every ``poll_s`` (see ``run_all``)."""
+        return door_story.start_drain(self, process, session, after_s, poll_s, tries)
 
     def reconcile(self, principal: str, admission_id: str, *,
                   session: str = "s-1") -> AdmissionRow | Refusal | None:

@@ -27,6 +27,7 @@ from hermes_ref.effects import Sleep
 from hermes_ref.engine import Engine
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.prologue import TurnInput
+from sim import door_story  # the door's actors (submissions, drain claims) run here too
 from sim.driver import SimDriver, finished
 from sim.faults import Crashed
 from sim.scheduler import Actor
@@ -108,14 +109,17 @@ def start_turn(story: Story, text: str, *, session: str, process: ProcessHandle 
 
 
 def run_all(story: Story) -> None:
-    """Step the world until every turn handed out has ended, then check the record."""
+    """Step the world until every turn and door actor handed out has ended, then check
+    the record."""
     world = story.world
     pending = story._processes.pending
-    while any(not t.done for t in pending):
+    while any(not t.done for t in pending) or door_story.busy(story):
         if not world.scheduler.step():
             break
         _record_ended(story)
+        door_story.record_ended(story)
     _record_ended(story)
+    door_story.record_ended(story)
     story.check()
 
 

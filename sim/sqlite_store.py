@@ -197,8 +197,11 @@ class SqliteStore:
     def get_binding(self, principal_id: str, session_id: str) -> Binding | None:
         return adm.get_binding(self._conn, principal_id, session_id)
 
-    def begin_epoch(self, now: float) -> EpochStart:
-        return self._write(adm.begin_epoch, now)
+    def begin_epoch(self, now: float, holder: str) -> EpochStart:
+        return self._write(adm.begin_epoch, now, holder, self._holder_alive)
+
+    def recover_epochs(self, epoch: int, now: float) -> EpochStart:
+        return self._write(adm.recover_epochs, epoch, now, self._holder_alive)
 
     def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer:
         return self._write(adm.admit_input, candidate)

@@ -52,7 +52,7 @@ from hermes_ref.errors import OperatingError
 from hermes_ref.models import Event, EventKind, ToolCall, ToolResult
 from hermes_ref.outcomes import ExitLine
 from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
-from hermes_ref.shell import turn_tasks
+from hermes_ref.shell import liveness, turn_tasks
 from hermes_ref.tool_specs import timeout_message
 
 __all__ = ["AsyncDriver", "AsyncProvider"]
@@ -182,7 +182,9 @@ class AsyncDriver:
         store = self.store
         return {
             fx.LoadBinding: lambda e: store.get_binding(e.principal_id, e.session_id),
-            fx.BeginEpoch: lambda e: store.begin_epoch(e.now),
+            fx.BeginEpoch: lambda e: store.begin_epoch(
+                e.now, e.holder or liveness.holder_identity()),
+            fx.RecoverEpochs: lambda e: store.recover_epochs(e.epoch, e.now),
             fx.AdmitInput: lambda e: store.admit_input(e.candidate),
             fx.ClaimAdmission: lambda e: store.claim_admission(e.session_id, e.epoch, e.now),
             fx.MoveAdmission: lambda e: store.move_admission(

@@ -436,7 +436,7 @@ def snapshot(conn: sqlite3.Connection) -> DurableRecord:
         events = conn.execute(_SELECT_EVENTS).fetchall()
         lease_rows = conn.execute(_SELECT_LEASES).fetchall()
         grants = leases.read_grants(conn)
-        admissions, bindings, epoch = sqlite_admissions.read_door(conn)  # ADM
+        door = sqlite_admissions.read_door(conn)  # ADM
     return DurableRecord(
         sessions=tuple(decode_session(row) for row in sessions),
         messages=tuple(
@@ -445,7 +445,7 @@ def snapshot(conn: sqlite3.Connection) -> DurableRecord:
         events=tuple(decode_event(row) for row in events),
         leases=tuple(decode_lease(row) for row in lease_rows),
         lease_grants=grants,
-        admissions=admissions, bindings=bindings, epoch=epoch,
+        **door,
     )
 
 

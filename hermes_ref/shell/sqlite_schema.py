@@ -190,6 +190,13 @@ _V4_ADMISSION = (
         tick INTEGER NOT NULL,
         started_at REAL NOT NULL
     )""",
+    # one row per process's epoch: whose (``pid=..:pidns=..``), since when, retired when
+    """CREATE TABLE runtime_epochs (
+        epoch INTEGER PRIMARY KEY,
+        holder TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        retired_at REAL
+    )""",
 )
 
 APPLICATION_ID = 0x48726D52
@@ -201,7 +208,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # commit together, so a marked file always records at least this version.
     Migration(2, "mark the file as hermes-ref's", (f"PRAGMA application_id = {APPLICATION_ID}",)),
     Migration(3, "session lanes: route revisions, lane markers, lane log", _V3_ROUTES),
-    Migration(4, "the admission door: row history, bindings, runtime epoch", _V4_ADMISSION),
+    Migration(4, "the admission door: row history, bindings, runtime epochs", _V4_ADMISSION),
     Migration(5, "every turn-lease grant, kept after it ends", GRANTS_DDL),
 )
 LATEST_VERSION = MIGRATIONS[-1].version

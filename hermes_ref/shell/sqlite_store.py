@@ -300,8 +300,11 @@ class AsyncSqliteStore:
     async def get_binding(self, principal_id: str, session_id: str) -> Binding | None:
         return await self._hop(adm.get_binding, principal_id, session_id)
 
-    async def begin_epoch(self, now: float) -> EpochStart:
-        return await self._write(adm.begin_epoch, now)
+    async def begin_epoch(self, now: float, holder: str) -> EpochStart:
+        return await self._write(adm.begin_epoch, now, holder, self._holder_alive)
+
+    async def recover_epochs(self, epoch: int, now: float) -> EpochStart:
+        return await self._write(adm.recover_epochs, epoch, now, self._holder_alive)
 
     async def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer:
         return await self._write(adm.admit_input, candidate)

@@ -125,8 +125,11 @@ class SyncFacade:
     def get_binding(self, principal_id: str, session_id: str) -> Binding | None:
         return self._run(self.inner.get_binding(principal_id, session_id))  # type: ignore[no-any-return]
 
-    def begin_epoch(self, now: float) -> EpochStart:
-        return self._run(self.inner.begin_epoch(now))  # type: ignore[no-any-return]
+    def begin_epoch(self, now: float, holder: str) -> EpochStart:
+        return self._run(self.inner.begin_epoch(now, holder))  # type: ignore[no-any-return]
+
+    def recover_epochs(self, epoch: int, now: float) -> EpochStart:
+        return self._run(self.inner.recover_epochs(epoch, now))  # type: ignore[no-any-return]
 
     def admit_input(self, candidate: AdmissionRow) -> AdmitAnswer:
         return self._run(self.inner.admit_input(candidate))  # type: ignore[no-any-return]
@@ -682,12 +685,15 @@ def candidate(aid: str, request: str = "r1", text: str = "hi", principal: str = 
         updated_at=1.0)
 
 
+HOLDER = "pid=1:pidns=contract"  # every epoch of the door's tests is this one process's
+
+
 def door(store: Store) -> int:
     """A session with alice bound to it and a first runtime epoch; returns the epoch."""
     store.create_session(session("s1"))
     store.bind_principal(Binding(principal_id="alice", kind=PrincipalKind.USER,
                                  session_id="s1", role=BindingRole.MEMBER))
-    return store.begin_epoch(1.0).epoch
+    return store.begin_epoch(1.0, HOLDER).epoch
 
 
 def test_bindings_are_durable_and_need_their_session(harness: Harness) -> None:
@@ -768,8 +774,9 @@ def test_recovery_orphans_started_rows_and_pauses_the_queue(harness: Harness) ->
     store.claim_admission("s1", epoch, 2.0)
     harness.crash_and_recover()
     store = harness.store
-    start = store.begin_epoch(3.0)
-    assert start.epoch == epoch + 1 and [r.admission_id for r in start.orphaned] == ["a1"]
+    start = store.begin_epoch(3.0, HOLDER)  # the same pid again: its predecessor is gone
+    assert start.epoch == epoch + 1 and start.retired == (epoch,)
+    assert [r.admission_id for r in start.orphaned] == ["a1"]
     assert store.claim_admission("s1", start.epoch, 4.0) == ClaimAnswer(paused=True)
     with pytest.raises(PersistenceError) as info:
         store.move_admission("a1", "s1", Move.SETTLE, epoch, 4.0, Outcome.COMPLETED)
@@ -794,6 +801,44 @@ def test_a_refused_move_changes_nothing(store: Store) -> None:
     assert store.snapshot() == before
     cancelled = store.move_admission("a1", "s1", Move.CANCEL, epoch, 3.0, Outcome.CANCELLED)
     assert cancelled.outcome is Outcome.CANCELLED
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_epochs_are_per_process_and_only_a_dead_ones_rows_go_unknown(
+        kind: str, tmp_path: Path) -> None:
+    """ADM-5: live processes' epochs coexist; recovery retires only a dead holder's epoch."""
+    dead: set[str] = set()
+    store, loop = _store_with_liveness(kind, tmp_path / "db.sqlite", lambda h: h not in dead)
+    try:
+        for sid in ("s1", "s2"):
+            store.create_session(session(sid))
+            store.bind_principal(Binding(principal_id="alice", kind=PrincipalKind.USER,
+                                         session_id=sid, role=BindingRole.MEMBER))
+        one = store.begin_epoch(1.0, "pid=11").epoch
+        two = store.begin_epoch(1.0, "pid=12").epoch
+        store.admit_input(candidate("a1", sid="s1"))
+        store.admit_input(candidate("b1", sid="s2"))
+        assert store.claim_admission("s1", one, 2.0).row is not None
+        assert store.claim_admission("s2", two, 2.0).row is not None
+        with pytest.raises(PersistenceError) as info:
+            store.move_admission("a1", "s1", Move.SETTLE, two, 3.0, Outcome.COMPLETED)
+        assert info.value.cause == "stale_epoch"
+        assert store.recover_epochs(two, 3.0).orphaned == ()
+        dead.add("pid=11")
+        start = store.recover_epochs(two, 4.0)
+        assert start.retired == (one,) and [r.admission_id for r in start.orphaned] == ["a1"]
+        done = store.move_admission("b1", "s2", Move.SETTLE, two, 5.0, Outcome.COMPLETED)
+        assert done.status is AdmissionStatus.TERMINAL
+        epochs = store.snapshot().epochs
+        assert [(e.epoch, e.holder, e.retired_at) for e in epochs] == [
+            (one, "pid=11", 4.0), (two, "pid=12", None)]
+        with pytest.raises(PersistenceError) as info:
+            store.claim_admission("s1", one, 6.0)
+        assert info.value.cause == "stale_epoch"
+    finally:
+        store.close()
+        if loop is not None:
+            loop.close()
 
 
 # -- SES: session lanes --------------------------------------------------------------------
@@ -952,7 +997,7 @@ def _play_door(store: Store, ops: list[tuple[Any, ...]]) -> tuple[DurableRecord,
                 got = store.claim_admission("s1", epoch, float(n))
                 answers.append(got.row.admission_id if got.row else f"{got.busy}/{got.paused}")
             elif op == "epoch":
-                epoch = store.begin_epoch(float(n)).epoch
+                epoch = store.begin_epoch(float(n), HOLDER).epoch
             else:
                 rows = store.snapshot().admissions
                 pick = {"settle": AdmissionStatus.STARTED, "reconcile": AdmissionStatus.UNKNOWN,
@@ -988,6 +1033,7 @@ def test_all_stores_agree_on_any_door_history(ops: list[tuple[Any, ...]]) -> Non
         assert other[1] == reference[1]
         assert other[0].admissions == reference[0].admissions
         assert other[0].epoch == reference[0].epoch
+        assert other[0].epochs == reference[0].epochs
 
 
 def test_waiters_are_served_in_the_order_they_asked(harness: Harness) -> None:
