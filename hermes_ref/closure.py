@@ -31,6 +31,10 @@ UNRECORDED_RESULT_TEXT = (
     "unknown: this call's result could not be recorded, so it was not shown to the model. "
     "Check its effect before retrying it."
 )
+INTERRUPTED_CALL_TEXT = (
+    "unknown: the turn was interrupted while this call ran, so its result was never "
+    "received. Check its effect before retrying it."
+)
 NOT_RUN_TEXT = "not run: the turn ended before this call was started."
 RECOVERED_BOUNDARY_TEXT = "[the previous turn ended before it could answer]"
 

@@ -133,6 +133,7 @@ class TurnState:
     persistence_failed: bool = False
     last_round_had_tools: bool = False
     unrecorded_calls: set[str] = field(default_factory=set)  # ran, but the result never stored
+    interrupted_calls: set[str] = field(default_factory=set)  # running when the turn was stopped
     failed_mutations: dict[str, str] = field(default_factory=dict)  # path -> tool, not yet fixed
 
 

@@ -165,6 +165,8 @@ def _open_call_text(ctx: TurnContext) -> Callable[[str], str]:
     def text(call_id: str) -> str:
         if call_id in ctx.state.unrecorded_calls:
             return closure.UNRECORDED_RESULT_TEXT
+        if call_id in ctx.state.interrupted_calls:
+            return closure.INTERRUPTED_CALL_TEXT
         return closure.NOT_RUN_TEXT if call_id in own else closure.RECOVERED_CALL_TEXT
     return text
 

@@ -5,8 +5,8 @@ defaults; each is a setting, and scenarios override them to reach a boundary qui
 (``Limits(max_iterations=2)``). The model is frozen: a turn reads one ``Limits`` value.
 
 Some settings belong to capabilities the catalog names and this engine does not build
-yet (lease refresh, compaction, the thinking-prefill rung, the skill
-nudge, the tool start gate and result spill). They are kept so those capabilities land
+yet (compaction, the thinking-prefill rung, the skill nudge, the tool start gate and
+result spill). They are kept so those capabilities land
 with the catalog's defaults, and listed in ``NOT_YET_READ``; a test keeps that list
 exactly true, so a setting is never mistaken for a behaviour.
 """

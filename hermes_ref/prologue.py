@@ -253,8 +253,9 @@ def refused_result(inp: TurnInput, turn_id: str, user: Message,
 
 async def _refuse(inp: TurnInput, deps: PrologueDeps, turn_id: str, user: Message,
                   lease: Lease | None, failure: PersistenceError | None) -> TurnResult:
+    """End a turn that never began: give back a lease it got (or its place in line), log its
+    exit, return the input."""
     holder = lease_rules.holder_identity(deps.holder, turn_id, inp.platform)
-    """End a turn that never began: give back a lease it got, log its exit, return the input."""
     result = refused_result(inp, turn_id, user, failure)
     cleanup: list[str] = []
     if lease is not None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import Emit, ExecuteTools, ResolvePaths, Site
-from hermes_ref.errors import InvariantBroken
+from hermes_ref.errors import InvariantBroken, TurnInterrupted
 from hermes_ref.models import Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
 from hermes_ref.outcomes import ExitReason, ToolProgress
 from hermes_ref.phases import Phase
@@ -209,7 +209,11 @@ async def _run_segment(
     dispatch = tuple(c for c in segment.calls if problems[c.id] is None)
     ran: dict[str, ToolResult] = {}
     if dispatch:
-        results = await ExecuteTools(ctx.token, ctx.session_id, dispatch, segment.parallel)
+        try:
+            results = await ExecuteTools(ctx.token, ctx.session_id, dispatch, segment.parallel)
+        except TurnInterrupted:  # they may have run: their closing results must say unknown
+            ctx.state.interrupted_calls.update(c.id for c in dispatch)
+            raise
         ran = {r.call_id: r for r in results}
     return tuple(_answer(c, ran, problems[c.id]) for c in segment.calls)
 

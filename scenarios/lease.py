@@ -177,3 +177,18 @@ def waiters_are_served_in_order(s: Story) -> None:
     holders = [g.holder.split(":turn=")[1].split(":")[0]
                for g in s.world.store.snapshot().lease_grants]
     s.expect(holders == ["turn-1", "turn-2", "turn-3"], f"grants in asking order: {holders}")
+
+
+@scenario("A lease lost during a tool batch stops the turn; the running call is reported unknown",
+          invariants=("LEASE-4", "FIN-8", "TOOL-3", "FIN-5"), stage="lease")
+def lease_lost_during_a_tool_batch(s: Story) -> None:
+    s.world.tools.hang("terminal")
+    s.faults(fail_writes={"refresh": 10})
+    s.script(tool_calls(("terminal", {"command": "make everything"})))
+    result = s.turn("Build everything.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED,
+             "the failed refresh at 60 s interrupted the 420 s batch")
+    rows = s.transcript()
+    s.expect(rows[2].role.value == "tool" and (rows[2].content or "").startswith("unknown:"),
+             "the call that was running is closed as unknown, not as never run")
+    s.expect(len(s.world.calls) == 1, "the model was not called again after the interrupt")

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from sim.world import World
 
 
+_TIMED: frozenset[type[Any]] = frozenset({fx.CallProvider, fx.ExecuteTools, fx.Sleep})
+
+
 class LeaseHandlers:
     """Mixed into ``SimDriver``; relies on its ``world``, ``current`` and ``_write``."""
 
@@ -166,8 +169,7 @@ class LeaseHandlers:
         if turn is None or turn.done:
             return
         turn.interrupt = effect.reason
-        wait = turn.wait
-        if wait is not None and wait.interruptible:
+        if turn.wait is not None and type(turn.pending) in _TIMED:  # cut its wait short
             pending = turn.pending
             self.world.scheduler.unpark(turn)
             turn.driver._complete(turn, pending, None, TurnInterrupted(effect.reason))

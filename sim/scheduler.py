@@ -48,7 +48,6 @@ class Wait:
 
     seconds: float
     then: Callable[[], Any]
-    interruptible: bool = True
 
 
 @dataclass(eq=False)
@@ -65,8 +64,7 @@ class Actor:
     wait: Wait | None = None
     wake_at: float = 0.0
     pending: Any = None          # the effect a parked actor waits on
-    interrupt: str | None = None  # why the turn must stop (delivered once, then kept)
-    interrupt_delivered: bool = False
+    interrupt: str | None = None  # why the turn must stop (kept until the turn clears it)
     done: bool = False
     crashed: str | None = None    # the crash point that took its process down
     turn_id: str | None = None    # the first turn id this actor minted (a turn's own id)

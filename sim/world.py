@@ -97,6 +97,7 @@ class SimProcess:
     alive: bool = True
     pending_events: list[Event] = field(default_factory=list)
     died_at: float | None = None
+    died_seq: int = 0  # the world's effect count when it died (orders same-instant events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +211,7 @@ class World:
         process = self.processes[self.pid if pid is None else pid]
         others_live = any(p.alive for p in self.processes.values() if p is not process)
         process.alive = False
-        process.died_at = self.clock.now()
+        process.died_at, process.died_seq = self.clock.now(), seq
         process.pending_events.clear()
         self.crashes += 1
         self.crash_seqs.append(seq)
@@ -222,11 +223,15 @@ class World:
         """Every simulated process that died (crashed or was replaced), with the time."""
         return tuple((p.pid, p.died_at) for p in self.processes.values() if p.died_at is not None)
 
+    def death_seqs(self) -> tuple[tuple[int, int], ...]:
+        """(pid, the world's effect count at its death) of every process that died."""
+        return tuple((p.pid, p.died_seq) for p in self.processes.values() if p.died_at is not None)
+
     def restart(self) -> str:
         """A new default process: returns its holder identity (the old one is dead)."""
         old = self.processes[self.pid]
         if old.alive:
-            old.alive, old.died_at = False, self.clock.now()
+            old.alive, old.died_at, old.died_seq = False, self.clock.now(), self.effects_performed
         self.pid = self.start_process().pid
         self.timeline.add("restart", f"process pid={self.pid}")
         return self.holder

@@ -78,6 +78,7 @@ class Observation:
     lease_log: tuple[LeaseStep, ...] | None = None
     # LEASE-3: simulated processes that died, as (pid, virtual time of death)
     deaths: tuple[tuple[int, float], ...] = ()
+    death_seqs: tuple[tuple[int, int], ...] = ()  # (pid, world effect count at its death)
     # LEASE-2: stretches when a simulated process was stalled, as (pid, from, until)
     stalls: tuple[tuple[int, float, float], ...] = ()
 

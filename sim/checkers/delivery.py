@@ -6,14 +6,20 @@ from itertools import pairwise
 
 from pydantic import ValidationError
 
-from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
+from hermes_ref.closure import (
+    INTERRUPTED_CALL_TEXT,
+    NOT_RUN_TEXT,
+    RECOVERED_CALL_TEXT,
+    UNRECORDED_RESULT_TEXT,
+)
 from hermes_ref.models import EventKind, Role
 from hermes_ref.outcomes import ToolProgress
 from sim.checkers.base import Observation, TurnView, Violation, checker
 
 _END = [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED]
 # results the engine writes when it closes a sequence: nothing real to report progress on
-CLOSING_TEXTS = frozenset({NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT})
+CLOSING_TEXTS = frozenset({NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT,
+                           INTERRUPTED_CALL_TEXT})
 
 
 @checker("event_stream_ordered", ("DEL-1",),

@@ -92,7 +92,12 @@ LOUD_FAILURES = FAILED_EXITS - {ExitReason.PENDING_TOOL_RESULT}
          "unless the loop already failed it")
 def no_silent_stop(obs: Observation) -> list[Violation]:
     out = []
+    lost = lost_leases(obs)  # FIN-8 spares an interrupted turn; a lost lease is this one's
     for view in obs.ended_turns():
+        line = view.exit
+        if line is not None and line.reason is ExitReason.INTERRUPTED \
+                and (view.session_id, view.turn_id) in lost:
+            continue
         budgeted = [r for r in view.calls if not is_grace(r)]
         last = budgeted[-1] if budgeted else None
         if last is None or not tool_replies([last]) or not round_landed(obs, last):

@@ -268,7 +268,8 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
             if _someone_ahead(obs, ask):
                 continue  # free, but another turn had waited longer: its turn comes first
             problem = f"its grant (token {grant.token}) had ended"
-        elif died is not None and died <= ask.at + EPSILON_S:
+        elif died is not None and died <= ask.at + EPSILON_S \
+                and dict(obs.death_seqs).get(int(pid), -1) < ask.seq:
             problem = f"its holder pid={pid} had died {ask.at - died:g} s before"
         else:
             continue
