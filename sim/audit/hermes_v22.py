@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-The DDL below is written from the documented column lists (the source notes, section
-10, and the schema dump of a real 0.19.0 run), not copied from any code: the tables the
-auditor reads (``sessions`` with its 46 columns, ``messages``), the ones beside them
+The DDL below follows the schema of a Hermes Agent 0.19.0 ``state.db`` (version 22;
+``fixtures/hermes/`` holds databases recorded from real runs): the tables the auditor
+reads (``sessions`` with its 46 columns, ``messages``), the ones beside them
 (``schema_version``, ``session_model_usage``, ``state_meta``, ``gateway_routing``,
 ``compression_locks``, ``async_delegations``), the full-text index with its triggers, and
 the indexes. ``HermesDb`` writes sessions and messages the way 0.19.0 does: the system

@@ -88,8 +88,12 @@ def open_readonly(path: str | Path) -> Iterator[sqlite3.Connection]:
     with tempfile.TemporaryDirectory(prefix="hermes-audit-") as tmp:
         copy = os.path.join(tmp, "copy.db")
         before = (_stamp(where), _stamp(wal))
-        shutil.copyfile(where, copy)
-        shutil.copyfile(wal, copy + "-wal")
+        try:
+            shutil.copyfile(where, copy)
+            shutil.copyfile(wal, copy + "-wal")
+        except OSError as error:  # no room in the temporary folder, an unreadable -wal, ...
+            raise BadInput(f"{where}: could not copy the database and its -wal to read them "
+                           f"unchanged: {error.strerror or error}") from error
         if (_stamp(where), _stamp(wal)) != before:
             raise BadInput(f"{where}: the database changed while it was copied (a process is "
                            "writing to it); audit it when the writer is done")

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-Two families of rows, each with the ratios the house rule asks for, measured in the run
-that measured the calibration:
+Two families of rows, each also given as a ratio to the calibration measured in the same
+run (docs/performance.md sets every target on such a ratio):
 
 * ``audit_messages_per_s``: ``sim.audit.cli.audit`` over a generated database of this
   project's schema (sessions of ten rows: user, a call, its result, an answer, and again,

@@ -49,19 +49,34 @@ class Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._serve("PATCH")
 
+    def handle_one_request(self) -> None:
+        """A client that resets or drops its connection between requests ends it quietly."""
+        try:
+            super().handle_one_request()
+        except (ConnectionResetError, BrokenPipeError, TimeoutError):
+            self.close_connection = True
+
     def _serve(self, method: str) -> None:
         simulator = self.server.simulator
         arrival = simulator.arrive()
-        body = self._read_body()
-        if isinstance(body, Refusal):
-            plan, fields = wire.refusal_plan(body), {"refused": body.message}
-            self.close_connection = True
-            body = b""
-        else:
-            plan, fields = simulator.answer(method, self.path, body)
-        outcome = self._play(plan)
-        simulator.record(arrival, method, self.path, list(self.headers.items()), body, plan,
-                         fields, outcome)
+        body: bytes | Refusal = b""
+        plan: wire.Plan | None = None
+        fields: dict[str, Any] = {}
+        outcome = "failed"
+        try:  # whatever happens, the request is journaled and no longer counts as in flight
+            body = self._read_body()
+            if isinstance(body, Refusal):
+                plan, fields = wire.refusal_plan(body), {"refused": body.message}
+                self.close_connection = True
+                body = b""
+            else:
+                plan, fields = simulator.answer(method, self.path, body)
+            outcome = self._play(plan)
+        finally:
+            shown = plan if plan is not None else wire.refusal_plan(
+                Refusal("The request could not be read."))
+            simulator.record(arrival, method, self.path, list(self.headers.items()),
+                             body if isinstance(body, bytes) else b"", shown, fields, outcome)
 
     def _read_body(self) -> bytes | Refusal:
         raw = self.headers.get("content-length")
@@ -100,6 +115,8 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 size = int(line.split(b";")[0].strip(), 16)
             except ValueError:
+                return Refusal("Invalid chunked request body.")
+            if size < 0:  # int() takes a sign; a chunk size never has one
                 return Refusal("Invalid chunked request body.")
             total += size
             if total > self.server.body_max_bytes:

@@ -142,7 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     import tempfile
 
-    hermes, out = (argv or sys.argv[1:])[:2]
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 2:
+        sys.stderr.write("usage: python -m sim.serve.hermes_agent HERMES_BIN OUT_DIR\n")
+        return 2
+    hermes, out = args
+    if not Path(hermes).is_file() or not os.access(hermes, os.X_OK):
+        sys.stderr.write(f"error: {hermes}: not an executable file (a Hermes Agent 'hermes')\n")
+        return 2
+    if not Path(out).is_dir():
+        sys.stderr.write(f"error: {out}: no such folder\n")
+        return 2
     every = [(name, name, False) for name in CASES]
     every += [(name, case, True) for name, case in CHAT_CASES.items()]
     for name, case, chat in every:

@@ -192,3 +192,24 @@ def test_refuses_what_is_no_transcript_database(tmp_path: Path,
     assert main(["audit", str(hermes), "--schema", "ref"]) == 2
     assert "holds the hermes schema" in capsys.readouterr().err
     assert {p: Path(p).read_bytes() for p in before} == before
+
+
+def test_a_wal_that_cannot_be_copied_is_a_one_line_error(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """When the database and its -wal cannot be copied aside, the audit says so and exits 2."""
+    path = build(tmp_path, happy)
+    (tmp_path / (path.name + "-wal")).mkdir()  # a -wal that is not a file
+    assert main(["audit", str(path)], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "could not copy" in err and "Traceback" not in err
+
+
+def test_the_recording_command_checks_its_arguments(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The Hermes recording command refuses missing arguments, a missing binary or folder."""
+    from sim.serve.hermes_agent import main as record
+    assert record([]) == 2
+    assert record([str(tmp_path / "no-hermes"), str(tmp_path)]) == 2
+    assert record([__file__, str(tmp_path / "no-folder")]) == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and "not an executable" in err and "Traceback" not in err

@@ -127,6 +127,26 @@ def test_a_lying_content_length_is_answered_not_hung(server: SimServer, head: by
     assert post(server, {"model": "m", "messages": [USER]}).status_code == 200
 
 
+def test_a_negative_chunk_size_is_refused_and_journaled(server: SimServer) -> None:
+    """A chunked body with a signed chunk size gets a 400, and the request stops counting
+    as in flight (so the server can still go idle and stop)."""
+    answer = raw(server, b"Transfer-Encoding: chunked\r\n", b"-5\r\nhello\r\n0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert server.simulator.settle(timeout_s=2.0)
+
+
+def test_a_reset_connection_ends_quietly(server: SimServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """A client that resets its keep-alive connection leaves no traceback on the server."""
+    host, port = server.server_address[:2]
+    sock = socket.create_connection((str(host), int(port)), timeout=5)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.recv(65536)
+    sock.close()  # SO_LINGER 0: a reset instead of a clean close
+    assert httpx.get(f"http://{host}:{port}/v1/models").status_code == 200
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def engine_call(lines: bytes | dict[str, Any]) -> Any:
     def handler(request: httpx.Request) -> httpx.Response:
         if isinstance(lines, bytes):
