@@ -81,7 +81,7 @@ async def _budget_fallback(ctx: TurnContext) -> None:
 
 
 def _silent_stop_guard(ctx: TurnContext) -> None:
-    """FIN-8: never end quietly on a tool result.
+    """FIN-8: never end quietly on a tool result (an interrupted turn is not quiet: it says so).
 
     A turn the loop already ended as a failure (a terminal provider error, invalid tool
     calls) keeps its own reason: it is not silent, and FIN-5 closes its tail. Otherwise
@@ -91,6 +91,7 @@ def _silent_stop_guard(ctx: TurnContext) -> None:
     """
     tail = ctx.transcript.tail()
     if ctx.ending.answer is None and not ctx.ending.failed \
+            and ctx.ending.reason is not ExitReason.INTERRUPTED \
             and tail is not None and tail.role is Role.TOOL:
         ctx.ending.replace(ExitReason.PENDING_TOOL_RESULT, PENDING_TOOL_RESULT_TEXT, failed=True)
 

@@ -192,3 +192,18 @@ def lease_lost_during_a_tool_batch(s: Story) -> None:
     s.expect(rows[2].role.value == "tool" and (rows[2].content or "").startswith("unknown:"),
              "the call that was running is closed as unknown, not as never run")
     s.expect(len(s.world.calls) == 1, "the model was not called again after the interrupt")
+
+
+@scenario("A lease lost during the model call after a tool round ends the turn interrupted",
+          invariants=("LEASE-4", "LOOP-3", "FIN-8", "FIN-5"), stage="lease")
+def lease_lost_after_a_tool_round(s: Story) -> None:
+    s.files({"notes.txt": "buy milk"})
+    s.faults(fail_writes={"refresh": 10})
+    s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("It says: buy milk."))
+    s.delay_reply(2, 90.0)
+    result = s.turn("What is in my notes?")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED,
+             "interrupted: not pending_tool_result, the turn did not stop quietly")
+    s.expect(result is not None and result.final_response != "It says: buy milk.",
+             "the reply that arrived after the interrupt was not delivered")
+    s.expect(s.transcript()[-1].role.value == "assistant", "a boundary row closes the tail")
