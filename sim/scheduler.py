@@ -162,44 +162,52 @@ class Scheduler:
         return True
 
     def _wake_next(self, frozen: list[Actor] | None = None) -> bool:
-        """Move the clock to the next thing that can happen and let it happen."""
+        """Move the clock to the next thing that can happen and let it happen: a timer, a
+        parked actor's deadline, or the end of a stall, whichever comes first."""
         thaw = min((self._frozen[a.pid] for a in frozen or ()), default=None)
-        if self._timers and self._timer_first(thaw):
-            when, _, what = heapq.heappop(self._timers)
-            if when > self._now():
-                self._advance_to(when)
-            what()
-            return True
+        while True:
+            self._settle_top()
+            if self._timers and self._timer_first(thaw):
+                when, _, what = heapq.heappop(self._timers)
+                if when > self._now():
+                    self._advance_to(when)
+                what()
+                return True
+            if self._parked and (thaw is None or self._parked[0][0] < thaw):
+                deadline, _, _, actor = heapq.heappop(self._parked)
+                if deadline > self._now():
+                    self._advance_to(deadline)
+                actor.driver.resume(actor)
+                if actor.runnable and actor not in self._ready:
+                    self._ready.append(actor)
+                return True
+            if thaw is not None:
+                self._advance_to(max(thaw, self._now()))
+                return True
+            return False
+
+    def _settle_top(self) -> None:
+        """Drop stale entries off the top of the parked heap; move a stalled process's
+        deadlines to the end of its stall (then look again)."""
         while self._parked:
             deadline, _, _, actor = self._parked[0]
             if actor.done or actor.wait is None or actor.wake_at != deadline:
-                heapq.heappop(self._parked)
-                continue  # finished, crashed, or woken early: a stale entry
-            if thaw is not None and thaw <= deadline:
-                break
-            heapq.heappop(self._parked)
-            until = self._frozen.get(actor.pid, 0.0)
-            if until > deadline:  # its process is stalled: it wakes when the process does
-                actor.wake_at = until
-                heapq.heappush(self._parked, (until, self._parks, actor.seq, actor))
-                self._parks += 1
+                heapq.heappop(self._parked)  # finished, crashed, or woken early
                 continue
-            if deadline > self._now():
-                self._advance_to(deadline)
-            actor.driver.resume(actor)
-            if actor.runnable and actor not in self._ready:
-                self._ready.append(actor)
-            return True
-        if thaw is not None:
-            self._advance_to(max(thaw, self._now()))
-            return True
-        return False
+            until = self._frozen.get(actor.pid, 0.0)
+            if until <= deadline:
+                return
+            heapq.heappop(self._parked)
+            actor.wake_at = until
+            self._parks += 1
+            heapq.heappush(self._parked, (until, self._parks, actor.seq, actor))
 
     def _timer_first(self, thaw: float | None) -> bool:
-        """Is the earliest timer due no later than anything else that could happen?"""
+        """Is the earliest timer due no later than anything else that could happen? (The
+        parked heap's top is settled: live, and past any stall of its process.)"""
         when = self._timers[0][0]
-        parked = [d for d, _, _, a in self._parked if not a.done and a.wake_at == d]
-        later = min([*parked, *([thaw] if thaw is not None else [])], default=None)
+        nexts = [self._parked[0][0]] if self._parked else []
+        later = min([*nexts, *([thaw] if thaw is not None else [])], default=None)
         return later is None or when <= later
 
     def live(self) -> list[Actor]:

@@ -110,3 +110,17 @@ def test_concurrent_turns_of_one_story_each_record_their_run(tmp_path: Path) -> 
     runs: list[Any] = s.world.runs
     assert {r.turn_id for r in runs} == {a.actor.turn_id, b.actor.turn_id}
     assert s.violations == []
+
+
+def test_a_timer_fires_on_time_while_a_process_is_stalled() -> None:
+    """A kill due during a stall happens at its time; the stalled actor never wakes."""
+    world = _world(0)
+    log: list[tuple[str, float]] = []
+    stalled = SimDriver(world, world.processes[1])
+    victim = stalled.spawn(_sleeper(log, "stalled", world, 30.0))
+    world.scheduler.run_until(lambda: victim.wait is not None)
+    world.scheduler.freeze(1, world.clock.now() + 400.0)
+    world.scheduler.at(world.clock.now() + 100.0, lambda: stalled.crash_process("SIGKILL"))
+    world.scheduler.run_until(lambda: victim.done)
+    assert victim.crashed == "SIGKILL" and log == []
+    assert world.processes[1].died_at == world.timeline.start_s + 100.0
