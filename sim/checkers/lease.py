@@ -249,7 +249,8 @@ def lease_kept_alive(obs: Observation) -> list[Violation]:
 
 
 @checker("dead_holders_do_not_block", ("LEASE-3",),
-         "a lease is refused only while its holder is alive and its grant unexpired")
+         "a lease is taken only when released, expired or its holder is dead, and refused "
+         "only while its holder is alive and its grant unexpired")
 def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
     deaths = dict(obs.deaths)
     out: list[Violation] = []
@@ -265,20 +266,50 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
         pid = holder_fields(grant.holder).get("pid", "")
         died = deaths.get(int(pid)) if pid.isdigit() else None
         if _after_loss(grant, ask.at):
-            if _someone_ahead(obs, ask):
-                continue  # free, but another turn had waited longer: its turn comes first
             problem = f"its grant (token {grant.token}) had ended"
         elif died is not None and died <= ask.at + EPSILON_S \
                 and dict(obs.death_seqs).get(int(pid), -1) < ask.seq:
             problem = f"its holder pid={pid} had died {ask.at - died:g} s before"
         else:
             continue
+        if _someone_ahead(obs, ask):
+            continue  # free to take, but another turn had waited longer: its turn comes first
         blocked[(ask.session_id, ask.holder)].append(problem)
+    out.extend(_live_leases_taken(obs, deaths))
     for (session_id, asker), problems in blocked.items():
         more = f" (and {len(problems) - 1} later asks)" if len(problems) > 1 else ""
         out.append(Violation("dead_holders_do_not_block", "LEASE-3",
                              f"{asker} was refused the lease of {session_id}, but "
                              f"{problems[0]}{more}"))
+    return out
+
+
+def _live_leases_taken(obs: Observation, deaths: dict[int, float]) -> list[Violation]:
+    """The other half of LEASE-3, judged against the world and not the store's own labels:
+    a grant replaces its predecessor only once that one was released, had expired, or its
+    holder's process had died. Only a simulated world knows when its processes died
+    (``lease_log`` is kept there); a record from real processes is not judged here."""
+    out: list[Violation] = []
+    if obs.lease_log is None:
+        return out
+    by_session: dict[str, list[LeaseGrantRow]] = defaultdict(list)
+    for grant in obs.record.lease_grants:
+        by_session[grant.session_id].append(grant)
+    for session_id, rows in by_session.items():
+        rows.sort(key=lambda g: g.token)
+        for before, after in pairwise(rows):
+            at = after.acquired_at
+            released = before.end_reason == "released" and (before.ended_at or 0.0) <= at
+            pid = holder_fields(before.holder).get("pid", "")
+            died = deaths.get(int(pid)) if pid.isdigit() else None
+            if released or before.expires_at <= at + EPSILON_S or (
+                    died is not None and died <= at + EPSILON_S):
+                continue
+            out.append(Violation("dead_holders_do_not_block", "LEASE-3",
+                                 f"{session_id}: token {after.token} was granted to "
+                                 f"{after.holder} at {at - before.acquired_at:g} s into token "
+                                 f"{before.token}, whose live holder {before.holder} had "
+                                 "neither released it nor let it expire"))
     return out
 
 

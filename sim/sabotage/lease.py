@@ -12,7 +12,8 @@ from hermes_ref import finalizer, lease, prologue
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import ClearInterrupt, Now, RefreshLease, ReleaseLease, Sleep, StopRefresher
 from hermes_ref.errors import PersistenceError
-from hermes_ref.models import Lease
+from hermes_ref.models import Lease, Role
+from hermes_ref.outcomes import ExitReason
 from sim.sabotage.base import sabotage
 
 # ---- LEASE-1: the wait times out and the turn runs anyway ("fail open") ---------------------
@@ -125,3 +126,34 @@ def _no_queue() -> list[AbstractContextManager[Any]]:
 
 sabotage("waiters_not_served_in_order", ("LEASE-1",),
          "a free lease goes to whoever asks next, ahead of turns already waiting")(_no_queue)
+
+
+# ---- LEASE-3: a busy lease is taken from its live holder ------------------------------------
+
+
+def _take_any() -> list[AbstractContextManager[Any]]:
+    def always(expires_at: float, now: float, holder_dead: Any) -> bool:
+        return True  # "the holder will notice at its next write"
+    return [mock.patch.object(lease, "reclaimable", always)]
+
+
+sabotage("live_lease_taken", ("LEASE-3",),
+         "a held, unexpired lease of a live holder is handed to whoever asks")(_take_any)
+
+
+# ---- LOOP-3 / FIN-8: the silent-stop guard overrules an interrupt ---------------------------
+
+
+def _guard_overrules_interrupt() -> list[AbstractContextManager[Any]]:
+    def guard(ctx: TurnContext) -> None:
+        tail = ctx.transcript.tail()
+        if ctx.ending.answer is None and not ctx.ending.failed \
+                and tail is not None and tail.role is Role.TOOL:  # forgets "not interrupted"
+            ctx.ending.replace(ExitReason.PENDING_TOOL_RESULT,
+                               finalizer.PENDING_TOOL_RESULT_TEXT, failed=True)
+    return [mock.patch.object(finalizer, "_silent_stop_guard", guard)]
+
+
+sabotage("interrupt_reported_as_pending_tool_result", ("LOOP-3",),
+         "the silent-stop guard replaces an interrupted turn's reason with pending_tool_result")(
+    _guard_overrules_interrupt)
