@@ -254,6 +254,9 @@ class AsyncDriver:
             self.on_event(event)
         if event.kind is EventKind.TURN_EXIT:
             self._exit_line(ExitLine.of(event))
+        elif event.kind is EventKind.TURN_OVERLAP:  # CTX-9: a warning, naming both turns
+            self.log.warning("turn %s started before turn %s made its final persist",
+                             event.turn_id, event.data.get("previous_turn_id"))
 
     def _exit_line(self, line: ExitLine) -> None:
         """FIN-7: one line per turn; WARNING when the engine says so."""

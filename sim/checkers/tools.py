@@ -205,7 +205,10 @@ def recovered_calls_not_rerun(obs: Observation) -> list[Violation]:
             out.append(Violation("recovered_calls_not_rerun", "TOOL-10",
                                  f"{tag} with {(result.content or '')[:40]!r}, not the unknown report"))
         since = started.get(result.turn_id or "")
-        late = [e for e in runs.get((owner.row_id or 0, cid), []) if since is not None and e.at >= since]
+        # after the recovery: the run saw the recovery row committed, or came later in time
+        # (at the same instant, the committed high-water mark tells which came first)
+        late = [e for e in runs.get((owner.row_id or 0, cid), [])
+                if e.watermark >= (result.row_id or 0) or (since is not None and e.at > since)]
         if late:
             out.append(Violation("recovered_calls_not_rerun", "TOOL-10",
                                  f"{tag} but ran it again at t={late[0].at:g} after that turn began"))
