@@ -62,6 +62,14 @@ def reclaimable(expires_at: float, now: float, holder_dead: Callable[[], bool]) 
     return expires_at <= now or holder_dead()
 
 
+def fence_holds(token: int, current_token: int | None, held: bool, expires_at: float | None,
+                now: float | None) -> bool:
+    """LEASE-4: may a write carrying ``token`` commit? Only under the session's current,
+    held, unexpired grant (``now`` None: the store keeps no clock and checks no expiry)."""
+    expired = now is not None and expires_at is not None and expires_at <= now
+    return held and token == current_token and not expired
+
+
 def first_in_line(mine: int | None, others: Iterable[int]) -> bool:
     """Waiters are served in the order they asked (LEASE-1, fairness).
 

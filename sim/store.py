@@ -97,9 +97,9 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
 
     def _check_fence(self, session_id: str, lease_token: int) -> None:
         lease = self._leases.get(session_id)
-        expired = (lease is not None and self._clock is not None
-                   and lease.expires_at <= self._clock())
-        if lease is None or lease.holder is None or lease.token != lease_token or expired:
+        now = self._clock() if self._clock is not None else None
+        if lease is None or not lease_rules.fence_holds(
+                lease_token, lease.token, lease.holder is not None, lease.expires_at, now):
             raise LeaseLost(
                 f"write to session {session_id!r} with lease token {lease_token} "
                 f"but the current token is {lease.token if lease else None}"

@@ -159,8 +159,8 @@ def check_fence(conn: sqlite3.Connection, session_id: str, lease_token: int, now
     if row is None and session_required:
         raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
     holder, token, expires_at = row if row is not None else (None, None, None)
-    expired = now is not None and expires_at is not None and expires_at <= now
-    if holder is None or token != lease_token or expired:
+    if not lease_rules.fence_holds(lease_token, token, holder is not None, expires_at, now):
+        expired = now is not None and expires_at is not None and expires_at <= now
         state = "expired" if expired else f"the current token is {token}"
         raise LeaseLost(f"write to session {session_id!r} with lease token {lease_token} "
                         f"but {state}")

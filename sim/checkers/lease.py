@@ -360,3 +360,26 @@ def waiters_served_in_order(obs: Observation) -> list[Violation]:
                                  f"effect {mine}) while {ask.holder} had waited since effect "
                                  f"{ask.seq}"))
     return out
+
+
+@checker("turns_write_in_turn", ("LEASE-4",),
+         "a session's rows come turn after turn: no turn writes once a later turn has begun")
+def turns_write_in_turn(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for session_id in obs.record.session_ids():
+        finished: set[str] = set()
+        current: str | None = None
+        for message in obs.record.transcript(session_id):
+            turn = message.turn_id
+            if turn is None or turn == current:
+                continue
+            if turn in finished:
+                out.append(Violation("turns_write_in_turn", "LEASE-4",
+                                     f"{session_id}: turn {turn} wrote row #{message.row_id} "
+                                     f"after turn {current} had begun writing (a holder "
+                                     "that had lost its lease was not fenced off)"))
+                continue
+            if current is not None:
+                finished.add(current)
+            current = turn
+    return out

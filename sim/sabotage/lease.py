@@ -157,3 +157,17 @@ def _guard_overrules_interrupt() -> list[AbstractContextManager[Any]]:
 sabotage("interrupt_reported_as_pending_tool_result", ("LOOP-3",),
          "the silent-stop guard replaces an interrupted turn's reason with pending_tool_result")(
     _guard_overrules_interrupt)
+
+
+# ---- LEASE-4: the fence lets a stale token write -------------------------------------------
+
+
+def _no_fence() -> list[AbstractContextManager[Any]]:
+    def any_token(token: int, current_token: int | None, held: bool, expires_at: float | None,
+                  now: float | None) -> bool:
+        return True  # "the token is only advisory"
+    return [mock.patch.object(lease, "fence_holds", any_token)]
+
+
+sabotage("fence_ignores_the_token", ("LEASE-4",),
+         "the stores' fence lets a write through whatever lease token it carries")(_no_fence)
