@@ -337,6 +337,15 @@ def release_after_refresher_stops(obs: Observation) -> list[Violation]:
     return out
 
 
+def _in_line_at(steps: list[LeaseStep], session_id: str, holder: str, grant: LeaseStep,
+                lapse_s: float) -> bool:
+    """Was ``holder`` still in line when ``grant`` was made: had it asked within the lapse
+    before it? (A waiter stalled past two polls has lost its place, as the stores say.)"""
+    before = [s.at for s in steps if s.session_id == session_id and s.holder == holder
+              and s.seq < grant.seq]
+    return bool(before) and grant.at - before[-1] < lapse_s + EPSILON_S
+
+
 @checker("waiters_served_in_order", ("LEASE-1",),
          "a free lease goes to the turn that has waited longest, not to a later asker")
 def waiters_served_in_order(obs: Observation) -> list[Violation]:
@@ -348,12 +357,13 @@ def waiters_served_in_order(obs: Observation) -> list[Violation]:
         key = (step.session_id, step.holder)
         first_ask.setdefault(key, step)
         last_ask[key] = step.seq
+    lapse_s = 2 * obs.limits.lease_poll_s  # a place in line lapses after two polls unasked
     for grant in (s for s in steps if s.what == "granted"):
         mine = first_ask[(grant.session_id, grant.holder)].seq
         passed = [ask for (session_id, holder), ask in first_ask.items()
                   if session_id == grant.session_id and holder != grant.holder
                   and ask.what == "busy" and ask.seq < mine and last_ask[(session_id, holder)]
-                  > grant.seq]
+                  > grant.seq and _in_line_at(steps, session_id, holder, grant, lapse_s)]
         for ask in passed:
             out.append(Violation("waiters_served_in_order", "LEASE-1",
                                  f"{grant.session_id} went to {grant.holder} (first asked at "
