@@ -49,6 +49,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._serve("PATCH")
 
+    def do_OPTIONS(self) -> None:
+        self._serve("OPTIONS")
+
     def handle_one_request(self) -> None:
         """A client that resets or drops its connection between requests ends it quietly."""
         try:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httpx
 
@@ -82,8 +82,9 @@ class Simulator:
         route = urlsplit(path).path.rstrip("/")
         if method == "GET" and route == "/v1/models":
             return wire.models_plan(self.script, None), {}
-        if method == "GET" and route.startswith("/v1/models/") and route.count("/") == 3:
-            return wire.models_plan(self.script, route.rsplit("/", 1)[1]), {}
+        if method == "GET" and route.startswith("/v1/models/") and len(route) > len("/v1/models/"):
+            # a model id may hold a slash (org/model), sent as is or percent-encoded
+            return wire.models_plan(self.script, unquote(route[len("/v1/models/"):])), {}
         if method != "POST" or route != "/v1/chat/completions":
             return wire.not_found_plan(method, path), {}
         view = read(body)

@@ -108,6 +108,21 @@ def test_only_the_model_paths_answer(server: SimServer) -> None:
     assert httpx.get(f"{base}/api/v1/models").status_code == 404
 
 
+def test_a_model_id_with_a_slash_is_found_and_options_gets_json() -> None:
+    """/v1/models/org/m-1 and its percent-encoded form find the model; OPTIONS gets the
+    API's JSON 404, not an HTML page."""
+    served = start(Simulator(script_file.parse(
+        {"model": "org/m-1", "steps": [{"text": "answer", "repeat": "always"}]})))
+    try:
+        base = served.url.removesuffix("/v1")
+        assert httpx.get(f"{base}/v1/models/org/m-1").json()["id"] == "org/m-1"
+        assert httpx.get(f"{base}/v1/models/org%2Fm-1").json()["id"] == "org/m-1"
+        options = httpx.options(f"{base}/v1/chat/completions")
+        assert options.status_code == 404 and "error" in options.json()
+    finally:
+        served.stop()
+
+
 def raw(server: SimServer, head: bytes, body: bytes = b"") -> bytes:
     host, port = server.server_address[:2]
     with socket.create_connection((str(host), int(port)), timeout=5) as sock:
