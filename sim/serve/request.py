@@ -179,6 +179,11 @@ def _check_call(call: object, where: str) -> Refusal | None:
     function = call.get("function")
     if not isinstance(call.get("id"), str):
         return _missing(f"{where}.id")
+    if call.get("type") == "custom":  # a custom tool's call carries its input, not a function
+        custom = call.get("custom")
+        if not isinstance(custom, dict) or not isinstance(custom.get("name"), str):
+            return _missing(f"{where}.custom.name")
+        return None
     if not isinstance(function, dict):
         return _missing(f"{where}.function")
     for key in ("name", "arguments"):

@@ -108,6 +108,18 @@ def test_only_the_model_paths_answer(server: SimServer) -> None:
     assert httpx.get(f"{base}/api/v1/models").status_code == 404
 
 
+def test_a_custom_tool_call_passed_back_is_accepted(server: SimServer) -> None:
+    """An assistant message carrying a custom tool's call (name and input, no function) is
+    a valid request, as the API takes it; one without a name is refused."""
+    call = {"id": "c1", "type": "custom", "custom": {"name": "grep", "input": "TODO"}}
+    messages = [USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "3 matches"}]
+    assert post(server, {"model": "m", "messages": messages}).status_code == 200
+    nameless = {**call, "custom": {"input": "TODO"}}
+    messages[1] = {"role": "assistant", "content": None, "tool_calls": [nameless]}
+    assert post(server, {"model": "m", "messages": messages}).status_code == 400
+
+
 def test_a_model_id_with_a_slash_is_found_and_options_gets_json() -> None:
     """/v1/models/org/m-1 and its percent-encoded form find the model; OPTIONS gets the
     API's JSON 404, not an HTML page."""
