@@ -103,6 +103,42 @@ def _grant_at(grants: list[LeaseGrantRow], at: float) -> LeaseGrantRow | None:
     return max(held, key=lambda g: g.acquired_at) if held else None
 
 
+def successive_grants(obs: Observation) -> list[tuple[str, LeaseGrantRow, LeaseGrantRow]]:
+    """(session, grant, the grant that replaced it) for every session, in token order."""
+    by_session: dict[str, list[LeaseGrantRow]] = defaultdict(list)
+    for grant in obs.record.lease_grants:
+        by_session[grant.session_id].append(grant)
+    return [(session_id, before, after) for session_id, rows in by_session.items()
+            for before, after in pairwise(sorted(rows, key=lambda g: g.token))]
+
+
+@dataclass(frozen=True)
+class Asks:
+    """Each asker's first ask (or grant) and last ask of each session, from the lease log."""
+
+    steps: list[LeaseStep]
+    first: dict[tuple[str, str], LeaseStep]
+    last: dict[tuple[str, str], int]
+
+    @classmethod
+    def of(cls, obs: Observation) -> Asks:
+        steps = [s for s in obs.lease_log or () if s.what in ("busy", "granted")]
+        first: dict[tuple[str, str], LeaseStep] = {}
+        last: dict[tuple[str, str], int] = {}
+        for step in steps:
+            first.setdefault((step.session_id, step.holder), step)
+            last[(step.session_id, step.holder)] = step.seq
+        return cls(steps, first, last)
+
+    def someone_ahead(self, ask: LeaseStep) -> bool:
+        """Was another turn still waiting for the session that had first asked before
+        ``ask``'s asker did? (Its last ask comes after this one: it had not given up.)"""
+        mine = self.first.get((ask.session_id, ask.holder), ask).seq
+        return any(step.seq < mine and self.last[key] > ask.seq
+                   for key, step in self.first.items()
+                   if key[0] == ask.session_id and key[1] != ask.holder)
+
+
 @checker("turns_hold_their_lease", ("LEASE-1",),
          "a turn calls out only after it was granted its session's lease; grants never overlap")
 def turns_hold_their_lease(obs: Observation) -> list[Violation]:
@@ -120,17 +156,12 @@ def turns_hold_their_lease(obs: Observation) -> list[Violation]:
             out.append(Violation("turns_hold_their_lease", "LEASE-1",
                                  f"turn {event.turn_id} of {event.session_id} started under lease "
                                  f"token {token}, which was never granted to it"))
-    by_session: dict[str, list[LeaseGrantRow]] = defaultdict(list)
-    for grant in obs.record.lease_grants:
-        by_session[grant.session_id].append(grant)
-    for session_id, rows in by_session.items():
-        rows.sort(key=lambda g: g.token)
-        for before, after in pairwise(rows):
-            if after.acquired_at + EPSILON_S < before.live_until():
-                out.append(Violation("turns_hold_their_lease", "LEASE-1",
-                                     f"{session_id}: token {after.token} was granted at "
-                                     f"{after.acquired_at:g} while token {before.token} was "
-                                     f"live until {before.live_until():g}"))
+    for session_id, before, after in successive_grants(obs):
+        if after.acquired_at + EPSILON_S < before.live_until():
+            out.append(Violation("turns_hold_their_lease", "LEASE-1",
+                                 f"{session_id}: token {after.token} was granted at "
+                                 f"{after.acquired_at:g} while token {before.token} was "
+                                 f"live until {before.live_until():g}"))
     return out
 
 
@@ -190,18 +221,10 @@ def late_start_is_warned(obs: Observation) -> list[Violation]:
     return out
 
 
-def _someone_ahead(obs: Observation, ask: LeaseStep) -> bool:
-    """Was another turn still waiting for the session that had first asked before ``ask``'s
-    asker did? (Its last ask comes after this one: it had not given up.)"""
-    steps = [s for s in obs.lease_log or () if s.what in ("busy", "granted")
-             and s.session_id == ask.session_id]
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for step in steps:
-        first.setdefault(step.holder, step.seq)
-        last[step.holder] = step.seq
-    mine = first.get(ask.holder, ask.seq)
-    return any(first[h] < mine and last[h] > ask.seq for h in first if h != ask.holder)
+def _death_of(holder: str, deaths: dict[int, float]) -> tuple[str, float | None]:
+    """The pid a holder names, and when that simulated process died (None: it did not)."""
+    pid = holder_fields(holder).get("pid", "")
+    return pid, deaths.get(int(pid)) if pid.isdigit() else None
 
 
 def _steps(obs: Observation, what: str) -> list[LeaseStep]:
@@ -230,8 +253,7 @@ def lease_kept_alive(obs: Observation) -> list[Violation]:
         if key not in started and (grant.session_id, _turn_of(grant.holder)) not in acting:
             continue  # no turn ran under it (a lease taken by hand): nothing to keep alive
         stops = [s.at for s in _steps(obs, "refresher_stopped") if (s.session_id, s.token) == key]
-        pid = holder_fields(grant.holder).get("pid", "")
-        died = deaths.get(int(pid)) if pid.isdigit() else None
+        pid, died = _death_of(grant.holder, deaths)
         held_until = min([*stops, grant.live_until(), *([died] if died is not None else [])])
         if held_until - grant.acquired_at <= interval + EPSILON_S:
             continue  # held no longer than one refresh interval: nothing was due
@@ -255,6 +277,7 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
     deaths = dict(obs.deaths)
     out: list[Violation] = []
     granted_at = {(s.session_id, s.token): s.seq for s in _steps(obs, "granted")}
+    asks = Asks.of(obs)
     blocked: dict[tuple[str, str], list[str]] = defaultdict(list)
     for ask in _steps(obs, "busy"):
         held = [g for g in obs.record.lease_grants
@@ -263,8 +286,7 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
         if not held:
             continue
         grant = max(held, key=lambda g: g.token)
-        pid = holder_fields(grant.holder).get("pid", "")
-        died = deaths.get(int(pid)) if pid.isdigit() else None
+        pid, died = _death_of(grant.holder, deaths)
         if _after_loss(grant, ask.at):
             problem = f"its grant (token {grant.token}) had ended"
         elif died is not None and died <= ask.at + EPSILON_S \
@@ -272,7 +294,7 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
             problem = f"its holder pid={pid} had died {ask.at - died:g} s before"
         else:
             continue
-        if _someone_ahead(obs, ask):
+        if asks.someone_ahead(ask):
             continue  # free to take, but another turn had waited longer: its turn comes first
         blocked[(ask.session_id, ask.holder)].append(problem)
     out.extend(_live_leases_taken(obs, deaths))
@@ -292,24 +314,18 @@ def _live_leases_taken(obs: Observation, deaths: dict[int, float]) -> list[Viola
     out: list[Violation] = []
     if obs.lease_log is None:
         return out
-    by_session: dict[str, list[LeaseGrantRow]] = defaultdict(list)
-    for grant in obs.record.lease_grants:
-        by_session[grant.session_id].append(grant)
-    for session_id, rows in by_session.items():
-        rows.sort(key=lambda g: g.token)
-        for before, after in pairwise(rows):
-            at = after.acquired_at
-            released = before.end_reason == "released" and (before.ended_at or 0.0) <= at
-            pid = holder_fields(before.holder).get("pid", "")
-            died = deaths.get(int(pid)) if pid.isdigit() else None
-            if released or before.expires_at <= at + EPSILON_S or (
-                    died is not None and died <= at + EPSILON_S):
-                continue
-            out.append(Violation("dead_holders_do_not_block", "LEASE-3",
-                                 f"{session_id}: token {after.token} was granted to "
-                                 f"{after.holder} at {at - before.acquired_at:g} s into token "
-                                 f"{before.token}, whose live holder {before.holder} had "
-                                 "neither released it nor let it expire"))
+    for session_id, before, after in successive_grants(obs):
+        at = after.acquired_at
+        released = before.end_reason == "released" and (before.ended_at or 0.0) <= at
+        _, died = _death_of(before.holder, deaths)
+        if released or before.expires_at <= at + EPSILON_S or (
+                died is not None and died <= at + EPSILON_S):
+            continue
+        out.append(Violation("dead_holders_do_not_block", "LEASE-3",
+                             f"{session_id}: token {after.token} was granted to "
+                             f"{after.holder} at {at - before.acquired_at:g} s into token "
+                             f"{before.token}, whose live holder {before.holder} had "
+                             "neither released it nor let it expire"))
     return out
 
 
@@ -350,13 +366,8 @@ def _in_line_at(steps: list[LeaseStep], session_id: str, holder: str, grant: Lea
          "a free lease goes to the turn that has waited longest, not to a later asker")
 def waiters_served_in_order(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
-    steps = [s for s in obs.lease_log or () if s.what in ("busy", "granted")]
-    first_ask: dict[tuple[str, str], LeaseStep] = {}
-    last_ask: dict[tuple[str, str], int] = {}
-    for step in steps:
-        key = (step.session_id, step.holder)
-        first_ask.setdefault(key, step)
-        last_ask[key] = step.seq
+    asks = Asks.of(obs)
+    steps, first_ask, last_ask = asks.steps, asks.first, asks.last
     lapse_s = 2 * obs.limits.lease_poll_s  # a place in line lapses after two polls unasked
     for grant in (s for s in steps if s.what == "granted"):
         mine = first_ask[(grant.session_id, grant.holder)].seq
