@@ -350,7 +350,20 @@ def release_after_refresher_stops(obs: Observation) -> list[Violation]:
             out.append(Violation("release_after_refresher_stops", "LEASE-6",
                                  f"{release.session_id} token {release.token} was refreshed "
                                  f"{len(late)} time(s) after its release"))
+    out.extend(_refreshers_left_running(obs, started, stopped))
     return out
+
+
+def _refreshers_left_running(obs: Observation, started: set[tuple[str, int]],
+                             stopped: dict[tuple[str, int], int]) -> list[Violation]:
+    """Fail on silence: a turn that ended (its process did not die in it) stopped the
+    refresher it started, whether or not its release then went through."""
+    ended = {run.turn_id for run in obs.runs or () if run.turn_id and not run.crashed}
+    holders = {(s.session_id, s.token): s.holder for s in _steps(obs, "refresher_started")}
+    return [Violation("release_after_refresher_stops", "LEASE-6",
+                      f"{key[0]} token {key[1]}: turn {_turn_of(holders[key])} ended without "
+                      "stopping its lease refresher")
+            for key in sorted(started) if key not in stopped and _turn_of(holders[key]) in ended]
 
 
 def _in_line_at(steps: list[LeaseStep], session_id: str, holder: str, grant: LeaseStep,

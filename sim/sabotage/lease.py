@@ -171,3 +171,20 @@ def _no_fence() -> list[AbstractContextManager[Any]]:
 
 sabotage("fence_ignores_the_token", ("LEASE-4",),
          "the stores' fence lets a write through whatever lease token it carries")(_no_fence)
+
+
+# ---- LEASE-6: the refresher is left running when the turn ends ------------------------------
+
+
+def _refresher_left_running() -> list[AbstractContextManager[Any]]:
+    async def release_only(ctx: TurnContext) -> None:
+        try:
+            await ReleaseLease(ctx.lease)  # "the refresher will notice the release by itself"
+        except PersistenceError as error:
+            ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
+    return [mock.patch.object(finalizer, "_release", release_only)]
+
+
+sabotage("refresher_never_stopped", ("LEASE-6",),
+         "the finalizer releases the lease and never stops or joins its refresher")(
+    _refresher_left_running)
