@@ -33,11 +33,8 @@ class AdmissionHandlers:
     world: World
     process: SimProcess
 
-    def _write(self, write: Callable[..., Any], *args: Any) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def _fail_if_planned(self, site: Site) -> None:  # pragma: no cover
-        raise NotImplementedError
+    _write: Callable[..., Any]                # SimDriver's (declared here, defined there)
+    _fail_if_planned: Callable[[Site], None]
 
     def admission_handlers(self) -> dict[type[Any], Callable[[Any], Any]]:
         return {

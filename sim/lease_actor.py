@@ -44,18 +44,11 @@ class LeaseHandlers:
     _kept: dict[int, Lease]          # handle -> the lease as last granted or refreshed
     _lost: set[int]                  # handles whose refresher reported a loss
 
-    def _write(self, write: Callable[..., Any], *args: Any) -> Any:  # pragma: no cover
-        raise NotImplementedError
-
-    def _fail_if_planned(self, site: Site) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def spawn(self, coro: Any, name: str = "turn",
-              parent: Actor | None = None) -> Actor:  # pragma: no cover
-        raise NotImplementedError
-
-    def stop_actor(self, actor: Actor) -> None:  # pragma: no cover
-        raise NotImplementedError
+    # SimDriver's own steps, which these handlers use (declared here, defined there)
+    _write: Callable[..., Any]
+    _fail_if_planned: Callable[[Site], None]
+    spawn: Callable[..., Actor]
+    stop_actor: Callable[[Actor], None]
 
     def lease_handlers(self) -> dict[type[Any], Callable[[Any], Any]]:
         return {
