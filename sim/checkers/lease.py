@@ -84,7 +84,13 @@ def activities(obs: Observation) -> list[Activity]:
 
 def lost_leases(obs: Observation) -> set[tuple[str, str]]:
     """(session, turn) of every turn whose lease the world saw go: a refresh that failed,
-    or a grant that ended by expiry or a dead holder's reclaim instead of its release."""
+    or a grant that ended by expiry or a dead holder's reclaim instead of its release.
+
+    Four checkers ask after every step, so the answer is kept with the observation (as its
+    cached properties are)."""
+    cached: set[tuple[str, str]] | None = obs.__dict__.get("_lost_leases")
+    if cached is not None:
+        return cached
     lost: set[tuple[str, str]] = set()
     for step in obs.lease_log or ():
         turn = _turn_of(step.holder)
@@ -94,6 +100,7 @@ def lost_leases(obs: Observation) -> set[tuple[str, str]]:
         turn = _turn_of(grant.holder)
         if turn is not None and grant.end_reason in ("expired", "holder_dead"):
             lost.add((grant.session_id, turn))
+    obs.__dict__["_lost_leases"] = lost
     return lost
 
 
