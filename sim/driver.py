@@ -194,12 +194,7 @@ class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
 
     def crash_process(self, point: str) -> None:
         """This process dies at ``point``: every actor of it is dropped where it stands."""
-        scheduler = self.world.scheduler
-        for actor in scheduler.live():
-            if actor.driver.process is self.process:
-                actor.coro.close()
-                actor.done, actor.crashed = True, point
-                scheduler.retire(actor)
+        self.world.scheduler.drop_process(self.process.pid, point)
         self.world.crash(point, self.world.effects_performed, pid=self.process.pid)
 
     def _write(self, write: Callable[..., R], *args: Any) -> R:

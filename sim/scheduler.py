@@ -210,5 +210,13 @@ class Scheduler:
         later = min([*nexts, *([thaw] if thaw is not None else [])], default=None)
         return later is None or when <= later
 
+    def drop_process(self, pid: int, point: str) -> None:
+        """Every live actor of process ``pid`` ends where it stands (it crashed at ``point``)."""
+        for actor in self.live():
+            if actor.pid == pid:
+                actor.coro.close()
+                actor.done, actor.crashed = True, point
+                self.retire(actor)
+
     def live(self) -> list[Actor]:
         return [a for a in self.actors if not a.done]

@@ -232,11 +232,7 @@ class World:
         old = self.processes[self.pid]
         if old.alive:
             old.alive, old.died_at, old.died_seq = False, self.clock.now(), self.effects_performed
-        for actor in self.scheduler.live():  # nothing of the old process runs on
-            if actor.pid == old.pid:
-                actor.coro.close()
-                actor.done, actor.crashed = True, "restart"
-                self.scheduler.retire(actor)
+        self.scheduler.drop_process(old.pid, "restart")  # nothing of the old process runs on
         self.pid = self.start_process().pid
         self.timeline.add("restart", f"process pid={self.pid}")
         return self.holder
