@@ -208,6 +208,20 @@ class Message(Frozen):
     def has_visible_text(self) -> bool:
         return bool(self.content and self.content.strip()) and not self.hidden
 
+    def rewritten(self, content: str | None, **changes: Any) -> Message:
+        """This message with new ``content`` and no ``api_content`` sidecar (WIRE-2).
+
+        The one way to change a message's text once it exists: a tail filled with the
+        answer (FIN-3), a footer added, a redaction, a truncation, a compaction summary.
+        The sidecar holds the bytes sent for the *old* content; replaying it would resend
+        what the rewrite removed, so it goes. The cost is one prompt-cache miss from this
+        row on, never wrong bytes. ``changes`` updates other fields too (``hidden``,
+        ``finish_reason``); it may not set ``api_content``.
+        """
+        if "api_content" in changes or "content" in changes:
+            raise TypeError("Message.rewritten sets content and drops api_content itself")
+        return self.model_copy(update={**changes, "content": content, "api_content": None})
+
 
 class ToolKind(StrEnum):
     """How the segment planner treats a tool (TOOL-4)."""
