@@ -269,6 +269,9 @@ class ToolResult(Frozen):
 class Usage(Frozen):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # of prompt_tokens, those the provider served from its prompt cache (the longest prefix
+    # it had seen before); the wire calls it usage.prompt_tokens_details.cached_tokens
+    cached_tokens: int = 0
 
 
 class ProviderReply(Frozen):

@@ -16,7 +16,9 @@ that signals failure by raising a ``ProviderError`` subclass, exactly as the eng
 Every fake records the requests it received and finishes each reply the same way
 (``_FakeBase._finish``): tool calls without an id get ``call_1``, ``call_2``, … counted
 per provider instance; usage is taken from ``request.prompt_tokens`` (the engine's own
-count, never a re-tokenisation) and ``tokens.count_text`` of what the reply says.
+count, never a re-tokenisation) and ``tokens.count_text`` of what the reply says, and
+``cached_tokens`` from ``PromptCache``: the leading messages the request shares with an
+earlier one, as a real provider's prompt cache reports them.
 
 Provider faults have builders of their own: ``lone_surrogate_text`` and
 ``split_pair_text`` (text that is not Unicode as it stands) and ``calls_sharing_id`` (calls
@@ -76,7 +78,7 @@ from hermes_ref.errors import (
     ProviderTimeout,
     RateLimited,
 )
-from hermes_ref.models import Message, ProviderReply, Role, ToolCall, Usage
+from hermes_ref.models import Message, ProviderReply, Role, ToolCall, ToolSpec, Usage
 from hermes_ref.tokens import count_text
 from hermes_ref.wire import ProviderRequest
 
@@ -172,6 +174,69 @@ def completion_tokens(reply: ProviderReply) -> int:
     return total
 
 
+# ---- prompt-cache accounting --------------------------------------------------------------
+
+
+class PromptCache:
+    """The prefix cache a real provider keeps, counted the way the engine counts tokens.
+
+    A provider reuses the work it did for a prompt prefix it has seen before and reports
+    how much of a new prompt it served that way (``usage.prompt_tokens_details.cached_tokens``).
+    All it can see of a conversation is the requests themselves, so that is all this reads:
+    a request's cached tokens are those of the longest run of leading messages it shares,
+    byte for byte, with any earlier request that had the same model and tools. The first
+    message is the session's system prompt (CTX-3 keeps it fixed, and its context layer
+    names the session), so in practice the run is shared with earlier requests of the same
+    conversation only. A message counts whole, at ``Message.tokens`` (the engine's own
+    estimate), or not at all: the engine has no finer count, and a prefix that ends inside
+    a message is where the bytes changed anyway.
+
+    The prefixes seen are kept as a trie of message bytes, so a request costs one dict step
+    per message; a request that extends the previous one starts where that one ended.
+    """
+
+    def __init__(self) -> None:
+        self._root: dict[bytes, _CacheNode] = {}
+        self._last: tuple[bytes, tuple[Message, ...], _CacheNode, int] | None = None
+        self._heads: dict[int, tuple[tuple[ToolSpec, ...], str, bytes]] = {}
+
+    def observe(self, request: ProviderRequest) -> int:
+        """Cached tokens of ``request`` against every earlier one; then remember it."""
+        messages, head, start = request.messages, self._head(request), 0
+        last = self._last
+        if last is not None and last[0] == head and len(last[1]) <= len(messages) \
+                and messages[:len(last[1])] == last[1]:
+            node, start, cached = last[2], len(last[1]), last[3]
+        else:
+            node, cached = self._root.setdefault(head, _CacheNode()), 0
+        hit = True
+        for message in messages[start:]:
+            child = node.children.get(message.wire_json)
+            if child is None:
+                hit, child = False, node.children.setdefault(message.wire_json, _CacheNode())
+            elif hit:
+                cached += message.tokens
+            node = child
+        self._last = (head, messages, node, sum(m.tokens for m in messages))
+        return min(cached, request.prompt_tokens)
+
+    def _head(self, request: ProviderRequest) -> bytes:
+        """Model and tools: a prompt the provider caches starts with them."""
+        hit = self._heads.get(id(request.tools))
+        if hit is not None and hit[0] is request.tools and hit[1] == request.model:
+            return hit[2]
+        head = json.dumps([request.model, [t.wire() for t in request.tools]]).encode("utf-8")
+        self._heads[id(request.tools)] = (request.tools, request.model, head)
+        return head
+
+
+class _CacheNode:
+    __slots__ = ("children",)
+
+    def __init__(self) -> None:
+        self.children: dict[bytes, _CacheNode] = {}
+
+
 # ---- the fakes ------------------------------------------------------------------------
 
 
@@ -186,23 +251,27 @@ class _FakeBase:
         self.requests: list[ProviderRequest] = []
         self._ids_issued = 0
         self._lock = threading.Lock()
+        self.prompt_cache = PromptCache()
 
     def complete(self, request: ProviderRequest) -> ProviderReply:
         with self._lock:
             self.requests.append(request)
-            return self._finish(self._reply(request), request)
+            reply = self._reply(request)  # a request that fails leaves nothing cached
+            return self._finish(reply, request, self.prompt_cache.observe(request))
 
     def _reply(self, request: ProviderRequest) -> ProviderReply:
         raise NotImplementedError
 
-    def _finish(self, reply: ProviderReply, request: ProviderRequest) -> ProviderReply:
+    def _finish(self, reply: ProviderReply, request: ProviderRequest,
+                cached_tokens: int = 0) -> ProviderReply:
         """Fill in ids, usage and model; values a step set explicitly are kept."""
         calls = tuple(c if c.id else c.model_copy(update={"id": self._next_id()})
                       for c in reply.tool_calls)
         usage = reply.usage
         if usage == Usage():
             usage = Usage(
-                prompt_tokens=request.prompt_tokens, completion_tokens=completion_tokens(reply)
+                prompt_tokens=request.prompt_tokens, completion_tokens=completion_tokens(reply),
+                cached_tokens=cached_tokens,
             )
         return reply.model_copy(
             update={"tool_calls": calls, "usage": usage, "model": reply.model or request.model}

@@ -204,9 +204,11 @@ def _pieces(value: str | None, count: int = 3) -> list[str]:
 _BETWEEN_HALVES = re.compile(r"(?<=[\ud800-\udbff])(?=[\udc00-\udfff])")
 
 
-def _usage_json(usage: Usage) -> dict[str, int]:
+def _usage_json(usage: Usage) -> dict[str, Any]:
+    """Usage as the API reports it; the prefix the fake had cached is in the details."""
     return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}}
 
 
 # ---- the HTTP face: one transport-neutral answer, three shells -------------------------------

@@ -257,9 +257,16 @@ def _usage(value: object) -> Usage:
     if value is None:
         return Usage()  # usage is optional; the engine falls back to its own estimate
     usage = _object(value, "usage")
+    details = usage.get("prompt_tokens_details")
+    cached = 0
+    if details is not None:  # optional, and null on servers that keep no prompt cache
+        cached_value = _object(details, "usage.prompt_tokens_details").get("cached_tokens")
+        cached = 0 if cached_value is None else _count(
+            cached_value, "usage.prompt_tokens_details.cached_tokens")
     return Usage(
         prompt_tokens=_count(usage.get("prompt_tokens", 0), "usage.prompt_tokens"),
         completion_tokens=_count(usage.get("completion_tokens", 0), "usage.completion_tokens"),
+        cached_tokens=cached,
     )
 
 
