@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from hermes_ref.effects import AppendMessages, Site
 from hermes_ref.errors import InvariantBroken, LeaseLost, PersistenceError
 from hermes_ref.limits import Limits
-from hermes_ref.models import Lease, Message, ToolSpec
+from hermes_ref.models import Lease, Message, Role, SessionRecord, ToolSpec
 from hermes_ref.outcomes import Ending, ExitReason
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.transcript import Transcript
@@ -117,6 +117,22 @@ class SessionCache:
     history: Transcript = field(default_factory=Transcript)
     last_lease_token: int = 0
     nudges: NudgeCounters = field(default_factory=NudgeCounters)
+
+
+    def replace_system_prompt(self, record: SessionRecord) -> None:
+        """CTX-3: the one way the cached prompt changes; only compression calls it.
+
+        A compression that rebuilds the prompt (``prologue.build_system_prompt``, with the
+        clock of the compaction) first writes it into a session row, a rotation's child
+        or the same session's, and then hands that row here: every later request of this
+        engine replays the stored prompt, and a restarted engine reads the same bytes
+        back from the row (CTX-4). Nothing else may replace it, not a new platform, not
+        a new tool list: each rebuild costs the whole conversation its prompt cache.
+        """
+        if not record.system_prompt.strip():
+            raise InvariantBroken(f"session {record.id} has no system prompt to replay (CTX-4)")
+        self.system_prompt = record.system_prompt
+        self.system_message = Message(role=Role.SYSTEM, content=record.system_prompt)
 
 
 @dataclass(slots=True)

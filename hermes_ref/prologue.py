@@ -8,7 +8,8 @@ In order, because the order is the contract:
    caller's history, if it gave one, before the turn waits for anything (CTX-2).
 2. System prompt, then session row (CTX-4): the prompt is built once per session and
    replayed byte for byte from the session row afterwards (CTX-3); a session row is never
-   written without it, and nothing is written for a session before its row exists.
+   written without it, and nothing is written for a session before its row exists. Only
+   compression replaces it, through ``SessionCache.replace_system_prompt``.
 3. Take the session's turn lease (LEASE-1) in the name of this process and turn
    (LEASE-2), waiting in bounded polls; a turn that cannot get it, or whose store fails
    before it begins, returns early with the user's input handed back (LEASE-5): refusal
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from hermes_ref import closure
 from hermes_ref import lease as lease_rules
@@ -109,11 +111,23 @@ def adopt_history(history: Sequence[Message] | None) -> Transcript | None:
                       for m in history)
 
 
-def build_system_prompt(session_key: str, platform: str, tools: tuple[ToolSpec, ...]) -> str:
-    """Three layers, stable first, so the cacheable prefix is as long as possible (CTX-3)."""
-    stable = "You are a careful assistant. Use tools when they help; answer in plain text."
+def build_system_prompt(session_key: str, platform: str, tools: tuple[ToolSpec, ...],
+                        started_at: float) -> str:
+    """CTX-3: three layers, the most widely shared first, so a cached prefix is as long as it
+    can be: *stable* (who the assistant is and which tools it has: the same for every
+    session of this engine), *context* (this session: its key and platform), *volatile*
+    (when the conversation started, from the driver's clock: different in every build).
+
+    The volatile layer is why the prompt is built once per session and then replayed from
+    the session row: built again a minute later it is other bytes, and a provider's prompt
+    cache, which matches from the first byte, would miss the whole conversation.
+    """
+    tools_line = "Tools available: " + (", ".join(t.name for t in tools) or "none") + "."
+    stable = "You are a careful assistant. Use tools when they help; answer in plain text. " \
+        + tools_line
     context = f"Session: {session_key} on {platform}."
-    volatile = "Tools available: " + (", ".join(t.name for t in tools) or "none") + "."
+    started = datetime.fromtimestamp(started_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    volatile = f"Conversation started: {started}."
     return "\n\n".join((stable, context, volatile))
 
 
@@ -127,7 +141,7 @@ def compose_api_content(text: str, injected: str | None) -> str | None:
 def session_record(inp: TurnInput, tools: tuple[ToolSpec, ...], now: float) -> SessionRecord:
     """The row a new session gets. The prompt is built first, so a row never lacks it
     (CTX-4); if the row already exists, its stored prompt is the one replayed (CTX-3)."""
-    prompt = build_system_prompt(inp.session_key, inp.platform, tools)
+    prompt = build_system_prompt(inp.session_key, inp.platform, tools, now)
     return SessionRecord(id=inp.session_id, key=inp.session_key, platform=inp.platform,
                          system_prompt=prompt, started_at=now)
 

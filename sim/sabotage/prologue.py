@@ -40,7 +40,7 @@ sabotage("caller_history_in_place", ("CTX-2",),
 def _null_prompt() -> list[AbstractContextManager[Any]]:
     original = prologue.build_system_prompt
 
-    def late_prompt(key: str, platform: str, tools: Any) -> str:
+    def late_prompt(key: str, platform: str, tools: Any, started_at: float) -> str:
         return ""
     del original
     return [mock.patch.object(prologue, "build_system_prompt", late_prompt)]
@@ -145,7 +145,7 @@ def _prompt_per_turn() -> list[AbstractContextManager[Any]]:
     async def rebuilding(inp: prologue.TurnInput, deps: Any, cache: SessionCache | None,
                          holder: str, now: float) -> Any:
         cache, created, lease = await original(inp, deps, cache, holder, now)
-        prompt = prologue.build_system_prompt(inp.session_key, inp.platform, deps.tools)
+        prompt = prologue.build_system_prompt(inp.session_key, inp.platform, deps.tools, now)
         cache.system_prompt, cache.system_message = prompt, Message(role=Role.SYSTEM, content=prompt)
         return cache, created, lease
     return [mock.patch.object(prologue, "_take_lease", rebuilding)]

@@ -65,11 +65,12 @@ def cached(token: int, *rows: Message) -> dict[str, SessionCache]:
 
 
 def test_the_system_prompt_is_three_layers_stable_first() -> None:
-    """The prompt is the fixed stable text, the session line, then the tool list."""
-    assert prologue.build_system_prompt("k", "cli", (READ_FILE, WRITE_FILE)) == (
-        "You are a careful assistant. Use tools when they help; answer in plain text.\n\n"
-        "Session: k on cli.\n\nTools available: read_file, write_file.")
-    assert prologue.build_system_prompt("k", "cli", ()).endswith("Tools available: none.")
+    """The prompt is the stable text with the tool list, the session line, then the start time."""
+    assert prologue.build_system_prompt("k", "cli", (READ_FILE, WRITE_FILE), 1_767_225_600.0) == (
+        "You are a careful assistant. Use tools when they help; answer in plain text. "
+        "Tools available: read_file, write_file.\n\nSession: k on cli.\n\n"
+        "Conversation started: 2026-01-01 00:00:00 UTC.")
+    assert "Tools available: none." in prologue.build_system_prompt("k", "cli", (), 0.0)
 
 
 def test_a_new_session_row_records_its_key_platform_and_prompt() -> None:
