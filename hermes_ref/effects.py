@@ -54,6 +54,7 @@ from hermes_ref.models import (
     ToolResult,
 )
 from hermes_ref.session import Route  # SES
+from hermes_ref.tool_batch import BatchBounds  # TOOL-5
 from hermes_ref.wire import ProviderRequest
 
 T = TypeVar("T")
@@ -256,12 +257,14 @@ class ResolvePaths(Effect[tuple[str | None, ...]]):
 
 @dataclass(frozen=True, slots=True)
 class ExecuteTools(Effect[tuple[ToolResult, ...]]):
-    """Run one segment of calls; results come back in call order (TOOL-5)."""
+    """Run one segment of calls within ``bounds`` (TOOL-5): one result per call, in any
+    order (the simulator's come as they finished); the tool round restores call order."""
 
     lease_token: int
     session_id: str
     calls: tuple[ToolCall, ...]
     parallel: bool
+    bounds: BatchBounds = BatchBounds()  # the turn's Limits; the catalog's figures by default
     kind: ClassVar[str] = "execute_tools"
 
     @property

@@ -5,8 +5,8 @@ defaults; each is a setting, and scenarios override them to reach a boundary qui
 (``Limits(max_iterations=2)``). The model is frozen: a turn reads one ``Limits`` value.
 
 Some settings belong to capabilities the catalog names and this engine does not build
-yet (compaction, the thinking-prefill rung, the skill nudge, the tool start gate and
-result spill). They are kept so those capabilities land
+yet (compaction, the thinking-prefill rung, the skill nudge). They are kept so those
+capabilities land
 with the catalog's defaults, and listed in ``NOT_YET_READ``; a test keeps that list
 exactly true, so a setting is never mistaken for a behaviour.
 """
@@ -83,7 +83,7 @@ class Limits(BaseModel):
     tool_workers_max: int = 8
     tool_batch_deadline_s: float = 420.0
     tool_start_gate_s: float = 120.0
-    tool_result_spill_chars: int = 50_000
+    tool_result_spill_chars: int = 50_000  # TOOL-7: longer results go to a spill file
 
     # model identity used in requests
     model: str = "hermes-ref-model"
@@ -99,5 +99,4 @@ NOT_YET_READ = frozenset({
     "compression_ineffective_max", "compression_lock_ttl_s", "idle_compact_after_s",
     "thinking_prefill_retries_max",                                    # LOOP-8
     "skill_nudge_interval",        # CTX-1: ticked per loop iteration once a skill tool exists
-    "tool_start_gate_s", "tool_result_spill_chars",                    # TOOL-5, TOOL-7
 })

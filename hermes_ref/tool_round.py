@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import Emit, ExecuteTools, ResolvePaths, Site
 from hermes_ref.errors import InvariantBroken, TurnInterrupted
+from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ToolCall, ToolKind, ToolResult, ToolSpec
 from hermes_ref.outcomes import ExitReason, ToolProgress
 from hermes_ref.phases import Phase
+from hermes_ref.tool_batch import BatchBounds
 from hermes_ref.tool_specs import (
     call_problem,
     error_result,
@@ -204,18 +206,30 @@ def _track_mutations(ctx: TurnContext, calls: tuple[ToolCall, ...],
 async def _run_segment(
     ctx: TurnContext, segment: Segment, specs: dict[str, ToolSpec]
 ) -> tuple[ToolResult, ...]:
-    """Dispatch the segment's calls that can run; answer the others in place (TOOL-2)."""
+    """Dispatch the segment's calls that can run; answer the others in place (TOOL-2).
+
+    The driver runs them within the turn's batch bounds (TOOL-5: workers, start gate,
+    deadline) and hands the results back as they finished; each is put back in its
+    call's place here, so the record keeps the model's order.
+    """
     problems = {c.id: call_problem(c, specs) for c in segment.calls}
     dispatch = tuple(c for c in segment.calls if problems[c.id] is None)
     ran: dict[str, ToolResult] = {}
     if dispatch:
         try:
-            results = await ExecuteTools(ctx.token, ctx.session_id, dispatch, segment.parallel)
+            results = await ExecuteTools(ctx.token, ctx.session_id, dispatch, segment.parallel,
+                                         batch_bounds(ctx.limits))
         except TurnInterrupted:  # they may have run: their closing results must say unknown
             ctx.state.interrupted_calls.update(c.id for c in dispatch)
             raise
         ran = {r.call_id: r for r in results}
     return tuple(_answer(c, ran, problems[c.id]) for c in segment.calls)
+
+
+def batch_bounds(limits: Limits) -> BatchBounds:
+    """The turn's bounds for every batch it runs (TOOL-5)."""
+    return BatchBounds(limits.tool_workers_max, limits.tool_batch_deadline_s,
+                       limits.tool_start_gate_s)
 
 
 def _answer(call: ToolCall, ran: dict[str, ToolResult], problem: str | None) -> ToolResult:

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hermes_ref.models import Disposition, JsonDict, ToolCall, ToolKind, ToolResult, ToolSpec
+from hermes_ref.tool_spill import summarize  # TOOL-7
 
 # -- bounds shared by both runners ---------------------------------------------------
 READ_LIMIT_DEFAULT = 500
@@ -418,11 +419,14 @@ def timeout_message(what: str, timeout_s: float | None = None) -> str:
 
 
 class GuardedRunner:
-    """The shared front of every tool runner: never raise, always cap (TOOL-6).
+    """The shared front of every tool runner: never raise, never send too much (TOOL-6, 7).
 
-    Subclasses implement ``_run``; ``run`` turns any exception it lets through into an
-    error result whose disposition is ``unknown`` (the call may have stopped half-way),
-    and cuts the content to ``output_chars_max`` characters.
+    Subclasses implement ``_run`` and ``_write_spill``; ``run`` turns any exception it
+    lets through into an error result whose disposition is ``unknown`` (the call may
+    have stopped half-way), and a result longer than ``output_chars_max`` characters is
+    spilled (``spill``): the whole text goes to a file and the model gets a summary
+    naming it (``hermes_ref.tool_spill``). Only when the file cannot be written is the
+    text cut, with a note saying so.
     """
 
     output_chars_max: int = 50_000
@@ -433,8 +437,24 @@ class GuardedRunner:
             result = self._run(call, watermark, at)
         except Exception as exc:  # TOOL-6: the last line of defence
             result = error_result(call, f"{call.name} failed: {exc!r}", "unknown")
-        capped = cap_output(result.content, self.output_chars_max)
-        return result if capped is result.content else result.model_copy(update={"content": capped})
+        return self.spill(call, result)
+
+    def spill(self, call: ToolCall, result: ToolResult) -> ToolResult:
+        """``result`` with an oversized text replaced by a spill summary (TOOL-7)."""
+        if len(result.content) <= self.output_chars_max:
+            return result
+        try:
+            path = self._write_spill(call, result.content)
+        except Exception as exc:  # no room for the file: cut, and say why
+            note = f"\n[the whole output could not be saved: {exc}]"
+            return result.model_copy(
+                update={"content": cap_output(result.content, self.output_chars_max) + note})
+        summary = summarize(path, result.content, self.output_chars_max)
+        return result.model_copy(update={"content": summary})
 
     def _run(self, call: ToolCall, watermark: int, at: float) -> ToolResult:
+        raise NotImplementedError
+
+    def _write_spill(self, call: ToolCall, text: str) -> str:
+        """Write ``text`` whole to a new spill file; its workspace-relative path."""
         raise NotImplementedError

@@ -40,13 +40,14 @@ from hermes_ref.errors import (
     RateLimited,
     TurnInterrupted,
 )
-from hermes_ref.models import EventKind, Lease, ToolResult
+from hermes_ref.models import EventKind, Lease
 from hermes_ref.outcomes import ExitLine
 from sim.door_handlers import AdmissionHandlers
 from sim.faults import Crashed
 from sim.lane_handlers import LaneHandlers  # SES
 from sim.lease_actor import LeaseHandlers
 from sim.scheduler import Actor, Wait
+from sim.tool_batch import run_segment  # TOOL-5
 from sim.world import CallRecord, SimProcess, World
 
 T = TypeVar("T")
@@ -292,39 +293,13 @@ class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
         return answers
 
     def _execute_tools(self, effect: fx.ExecuteTools) -> Wait:
-        """Run a segment: a parallel one in waves of ``tool_workers_max`` (TOOL-5), started
-        together and finished when the slowest ends; a sequential one call after call.
+        """Run a segment on the virtual clock under its batch bounds (TOOL-5): a pool of
+        workers, the start gate and the deadline, in ``sim.tool_batch``.
 
-        Each wave runs when its time comes and the next waits for it, so other actors (a
-        lease refresher) get their turns while a long batch is in flight.
+        The batch moves from instant to instant as ``Wait``s, so other actors (a lease
+        refresher) get their turns while a long batch is in flight.
         """
-        world = self.world
-        watermark = world.store.watermark()
-        width = world.tool_workers_max if effect.parallel else 1
-        waves = [effect.calls[start:start + width] for start in range(0, len(effect.calls), width)]
-        results: list[ToolResult] = []
-        if not waves:
-            return Wait(0.0, tuple)
-
-        def run_wave(index: int) -> Wait:
-            wave, at = waves[index], world.clock.now()
-            results.extend(world.tools.run(call, watermark=watermark, at=at) for call in wave)
-            world.batches.append(tuple(call.id for call in wave))
-            then = (lambda: run_wave(index + 1)) if index + 1 < len(waves) else finish
-            return Wait(max(self._cost_s(call.name) for call in wave), then)
-
-        def finish() -> tuple[ToolResult, ...]:
-            if world.timeline.enabled:
-                mode = "parallel" if effect.parallel else "sequential"
-                for result in results:
-                    state = "error" if result.is_error else "ok"
-                    world.timeline.add("tool", f"{mode:<10} {result.call_id} {result.name} {state}")
-            return tuple(results)
-        return run_wave(0)
-
-    def _cost_s(self, name: str) -> float:
-        tools = self.world.tools
-        return self.world.tool_batch_deadline_s if tools.is_hung(name) else tools.cost_s(name)
+        return run_segment(self.world, effect, hung_s=self.world.tool_batch_deadline_s)
 
     def _flush_events(self, effect: fx.FlushEvents) -> None:
         self._fail_if_planned(Site.EVENTS)

@@ -34,18 +34,36 @@ record to prove persist-before-execute. Fault hooks act at execution, after vali
 
 ``cost_s(name)`` is the simulated duration the driver adds to its virtual clock.
 Like the real tools, a call never raises (TOOL-6).
+
+Time in a batch (TOOL-5, run by ``sim.tool_batch``): ``slow(name, seconds, path=...,
+start_delay_s=...)`` scripts how long matching calls run and how long they take to
+begin once dispatched (a call waiting for an approval or a lock); ``stuck(name, ...)``
+makes them never return. ``timing(call)`` answers the driver. Each ledger entry of a
+call run in a batch carries the batch's record (``BatchStamp``): when the batch began,
+when the call got a worker, was dispatched, started (``at``) and ended; checkers judge
+the worker count, the start gate and the deadline on it.
+
+An oversized result (over ``output_chars_max``) is spilled (TOOL-7): the whole text is
+written to ``.hermes/spill/`` in the in-memory filesystem and the call gets a summary
+naming it; its ledger entry records the whole text's size and digest and the digest of
+the file as read back. ``print_next(name, text)`` makes the next ``terminal`` or
+``execute_code`` call print ``text`` (a huge output, say).
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import posixpath
 import shlex
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
 from hermes_ref.errors import BadInput
+from hermes_ref.limits import Limits
 from hermes_ref.models import ToolCall, ToolResult
 from hermes_ref.ports import LedgerEntry
 from hermes_ref.tool_specs import (
@@ -68,6 +86,7 @@ from hermes_ref.tool_specs import (
     timeout_message,
     wrote_message,
 )
+from hermes_ref.tool_spill import spill_name
 from hermes_ref.tool_text import (
     Change,
     apply_memory,
@@ -99,6 +118,43 @@ class SimLedgerEntry(LedgerEntry):
     """
 
     path: str | None = None
+    # TOOL-5: the batch's record of this call (None outside a batch), absolute virtual times
+    batch: int | None = None
+    parallel: bool = False
+    batch_at: float | None = None
+    ready_at: float | None = None       # got a worker
+    dispatched_at: float | None = None  # passed the start gate
+    ended_at: float | None = None       # None with ``stuck``: it never ends
+    stuck: bool = False
+    # TOOL-7: the whole output's size and digest, and the spill file's, as read back
+    output_chars: int = 0
+    output_sha256: str = ""
+    spilled_to: str | None = None
+    spill_sha256: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStamp:
+    """What the batch runner knows of a call when it starts (``SimLedgerEntry`` fields)."""
+
+    batch: int
+    parallel: bool
+    batch_at: float
+    ready_at: float
+    dispatched_at: float
+    ended_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Timing:
+    name: str
+    path: str | None
+    duration_s: float
+    start_delay_s: float
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class SimTools(GuardedRunner):
@@ -109,7 +165,7 @@ class SimTools(GuardedRunner):
         files: Mapping[str, str] | None = None,
         *,
         costs: Mapping[str, float] | None = None,
-        output_chars_max: int = 50_000,
+        output_chars_max: int = Limits().tool_result_spill_chars,  # TOOL-7's cap
         root: str = SIM_ROOT,
     ) -> None:
         self.root = posixpath.normpath(root)
@@ -122,6 +178,10 @@ class SimTools(GuardedRunner):
         self.output_chars_max = output_chars_max
         self._failures: dict[str, deque[str]] = {}
         self._hung: set[str] = set()
+        self._timings: list[_Timing] = []
+        self._outputs: dict[str, deque[str]] = {}
+        self._stamp: BatchStamp | None = None
+        self._spills = 0
         self.ledger: list[LedgerEntry] = []
         self._handlers: dict[str, Handler] = {
             "read_file": self._read_file,
@@ -175,6 +235,42 @@ class SimTools(GuardedRunner):
     def clear_faults(self) -> None:
         self._failures.clear()
         self._hung.clear()
+        self._timings.clear()
+
+    def slow(self, name: str, seconds: float, *, path: str | None = None,
+             start_delay_s: float = 0.0) -> None:
+        """Calls of ``name`` (aimed at ``path``, if given) run ``seconds`` and begin
+        ``start_delay_s`` after dispatch, in virtual time; the latest rule wins."""
+        if not (seconds >= 0 and start_delay_s >= 0):
+            raise BadInput(f"a tool's times must not be negative: {seconds}, {start_delay_s}")
+        self._timings.append(_Timing(name, path, seconds, start_delay_s))
+
+    def stuck(self, name: str, *, path: str | None = None, start_delay_s: float = 0.0) -> None:
+        """Calls of ``name`` (aimed at ``path``, if given) never return."""
+        self._timings.append(_Timing(name, path, math.inf, start_delay_s))
+
+    def timing(self, call: ToolCall) -> tuple[float, float]:
+        """(start delay, duration) of ``call`` in virtual seconds (duration inf: stuck)."""
+        path = path_argument(call)
+        for rule in reversed(self._timings):
+            if rule.name == call.name and rule.path in (None, path):
+                return rule.start_delay_s, rule.duration_s
+        return 0.0, self.cost_s(call.name)
+
+    def print_next(self, name: str, text: str) -> None:
+        """The next ``terminal`` or ``execute_code`` call of ``name`` prints ``text``."""
+        if name not in ("terminal", "execute_code"):
+            raise BadInput(f"only terminal and execute_code print output, not {name!r}")
+        self._outputs.setdefault(name, deque()).append(text)
+
+    def run_stamped(self, call: ToolCall, stamp: BatchStamp, *, watermark: int,
+                    at: float) -> ToolResult:
+        """``run`` inside a batch: the ledger entry carries the batch's record."""
+        self._stamp = stamp
+        try:
+            return self.run(call, watermark=watermark, at=at)
+        finally:
+            self._stamp = None
 
     def cost_s(self, name: str) -> float:
         """Simulated duration of one call of ``name``, in virtual seconds."""
@@ -194,14 +290,40 @@ class SimTools(GuardedRunner):
         spec, args = checked
         raw = path_argument(call, spec)
         aimed = None if raw is None else self.resolve_path(raw)  # before the call may move it
-        result = self._execute(call, spec.name, args)
+        whole = self._execute(call, spec.name, args)
+        self._last_spill = None
+        result = self.spill(call, whole)
+        spilled = None if result is whole else self._last_spill
+        stamp = self._stamp
+        timing = {} if stamp is None else {
+            "batch": stamp.batch, "parallel": stamp.parallel, "batch_at": stamp.batch_at,
+            "ready_at": stamp.ready_at, "dispatched_at": stamp.dispatched_at,
+            "ended_at": stamp.ended_at, "stuck": stamp.ended_at is None}
         self.ledger.append(
             SimLedgerEntry(
                 call_id=call.id, name=call.name, arguments=call.arguments,
                 watermark=watermark, at=at, outcome=ledger_outcome(result), path=aimed,
+                output_chars=len(whole.content), output_sha256=sha256_text(whole.content),
+                spilled_to=spilled,
+                spill_sha256=None if spilled is None or spilled not in self._files
+                else sha256_text(self._files[spilled]),
+                **timing,
             )
         )
         return result
+
+    _last_spill: str | None = None
+
+    def _write_spill(self, call: ToolCall, text: str) -> str:
+        """TOOL-7: the whole text into a new file under ``.hermes/spill/``."""
+        self._spills += 1
+        path = spill_name(self._spills, call.id)
+        while path in self._files:
+            self._spills += 1
+            path = spill_name(self._spills, call.id)
+        self._store(path, text)
+        self._last_spill = path
+        return path
 
     def _execute(self, call: ToolCall, name: str, args: dict[str, Any]) -> ToolResult:
         if name in self._hung:
@@ -365,11 +487,20 @@ class SimTools(GuardedRunner):
 
     # -- simulated processes -------------------------------------------------------
     def _terminal(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
-        return ok_result(call, format_process(simulated_terminal_output(args["command"]), 0))
+        printed = self._printed("terminal")
+        output = simulated_terminal_output(args["command"]) if printed is None else printed
+        return ok_result(call, format_process(output, 0))
 
     def _execute_code(self, call: ToolCall, args: dict[str, Any]) -> ToolResult:
+        printed = self._printed("execute_code")
+        if printed is not None:
+            return ok_result(call, format_process(printed, 0))
         lines = len(args["code"].splitlines())
         return ok_result(call, format_process(f"executed {lines} lines", 0))
+
+    def _printed(self, name: str) -> str | None:
+        queued = self._outputs.get(name)
+        return queued.popleft() if queued else None
 
 
 def simulated_terminal_output(command: str) -> str:

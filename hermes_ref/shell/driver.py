@@ -21,14 +21,14 @@ Effects are dispatched by exact type through two dicts built once per driver:
 
 Tools (``ExecuteTools``) get the store's committed watermark once per segment (the
 simulator does the same) and the clock at each call's start. With ``tools_in_thread``
-each call runs through ``asyncio.to_thread``; a parallel segment runs at most
-``tool_workers_max`` calls at once, and a segment has a batch deadline (TOOL-5): a call
-still running at the deadline gets a timed-out result with disposition ``unknown`` (its
-thread cannot be stopped and finishes on its own), a call that never started gets one
-with disposition ``none``. Results always come back in call order. Without threads the
-calls run one after another on the loop (they are synchronous, so a parallel segment
-cannot overlap); the deadline is checked between calls, since a running call cannot be
-interrupted.
+a segment runs in a thread pool of its own under the batch rules (TOOL-5: at most
+``workers_max`` at once, the start-order gate, the deadline; ``hermes_ref.shell.tool_pool``):
+a call still running at the deadline gets a timed-out result with disposition
+``unknown`` (its thread cannot be stopped and finishes on its own), a call that never
+started gets one with disposition ``none``. The bounds are the turn's (on the effect),
+tightened by the driver's own ``tool_workers_max`` and ``tool_batch_deadline_s``.
+Without threads the calls run one after another on the loop; the deadline is checked
+between calls, since a running call cannot be interrupted.
 
 ``Emit`` logs the event with the store (it commits with the next write), then hands it
 to ``on_event``; a ``turn.exit`` event also becomes the one turn-exit log line (FIN-7).
@@ -49,11 +49,10 @@ from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.admission import Ack, Refusal
 from hermes_ref.errors import OperatingError
-from hermes_ref.models import Event, EventKind, ToolCall, ToolResult
+from hermes_ref.models import Event, EventKind, ToolResult
 from hermes_ref.outcomes import ExitLine
 from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
-from hermes_ref.shell import liveness, turn_tasks
-from hermes_ref.tool_specs import timeout_message
+from hermes_ref.shell import liveness, tool_pool, turn_tasks  # TOOL-5: tool_pool
 
 __all__ = ["AsyncDriver", "AsyncProvider"]
 
@@ -285,82 +284,14 @@ class AsyncDriver:
         return await turn_tasks.interruptible(turn_tasks.CURRENT.get(), self._run_tools(effect))
 
     async def _run_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
+        """TOOL-5 in ``hermes_ref.shell.tool_pool``: the turn's bounds, tightened by this
+        driver's own ceiling (``tool_workers_max``, ``tool_batch_deadline_s``)."""
         watermark = await self.store.watermark()
-        calls = effect.calls
+        bounds = effect.bounds.tighter(self.tool_workers_max, self.tool_batch_deadline_s)
         if not self.tools_in_thread:
-            return self._run_inline(calls, watermark)
-        if effect.parallel and len(calls) > 1:
-            return await self._run_parallel(calls, watermark)
-        return await self._run_sequential(calls, watermark)
-
-    def _run_inline(self, calls: tuple[ToolCall, ...], watermark: int) -> tuple[ToolResult, ...]:
-        """Synchronous tools on the loop, in order; the deadline is checked between calls."""
-        run, clock = self.tools.run, self.clock
-        if len(calls) == 1:
-            return (run(calls[0], watermark=watermark, at=clock()),)
-        deadline = time.monotonic() + self.tool_batch_deadline_s
-        results: list[ToolResult] = []
-        for call in calls:
-            if time.monotonic() >= deadline:
-                results.append(self._timed_out(call, started=False))
-            else:
-                results.append(run(call, watermark=watermark, at=clock()))
-        return tuple(results)
-
-    async def _run_sequential(
-        self, calls: tuple[ToolCall, ...], watermark: int
-    ) -> tuple[ToolResult, ...]:
-        """One call at a time in a worker thread, all under one batch deadline."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.tool_batch_deadline_s
-        results: list[ToolResult] = []
-        for call in calls:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                results.append(self._timed_out(call, started=False))
-                continue
-            work = asyncio.to_thread(self.tools.run, call, watermark=watermark, at=self.clock())
-            try:
-                results.append(await asyncio.wait_for(work, remaining))
-            except TimeoutError:
-                results.append(self._timed_out(call, started=True))
-        return tuple(results)
-
-    async def _run_parallel(
-        self, calls: tuple[ToolCall, ...], watermark: int
-    ) -> tuple[ToolResult, ...]:
-        """At most ``tool_workers_max`` calls at once; results in call order (TOOL-5)."""
-        gate = asyncio.Semaphore(self.tool_workers_max)
-        started: set[int] = set()
-
-        async def one(index: int, call: ToolCall) -> ToolResult:
-            async with gate:
-                started.add(index)
-                return await asyncio.to_thread(
-                    self.tools.run, call, watermark=watermark, at=self.clock())
-
-        tasks = [asyncio.create_task(one(i, call)) for i, call in enumerate(calls)]
-        try:
-            await asyncio.wait(tasks, timeout=self.tool_batch_deadline_s)
-        finally:
-            for task in tasks:
-                task.cancel()  # no-op for finished tasks; abandons calls past the deadline
-        return tuple(
-            task.result() if task.done() and not task.cancelled()
-            else self._timed_out(call, started=i in started)
-            for i, (task, call) in enumerate(zip(tasks, calls, strict=True))
-        )
-
-    def _timed_out(self, call: ToolCall, *, started: bool) -> ToolResult:
-        """The result of a call the batch deadline cut off (TOOL-3: every call gets one)."""
-        limit = self.tool_batch_deadline_s
-        if started:
-            content = timeout_message(call.name, limit)
-            return ToolResult(call_id=call.id, name=call.name, content=content,
-                              is_error=True, disposition="unknown")
-        content = f"{call.name} timed out after {limit:g}s before it started; it did not run"
-        return ToolResult(call_id=call.id, name=call.name, content=content,
-                          is_error=True, disposition="none")
+            return tool_pool.run_inline(self.tools, self.clock, effect.calls, watermark, bounds)
+        return await tool_pool.run_segment(self.tools, self.clock, effect.calls, watermark,
+                                           bounds, parallel=effect.parallel)
 
 
 async def _unknown_effect(effect: object) -> None:

@@ -95,7 +95,8 @@ async def open_runtime(
 ) -> Runtime:
     """Open the store, provider and tools and wire an engine and a driver to them."""
     limits = limits or Limits()
-    tools = WorkspaceTools(Path(workspace) if workspace is not None else Path.cwd())
+    tools = WorkspaceTools(Path(workspace) if workspace is not None else Path.cwd(),
+                           output_chars_max=limits.tool_result_spill_chars)  # TOOL-7
     store = await AsyncSqliteStore.open(db_path)
     try:
         provider = HttpProvider(base_url or DEFAULT_BASE_URL, api_key, client=http_client)

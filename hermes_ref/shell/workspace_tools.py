@@ -11,7 +11,9 @@ it through ``asyncio.to_thread``. One call goes through three steps:
 2. The call is executed by its handler, and a ``LedgerEntry`` carrying the caller's
    ``watermark`` and ``at`` is appended: the ledger is the tool world's own record of
    what ran, which checkers compare with the durable record.
-3. The content is capped at ``output_chars_max`` characters.
+3. Content over ``output_chars_max`` characters is spilled (TOOL-7): the whole text is
+   written to a new file under ``spill_dir`` (``<root>/.hermes/spill`` by default) and
+   the model gets a summary naming it (``hermes_ref.tool_spill``).
 
 A tool never raises (TOOL-6): ``OSError`` becomes an error result, and any other
 exception becomes an error result with disposition ``unknown``, because the handler may
@@ -24,26 +26,28 @@ refused before anything is touched. ``resolve_paths`` answers the engine's
 ``ResolvePaths`` with that same resolution, so the segment planner sees the files the
 calls will act on.
 
-``terminal`` and ``execute_code`` run in a new process group with the root as working
-directory; on timeout the whole group is killed and the result says the effects are
-unknown. The confinement applies to path arguments only: a shell command
-can reach whatever the process can.
+``terminal`` and ``execute_code`` run in a new session (their own process group) with
+the root as working directory, through ``hermes_ref.shell.process_output``: the output is
+read as it streams, at most the cap and a bounded tail stay in memory and the rest goes
+straight to the spill file; on timeout the whole tree is killed (the group, every
+descendant, a ``setsid`` grandchild included, and whatever still holds the pipe) and
+reaped, the call returns at its timeout and the result says the effects are unknown.
+The confinement applies to path arguments only: a shell command can reach whatever the
+process can.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from hermes_ref.errors import BadInput
 from hermes_ref.models import Disposition, ToolCall, ToolResult
 from hermes_ref.ports import LedgerEntry
+from hermes_ref.shell.process_output import run_process
 from hermes_ref.tool_specs import (
     MEMORY_PATH,
     SEARCH_MATCHES_MAX,
@@ -62,6 +66,7 @@ from hermes_ref.tool_specs import (
     timeout_message,
     wrote_message,
 )
+from hermes_ref.tool_spill import PREVIEW_CHARS_MAX, preview_chars, spill_name, spill_summary
 from hermes_ref.tool_text import (
     Change,
     apply_memory,
@@ -88,10 +93,13 @@ class WorkspaceTools(GuardedRunner):
         terminal_timeout_s: float = 30.0,
         code_timeout_s: float = 30.0,
         output_chars_max: int = 50_000,
+        spill_dir: Path | None = None,
     ) -> None:
         self.root = root.resolve()
         if not self.root.is_dir():
             raise BadInput(f"workspace root is not a directory: {root}")
+        self.spill_dir = spill_dir.resolve() if spill_dir is not None else None
+        self._spills = 0
         self.terminal_timeout_s = terminal_timeout_s
         self.code_timeout_s = code_timeout_s
         self.output_chars_max = output_chars_max
@@ -160,6 +168,34 @@ class WorkspaceTools(GuardedRunner):
 
     def _rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
+
+    # -- spill files (TOOL-7) -------------------------------------------------------
+    def _open_spill(self, call: ToolCall) -> tuple[str, TextIO]:
+        """A new spill file for ``call``: its name as the model sees it, and the file.
+
+        Under the workspace, the name is workspace-relative (``read_file`` can page
+        through it); in a configured ``spill_dir`` it is the absolute path.
+        """
+        while True:
+            self._spills += 1
+            rel = spill_name(self._spills, call.id)
+            if self.spill_dir is None:
+                target, name = self.root / rel, rel
+            else:
+                target = self.spill_dir / Path(rel).name
+                name = target.as_posix()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                handle = target.open("x", encoding="utf-8", errors="replace")
+            except FileExistsError:
+                continue  # another runner on this folder took that number
+            return name, handle
+
+    def _write_spill(self, call: ToolCall, text: str) -> str:
+        name, handle = self._open_spill(call)
+        with handle:
+            handle.write(text)
+        return name
 
     def _file_problem(self, target: Path) -> str | None:
         """Why ``target`` cannot be read as a text file, or None."""
@@ -306,30 +342,19 @@ class WorkspaceTools(GuardedRunner):
     def _spawn(
         self, call: ToolCall, command: str | list[str], *, shell: bool, timeout_s: float
     ) -> ToolResult:
-        """Run a process in its own group; output is stdout and stderr interleaved."""
+        """Run a process in its own session; output is stdout and stderr interleaved."""
+        cap = self.output_chars_max
         try:
-            proc = subprocess.Popen(
-                command, shell=shell, cwd=self.root, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+            done = run_process(command, shell=shell, cwd=self.root, timeout_s=timeout_s,
+                               cap_chars=cap, tail_chars=PREVIEW_CHARS_MAX,
+                               open_spill=lambda: self._open_spill(call))
         except (OSError, ValueError) as exc:
             return error_result(call, f"{call.name} could not start: {exc}")
-        with proc:
-            try:
-                output, _ = proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                return error_result(call, timeout_message(call.name, timeout_s), "unknown")
-        text = output.decode("utf-8", errors="replace")
-        return ok_result(call, format_process(text, proc.returncode))
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the process and everything it started in its group, then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    # A grandchild that left the group may hold the pipe; the context exit closes it.
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.communicate(timeout=5.0)
+        if done.exit_code is None:
+            return error_result(call, timeout_message(call.name, timeout_s), "unknown")
+        if done.spilled_to is None:
+            return ok_result(call, format_process(done.head, done.exit_code))
+        keep = preview_chars(cap, done.spilled_to)
+        summary = spill_summary(done.spilled_to, done.head[:keep], done.tail[-keep:] if keep else "",
+                                done.total_chars)
+        return ok_result(call, format_process(summary, done.exit_code))

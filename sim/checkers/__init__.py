@@ -28,6 +28,7 @@ from sim.checkers import (
     lane_restarts,  # SES-7
     lease,  # LEASE, CTX-9
     sessions,  # SES
+    tool_limits,  # TOOL-5, TOOL-7: workers, gate, deadline, spills
     tools,
     transcript,
     turn,
@@ -47,5 +48,5 @@ from sim.checkers.wire import align_request
 __all__ = [
     "CHECKERS", "Check", "Checker", "Observation", "Violation", "admission", "align_request",
     "checker", "context", "delivery", "finalizer", "intake", "lane_restarts", "lease", "run_all",
-    "sessions", "tools", "transcript", "turn", "wire",
+    "sessions", "tool_limits", "tools", "transcript", "turn", "wire",
 ]

@@ -304,6 +304,15 @@ def _batches_with_entries(obs: Observation) -> tuple[list[tuple[tuple[str, ...],
     validation, so the two records are walked side by side. An entry no batch claims is
     a finding when batches were recorded at all.
     """
+    stamped = [e for e in obs.ledger if isinstance(e, SimLedgerEntry) and e.batch is not None]
+    if obs.batches and len(stamped) == len(obs.ledger):  # TOOL-5: each entry names its batch
+        claimed: dict[int, Ran] = defaultdict(dict)
+        for e in stamped:
+            claimed[e.batch or 0].setdefault(e.call_id, e)
+        stray_stamped: list[LedgerEntry] = [e for e in stamped if (e.batch or 0) >= len(obs.batches)
+                         or e.call_id not in obs.batches[e.batch or 0]]
+        return ([(batch, claimed.get(i, {})) for i, batch in enumerate(obs.batches)],
+                stray_stamped)
     ledger, index = obs.ledger, 0
     paired: list[tuple[tuple[str, ...], Ran]] = []
     for batch in obs.batches:

@@ -24,9 +24,11 @@ from sim.sabotage import (
     paths,
     prologue,
     sessions,  # SES
+    tool_limits,  # TOOL-5, TOOL-7
     tool_round,
 )
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
 __all__ = ["SABOTAGES", "Sabotage", "admission", "finalizer", "intake", "lease", "loop", "paths", "prologue",
-           "sabotage", "sessions", "tool_round"]
+           "sabotage", "sessions", "tool_limits",
+           "tool_round"]

@@ -21,6 +21,7 @@ from hermes_ref.tool_specs import (
     scoped_path,
     validate_arguments,
 )
+from hermes_ref.tool_spill import spilled_path
 from sim.tools import SimTools
 
 _ids = itertools.count(1)
@@ -356,14 +357,17 @@ def test_symlink_inside_root_is_followed(ws: WorkspaceTools, root: Path) -> None
 
 
 # -- workspace: output cap, ledger, never-raises -------------------------------------------------
-def test_output_is_capped_with_a_note(root: Path) -> None:
-    """Content over output_chars_max is cut and says how much was cut."""
-    tools = WorkspaceTools(root, output_chars_max=100)
+def test_output_over_the_cap_is_spilled_with_a_summary(root: Path) -> None:
+    """Content over output_chars_max goes whole to a spill file; the result names it (TOOL-7)."""
+    tools = WorkspaceTools(root, output_chars_max=300)
     result = run(tools, "terminal", command="python3 -c 'print(\"x\" * 1000)'")
-    head, note = result.content.split("\n[output truncated: ")
-    assert head == "x" * 100
-    total = len("x" * 1000 + "\n[exit code 0]")
-    assert note == f"{total - 100} of {total} characters cut]"
+    assert len(result.content) <= 300 + len("\n[exit code 0]")
+    assert result.content.endswith("[exit code 0]")
+    path = spilled_path(result.content)
+    assert path is not None and (root / path).read_text() == "x" * 1000 + "\n"
+    (root / "small.txt").write_text("hi\n")
+    read = run(tools, "read_file", path="small.txt")  # a small result stays inline
+    assert spilled_path(read.content) is None
 
 
 def test_ledger_records_executed_calls_with_watermark(ws: WorkspaceTools) -> None:
@@ -567,8 +571,10 @@ def test_sim_snapshot_is_a_copy_and_paths_are_confined() -> None:
     assert escape.content == "path escapes the workspace: /tmp/x"
 
 
-def test_sim_output_cap_matches_workspace_note() -> None:
-    """SimTools caps output with the same note as the workspace runner."""
-    sim = SimTools({"big.txt": "y" * 500}, output_chars_max=50)
+def test_sim_spills_like_the_workspace() -> None:
+    """SimTools spills an oversized result to its filesystem with the same summary."""
+    sim = SimTools({"big.txt": "y" * 500}, output_chars_max=300)
     content = run(sim, "read_file", path="big.txt").content
-    assert content.startswith("     1|" + "y" * 43 + "\n[output truncated: ")
+    path = spilled_path(content)
+    assert path is not None and path.startswith(".hermes/spill/0001-") and len(content) <= 300
+    assert sim.snapshot_files()[path] == "     1|" + "y" * 500

@@ -1,0 +1,91 @@
+"""Real concurrency for one tool segment: a bounded thread pool under the batch rules.
+
+Theory of operation
+-------------------
+``run_segment`` performs an ``ExecuteTools`` effect for the asyncio driver under the
+rules of ``hermes_ref.tool_batch`` (TOOL-5), with real threads:
+
+* each batch gets its own ``ThreadPoolExecutor`` of ``bounds.workers(n)`` threads (one
+  for a sequential segment), so a call that outlives the batch never takes a worker
+  from the next batch, and the loop's default executor (about six threads on a
+  two-core machine) never caps the batch below its bound;
+* a semaphore hands the workers out in call order; a call holding one waits for the
+  previous call to have started (its thread entered ``run``), at most ``bounds.gate_s``,
+  then starts anyway (the start-order gate);
+* the whole batch has ``bounds.deadline_s``: at the deadline every call not finished
+  gets its timed-out result in place (``tool_batch.timed_out``: ``unknown`` if it had
+  started, ``none`` if not). Its thread cannot be stopped and ends on its own (the
+  workspace tools end their processes at their own timeouts); the pool is shut down
+  without waiting for it.
+
+Results come back in call order (the effect allows any order, and the tool round
+restores call order itself; the simulator hands them back as they finished).
+``run_inline`` is the no-thread form for synchronous runners that must stay on the
+loop: the calls run one after another and the deadline is checked between them,
+since a running call cannot be interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from hermes_ref import tool_batch
+from hermes_ref.models import ToolCall, ToolResult
+from hermes_ref.ports import ToolRunner
+from hermes_ref.tool_batch import BatchBounds
+
+
+async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tuple[ToolCall, ...],
+                      watermark: int, bounds: BatchBounds, *, parallel: bool
+                      ) -> tuple[ToolResult, ...]:
+    """Run ``calls`` in threads within ``bounds``; see the module docstring."""
+    loop = asyncio.get_running_loop()
+    width = bounds.workers(len(calls)) if parallel else 1
+    pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="hermes-tool")
+    slots = asyncio.Semaphore(width)
+    started = [asyncio.Event() for _ in calls]
+    began = [False] * len(calls)
+    finished: list[tuple[int, ToolResult]] = []
+
+    def work(index: int, call: ToolCall) -> ToolResult:
+        began[index] = True
+        loop.call_soon_threadsafe(started[index].set)
+        return tools.run(call, watermark=watermark, at=clock())
+
+    async def one(index: int, call: ToolCall) -> None:
+        async with slots:  # the call is ready: it holds a worker
+            if index:
+                with contextlib.suppress(TimeoutError):  # the gate expired: start anyway
+                    await asyncio.wait_for(started[index - 1].wait(), bounds.gate_s)
+            result = await loop.run_in_executor(pool, work, index, call)
+            finished.append((index, result))
+
+    tasks = [asyncio.create_task(one(i, call)) for i, call in enumerate(calls)]
+    try:
+        await asyncio.wait(tasks, timeout=tool_batch.gives_up_at(bounds))
+    finally:
+        for task in tasks:
+            task.cancel()  # no-op for finished tasks; abandons calls past the deadline
+        pool.shutdown(wait=False, cancel_futures=True)
+    done = {index for index, _ in finished}
+    cut = {i: tool_batch.timed_out(call, bounds, started=began[i])
+           for i, call in enumerate(calls) if i not in done}
+    ran = dict(finished)
+    return tuple(ran[i] if i in ran else cut[i] for i in range(len(calls)))
+
+
+def run_inline(tools: ToolRunner, clock: Callable[[], float], calls: tuple[ToolCall, ...],
+               watermark: int, bounds: BatchBounds) -> tuple[ToolResult, ...]:
+    """Synchronous tools on the loop, in order; the deadline is checked between calls."""
+    deadline = time.monotonic() + tool_batch.gives_up_at(bounds)
+    results: list[ToolResult] = []
+    for call in calls:
+        if len(results) and time.monotonic() >= deadline:
+            results.append(tool_batch.timed_out(call, bounds, started=False))
+        else:
+            results.append(tools.run(call, watermark=watermark, at=clock()))
+    return tuple(results)

@@ -1,0 +1,234 @@
+"""Checkers of slow, stuck and huge tools: results in call order, at most [8] at once, the
+batch deadline, the start gate (TOOL-5) and oversized results spilled (TOOL-7).
+
+Each judges the durable record and the tool world's own ledger, never what the engine
+chose to emit: a ``SimLedgerEntry`` carries the batch's record of its call (when the batch
+began, when the call got a worker, passed the gate, started and ended) and, for its
+output, the whole text's size and digest and the spill file's digest as read back. The
+bounds are the turn's contract (``obs.limits``), not whatever a driver says it applied.
+A ledger entry of the simulated tools without its batch record is itself a finding: a
+driver that stops recording cannot pass by silence.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hermes_ref.models import Message, Role
+from hermes_ref.tool_batch import BatchBounds, is_timed_out
+from hermes_ref.tool_round import batch_bounds
+from hermes_ref.tool_spill import spilled_path
+from sim.checkers.base import Observation, Violation, call_row_of, checker, result_row_of
+from sim.checkers.wire import sent_messages
+from sim.tools import SimLedgerEntry
+
+EPS = 1e-6
+
+
+def _entries(obs: Observation) -> list[SimLedgerEntry]:
+    return [e for e in obs.ledger if isinstance(e, SimLedgerEntry)]
+
+
+def _bounds(obs: Observation) -> BatchBounds:
+    return batch_bounds(obs.limits)
+
+
+def _by_batch(obs: Observation) -> tuple[dict[int, list[SimLedgerEntry]], list[SimLedgerEntry]]:
+    batches: dict[int, list[SimLedgerEntry]] = defaultdict(list)
+    unstamped = []
+    for entry in _entries(obs):
+        if entry.batch is None or entry.batch_at is None:
+            unstamped.append(entry)
+        else:
+            batches[entry.batch].append(entry)
+    return batches, unstamped
+
+
+# ---- results in call order -------------------------------------------------------------
+
+
+@checker("results_in_call_order", ("TOOL-5",),
+         "the results of a call row are stored in the order of its calls")
+def results_in_call_order(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    by_session: dict[str, list[Message]] = defaultdict(list)
+    for stored in obs.record.messages:
+        by_session[stored.session_id].append(stored.message)
+    for session_id, rows in by_session.items():
+        order: list[str] | None = None
+        answered: list[str] = []
+        for row in [*rows, None]:
+            if row is not None and row.role is Role.TOOL:
+                answered.append(row.tool_call_id or "")
+                continue
+            if order is not None:
+                kept = [cid for cid in order if cid in answered]
+                seen = [cid for cid in answered if cid in order]
+                if seen != kept:
+                    out.append(Violation("results_in_call_order", "TOOL-5",
+                                         f"{session_id}: the results of [{', '.join(order)}] are "
+                                         f"stored as [{', '.join(seen)}]"))
+            order = [c.id for c in row.tool_calls] if row is not None and row.tool_calls else None
+            answered = []
+    return out
+
+
+# ---- workers ---------------------------------------------------------------------------
+
+
+@checker("workers_bounded", ("TOOL-5",),
+         "at no virtual instant does one batch run more calls than [8] workers; every call "
+         "of the simulated tools carries its batch's record")
+def workers_bounded(obs: Observation) -> list[Violation]:
+    bounds = _bounds(obs)
+    batches, unstamped = _by_batch(obs)
+    out = [Violation("workers_bounded", "TOOL-5",
+                     f"{e.name}({e.call_id}) ran at t={e.at:g} with no batch record")
+           for e in unstamped]
+    for batch, entries in batches.items():
+        limit = bounds.workers_max if entries[0].parallel else 1
+        most, when = _most_at_once(entries, bounds)
+        if most > limit:
+            since = when - (entries[0].batch_at or 0.0)
+            out.append(Violation("workers_bounded", "TOOL-5",
+                                 f"batch {batch} ran {most} calls at once, {since:g}s after it "
+                                 f"began (at most {limit})"))
+    return out
+
+
+def _most_at_once(entries: list[SimLedgerEntry], bounds: BatchBounds) -> tuple[int, float]:
+    """The most calls running at one instant (a call holds its worker until it ends, or
+    until the deadline abandons it), and when."""
+    edges: list[tuple[float, int]] = []
+    for e in entries:
+        cutoff = (e.batch_at or 0.0) + bounds.deadline_s
+        end = cutoff if e.ended_at is None else min(e.ended_at, cutoff)
+        edges += [(e.at, 1), (max(end, e.at), -1)]
+    edges.sort(key=lambda edge: (edge[0] + (0 if edge[1] < 0 else EPS), edge[1]))
+    running = most = 0
+    when = 0.0
+    for at, step in edges:
+        running += step
+        if running > most:
+            most, when = running, at
+    return most, when
+
+
+# ---- the deadline ----------------------------------------------------------------------
+
+
+@checker("batch_deadline_kept", ("TOOL-5", "TOOL-3"),
+         "a call that ended past the batch deadline [420 s] (or never) has the timed-out "
+         "result in place; one that ended in time has its own; no call starts after it")
+def batch_deadline_kept(obs: Observation) -> list[Violation]:
+    bounds = _bounds(obs)
+    out: list[Violation] = []
+    batches, _ = _by_batch(obs)
+    for entries in batches.values():
+        for e in entries:
+            found = result_row_of(obs, e)
+            late = e.ended_at is None or e.ended_at - (e.batch_at or 0.0) > bounds.deadline_s + EPS
+            t0 = e.batch_at or 0.0
+            tag = f"{e.name}({e.call_id}) of batch {e.batch}"
+            if e.at - t0 > bounds.deadline_s + EPS:
+                out.append(Violation("batch_deadline_kept", "TOOL-5",
+                                     f"{tag} started {e.at - t0:g}s in, after the deadline"))
+            if found is None:
+                if late and _settled(obs, e):
+                    out.append(Violation("batch_deadline_kept", "TOOL-3",
+                                         f"{tag} was cut by the deadline and has no result"))
+                continue
+            content = found[1].content
+            if late and not is_timed_out(content, bounds):
+                ended = "never ended" if e.ended_at is None else f"ended {e.ended_at - t0:g}s in"
+                out.append(Violation("batch_deadline_kept", "TOOL-5",
+                                     f"{tag} {ended}, past the {bounds.deadline_s:g}s deadline, "
+                                     f"and its own result counts: {(content or '')[:40]!r}"))
+            elif not late and is_timed_out(content, bounds):
+                out.append(Violation("batch_deadline_kept", "TOOL-5",
+                                     f"{tag} ended {(e.ended_at or t0) - t0:g}s in, in time, but its result "
+                                     "says it timed out"))
+    return out
+
+
+def _settled(obs: Observation, entry: SimLedgerEntry) -> bool:
+    """Is the call's session at rest with its call row durable (so a result is due)?"""
+    found = call_row_of(obs, entry)
+    return found is not None and found[1] is not None and obs.at_rest(found[0][0]) \
+        and not obs.crash_seqs
+
+
+# ---- the start gate --------------------------------------------------------------------
+
+
+@checker("start_gate_kept", ("TOOL-5",),
+         "a ready call waits for the earlier calls of its batch to start, but never longer "
+         "than the gate, min([120 s], deadline / 2)")
+def start_gate_kept(obs: Observation) -> list[Violation]:
+    bounds = _bounds(obs)
+    out: list[Violation] = []
+    batches, _ = _by_batch(obs)
+    for batch, entries in batches.items():
+        order = obs.batches[batch] if batch < len(obs.batches) else tuple(e.call_id for e in entries)
+        started = {e.call_id: e.at for e in entries}
+        for e in entries:
+            ready, passed = e.ready_at or 0.0, e.dispatched_at or 0.0
+            waited = passed - ready
+            tag = f"{e.name}({e.call_id}) of batch {batch}"
+            if waited > bounds.gate_s + EPS:
+                out.append(Violation("start_gate_kept", "TOOL-5",
+                                     f"{tag} waited {waited:g}s at the start gate "
+                                     f"(at most {bounds.gate_s:g}s)"))
+            elif waited < bounds.gate_s - EPS and e.call_id in order:
+                earlier = order[:order.index(e.call_id)]
+                behind = [cid for cid in earlier if cid in started and started[cid] > passed + EPS]
+                if behind:
+                    out.append(Violation("start_gate_kept", "TOOL-5",
+                                         f"{tag} passed the gate {waited:g}s after it was ready, "
+                                         f"before the earlier {', '.join(behind)} started"))
+    return out
+
+
+# ---- oversized results -----------------------------------------------------------------
+
+
+@checker("oversized_results_spilled", ("TOOL-7",),
+         "no tool message sent is longer than the cap; an output over it is in a spill file "
+         "whole, and its stored result names that file")
+def oversized_results_spilled(obs: Observation) -> list[Violation]:
+    cap = obs.limits.tool_result_spill_chars
+    out: list[Violation] = []
+    for call in obs.calls:
+        messages = sent_messages(call)
+        if isinstance(messages, str):
+            continue  # an unreadable body is WIRE-3's finding
+        for message in messages:
+            content = message.get("content")
+            if message.get("role") == Role.TOOL.value and isinstance(content, str) \
+                    and len(content) > cap:
+                out.append(Violation("oversized_results_spilled", "TOOL-7",
+                                     f"the request at effect {call.seq} sent the result of "
+                                     f"{message.get('tool_call_id')} inline: {len(content)} "
+                                     f"characters (cap {cap})"))
+                break
+    for e in _entries(obs):
+        if e.output_chars > cap:
+            out.extend(_spill_problems(obs, e))
+    return out
+
+
+def _spill_problems(obs: Observation, e: SimLedgerEntry) -> list[Violation]:
+    tag = f"{e.name}({e.call_id}) printed {e.output_chars} characters"
+    if e.spilled_to is None:
+        return [Violation("oversized_results_spilled", "TOOL-7", f"{tag} and nothing was spilled")]
+    if e.spill_sha256 != e.output_sha256:
+        return [Violation("oversized_results_spilled", "TOOL-7",
+                          f"{tag} but {e.spilled_to} does not hold the whole output")]
+    found = result_row_of(obs, e)
+    if found is None or is_timed_out(found[1].content, _bounds(obs)):
+        return []
+    named = spilled_path(found[1].content)
+    if named != e.spilled_to:
+        return [Violation("oversized_results_spilled", "TOOL-7",
+                          f"{tag}; its result names {named!r}, not the spill file {e.spilled_to}")]
+    return []
