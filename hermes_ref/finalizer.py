@@ -120,7 +120,7 @@ def _mutation_footer(ctx: TurnContext) -> None:
     listed = ", ".join(f"{path} ({tool})" for path, tool in sorted(failed.items()))
     text = f"{ctx.ending.answer}\n\n{MUTATION_FOOTER} {listed}]"
     ctx.ending.amend_answer(text)
-    ctx.transcript.replace_last(tail.model_copy(update={"content": text}))
+    ctx.transcript.replace_last(tail.rewritten(text))  # WIRE-2: never with an old sidecar
 
 
 async def _persist_pending(ctx: TurnContext) -> None:

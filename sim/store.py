@@ -135,8 +135,7 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
         if index is None or self._messages[index][0] != session_id:
             raise PersistenceError(f"no row {row_id} in session {session_id!r}", cause="not_found")
         old = self._messages[index][1]
-        # WIRE-2: a content rewrite drops the sidecar
-        new = old.model_copy(update={"content": content, "api_content": None})
+        new = old.rewritten(content)  # WIRE-2: a content rewrite drops the sidecar
         self._messages[index] = (session_id, new)
         rows = self._by_session[session_id]
         for i in range(len(rows) - 1, -1, -1):

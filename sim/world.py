@@ -79,6 +79,17 @@ class TurnRun:
     write_failures: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class RewriteRun(TurnRun):
+    """Not a turn: a content rewrite the harness asked the store for (a redaction between
+    turns), kept with the runs so checkers see it in order. ``text`` is the new content,
+    ``row_id`` the row, ``seq`` the world's effect counter when it was asked: calls made
+    before it sent the row as it was then (WIRE-2)."""
+
+    row_id: int = 0
+    seq: int = 0
+
+
 class CrashableStore(Store, Protocol):
     def crash(self) -> None: ...
     def reopen(self) -> None: ...

@@ -33,6 +33,7 @@ from sim.checkers import (
     transcript,
     turn,
     wire,
+    wire_cache,  # stable bytes: the prompt-cache share, rewrites (CTX-3, WIRE-1, WIRE-2)
 )
 from sim.checkers.base import (
     CHECKERS,
@@ -48,5 +49,5 @@ from sim.checkers.wire import align_request
 __all__ = [
     "CHECKERS", "Check", "Checker", "Observation", "Violation", "admission", "align_request",
     "checker", "context", "delivery", "finalizer", "intake", "lane_restarts", "lease", "run_all",
-    "sessions", "tool_limits", "tools", "transcript", "turn", "wire",
+    "sessions", "tool_limits", "tools", "transcript", "turn", "wire", "wire_cache",
 ]

@@ -15,7 +15,7 @@ from sim.checkers.base import (
     Violation,
     checker,
 )
-from sim.world import CallRecord
+from sim.world import CallRecord, RewriteRun
 
 WireMessage = dict[str, Any]
 
@@ -71,7 +71,7 @@ def _shape(wire: WireMessage) -> Shape:
 def requests_match_record(obs: Observation) -> list[Violation]:
     out = []
     for call in obs.calls:
-        _, problem = align_request(call, _durable_at(obs, call))
+        _, problem = align_request(call, _durable_at(obs, call), rewritten_since(obs, call))
         if problem:
             out.append(Violation("requests_match_record", "CTX-2",
                                  f"call at effect {call.seq}: {problem}"))
@@ -84,15 +84,24 @@ def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
             if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
 
 
-def _same(sent: WireMessage, row: Message) -> bool:
+def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset()) -> bool:
     a, b = _shape(sent), _shape(row.wire)
+    if row.row_id in rewritten:  # rewritten since (WIRE-2): the call sent what it said then
+        return a[:3] == b[:3]
     return a[:3] == b[:3] and (a[3] == b[3] or not str(a[3] or "").strip())
+
+
+def rewritten_since(obs: Observation, call: CallRecord) -> frozenset[int]:
+    """Rows whose content a rewrite the harness asked for changed after ``call`` was made."""
+    return frozenset(r.row_id for r in obs.runs or ()
+                     if isinstance(r, RewriteRun) and r.seq >= call.seq)
 
 
 Aligned = list[tuple[WireMessage, Message]]
 
 
-def align_request(call: CallRecord, durable: list[Message]) -> tuple[Aligned, str | None]:
+def align_request(call: CallRecord, durable: list[Message],
+                  rewritten: frozenset[int] = frozenset()) -> tuple[Aligned, str | None]:
     """Pair the sent messages (parsed from the body) with durable rows, in order.
 
     Returns the pairs and the problem if the history differs: durable rows must appear in
@@ -106,7 +115,7 @@ def align_request(call: CallRecord, durable: list[Message]) -> tuple[Aligned, st
     in_turn = False
     for message in (m for m in messages if m.get("role") != Role.SYSTEM.value):
         matched = len(pairs)
-        if matched < len(durable) and _same(message, durable[matched]):
+        if matched < len(durable) and _same(message, durable[matched], rewritten):
             row = durable[matched]
             in_turn = in_turn or (row.role is Role.USER and row.turn_id == call.turn_id)
             pairs.append((message, row))
@@ -134,7 +143,7 @@ def sidecar_bytes_replayed(obs: Observation) -> list[Violation]:
                                  f"{(row.content or '')[:40]!r} that is not the bare text of its "
                                  "sidecar (the injection leaked into the record)"))
     for call in obs.calls:
-        pairs, _ = align_request(call, _durable_at(obs, call))
+        pairs, _ = align_request(call, _durable_at(obs, call), rewritten_since(obs, call))
         for sent, row in pairs:
             if row.api_content is not None and sent.get("content") != row.api_content:
                 out.append(Violation("sidecar_bytes_replayed", "WIRE-1",

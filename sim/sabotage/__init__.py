@@ -26,9 +26,10 @@ from sim.sabotage import (
     sessions,  # SES
     tool_limits,  # TOOL-5, TOOL-7
     tool_round,
+    wire_cache,  # stable bytes: the prompt cache, rewrites (CTX-3, WIRE-1, WIRE-2)
 )
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
 __all__ = ["SABOTAGES", "Sabotage", "admission", "finalizer", "intake", "lease", "loop", "paths", "prologue",
            "sabotage", "sessions", "tool_limits",
-           "tool_round"]
+           "tool_round", "wire_cache"]
