@@ -63,7 +63,16 @@ from typing import Any, TextIO
 
 import aiosqlite
 
-from sim.bench import boundaries, calibration, probes, profiling, rows, sessions, tooling
+from sim.bench import (
+    boundaries,
+    cache_share,
+    calibration,
+    probes,
+    profiling,
+    rows,
+    sessions,
+    tooling,
+)
 from sim.bench.ratios import TARGETS, judge, one, paired, share_of, summary
 from sim.bench.render import render
 from sim.bench.rig import Sizes
@@ -309,6 +318,7 @@ def measure(sizes: Sizes, progress: TextIO | None = None) -> dict[str, Any]:
         report.update(_scaling_rows(tmp, sizes, progress))
     report.update(_probe_rows(sizes, progress))
     report.update(tooling.rows(sizes, report, progress))
+    report.update(cache_share.rows(sizes, report, progress))
     report["memory_bound"] = _memory_bound(report)
     report["ratios"] = judge(report)
     report["machine"] = _machine()
