@@ -58,6 +58,7 @@ class View:
     include_usage: bool
     n: int
     unknown: tuple[str, ...]
+    tools: tuple[Any, ...] = ()  # as sent: the prompt a provider caches begins with them
 
     @property
     def last_user_text(self) -> str:
@@ -109,6 +110,7 @@ def read(body: bytes) -> View | Refusal:
         stream=stream,
         include_usage=stream and isinstance(options, dict) and options.get("include_usage") is True,
         n=payload.get("n") or 1, unknown=_unknown(payload),
+        tools=tuple(payload.get("tools") or ()),
     )
 
 

@@ -35,8 +35,9 @@ from sim.serve import wire
 from sim.serve.cursor import Cursor
 from sim.serve.handler import Handler
 from sim.serve.journal import Journal, body_value, masked
+from sim.serve.prefix import PrefixCache
 from sim.serve.request import Refusal, read
-from sim.serve.script import Script
+from sim.serve.script import Reply, Script
 
 BACKLOG = 1024
 BODY_MAX_BYTES = 32 * 1024 * 1024
@@ -49,6 +50,7 @@ class Simulator:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.script = script
         self.cursor = Cursor(script)
+        self.prompt_cache = PrefixCache()
         self.journal = journal or Journal(None)
         self.harness_errors: list[str] = []
         self._clock = clock
@@ -100,7 +102,9 @@ class Simulator:
             return wire.harness_plan(message), {**fields, "step": None, "past_end": True}
         fields.update(step=taken.step.label, past_end=taken.overflow)
         ids = wire.Ids(self.script.seed, taken.seq)
-        return wire.plan(taken.step, view, ids, self.script, taken.seq), fields
+        # only an answered request is remembered: an error reply leaves nothing cached
+        shared = self.prompt_cache.observe(view) if isinstance(taken.step.answer, Reply) else 0
+        return wire.plan(taken.step, view, ids, self.script, taken.seq, shared), fields
 
     def record(self, arrival: dict[str, Any], method: str, path: str,
                headers: list[tuple[str, str]], body: bytes, plan: wire.Plan,

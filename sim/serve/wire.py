@@ -111,15 +111,17 @@ def _json_plan(status: int, payload: object, extra: tuple[tuple[str, str], ...] 
                 summary=payload)
 
 
-def plan(step: Step, view: View, ids: Ids, script: Script, seq: int) -> Plan:
-    """The plan that answers ``view`` with ``step``."""
+def plan(step: Step, view: View, ids: Ids, script: Script, seq: int,
+         cached_messages: int = 0) -> Plan:
+    """The plan that answers ``view`` with ``step``; ``cached_messages`` leading messages of
+    the request were in an earlier one (``sim.serve.prefix``)."""
     if isinstance(step.answer, ErrorReply):
         return _error_plan(step, step.answer, view, script)
     reply = step.answer
     head = {"id": f"chatcmpl-{ids.hex(24)}", "created": script.created + seq,
             "model": view.model, "system_fingerprint": "fp_hermes_ref_sim"}
     calls = _calls(reply, ids)
-    usage = _usage(reply, view, calls)
+    usage = _usage(reply, view, calls, cached_messages)
     timing = step.timing
     if view.stream and not timing.json_body:
         return _stream_plan(step, head, reply, calls, usage if view.include_usage else None, view)
@@ -158,21 +160,28 @@ def _content(reply: Reply) -> str | None:
     return None if reply.content is None else reply.content + suffix
 
 
-def _usage(reply: Reply, view: View, calls: list[dict[str, Any]] | None) -> dict[str, int] | None:
+def _usage(reply: Reply, view: View, calls: list[dict[str, Any]] | None,
+           cached_messages: int = 0) -> dict[str, Any] | None:
+    """The script's usage, or computed: the prompt's tokens, and of them those of the leading
+    messages an earlier request had (the prefix cache), counted by the same rule."""
     if reply.usage is None:
         return None
     prompt, completion = reply.usage
-    if prompt < 0:
-        prompt = count_text(json.dumps(view.messages))
-        completion = count_text(reply.content) + count_text(reply.reasoning) + sum(
-            count_text(c["function"]["name"]) + count_text(c["function"]["arguments"])
-            for c in calls or ())
+    if prompt >= 0:
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+    prompt = count_text(json.dumps(view.messages))
+    cached = count_text(json.dumps(view.messages[:cached_messages])) if cached_messages else 0
+    completion = count_text(reply.content) + count_text(reply.reasoning) + sum(
+        count_text(c["function"]["name"]) + count_text(c["function"]["arguments"])
+        for c in calls or ())
     return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": min(cached, prompt)}}
 
 
 def _stream_plan(step: Step, head: dict[str, Any], reply: Reply,
-                 calls: list[dict[str, Any]] | None, usage: dict[str, int] | None,
+                 calls: list[dict[str, Any]] | None, usage: dict[str, Any] | None,
                  view: View) -> Plan:
     opening = "" if reply.content is not None and calls is None else None
     deltas: list[dict[str, Any]] = [{"role": "assistant", "content": opening}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from hermes_ref.errors import InvariantBroken, MalformedReply, RateLimited
 from hermes_ref.models import Message, Role, SessionRecord, ToolSpec
 from hermes_ref.prologue import compose_api_content
 from hermes_ref.shell.chat_wire import parse_completion
+from hermes_ref.tokens import count_text
 from hermes_ref.wire import ProviderRequest
 from sim.bench import cache_share
 from sim.checkers import wire_cache
@@ -19,6 +21,8 @@ from sim.checkers.wire_cache import CacheShareRun
 from sim.harness import Story
 from sim.provider import FunctionProvider, ScriptedProvider, text
 from sim.provider_http import completion_json
+from sim.serve import script as script_file
+from sim.serve.server import Simulator
 from sim.world import CallRecord, RewriteRun, TurnRun
 
 
@@ -215,3 +219,22 @@ def _observation(story: Story) -> Observation:
     world = story.world
     return Observation(record=world.store.snapshot(), ledger=(), calls=tuple(world.calls),
                        crash_seqs=(), limits=story.engine.limits, runs=tuple(world.runs))
+
+
+def test_the_served_simulator_reports_the_prefix_it_has_seen() -> None:
+    """The served simulator's usage says how much of a prompt repeats an earlier one."""
+    simulator = Simulator(script_file.parse({"seed": 3, "steps": [{"text": "ok", "repeat": "always"}]}))
+    first = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    later = [*first, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+
+    def usage(messages: list[dict[str, str]]) -> dict[str, object]:
+        body = json.dumps({"model": "m", "messages": messages}).encode()
+        plan, _ = simulator.answer("POST", "/v1/chat/completions", body)
+        return json.loads(plan.body)["usage"]  # type: ignore[no-any-return]
+
+    assert usage(first)["prompt_tokens_details"] == {"cached_tokens": 0}
+    again = usage(later)
+    assert again["prompt_tokens_details"] == {"cached_tokens": count_text(json.dumps(first))}
+    assert parse_completion({"choices": [{"message": {"role": "assistant", "content": "ok"},
+                                          "finish_reason": "stop"}], "usage": again}
+                            ).usage.cached_tokens == count_text(json.dumps(first))
