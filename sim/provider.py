@@ -226,6 +226,8 @@ class PromptCache:
         if hit is not None and hit[0] is request.tools and hit[1] == request.model:
             return hit[2]
         head = json.dumps([request.model, [t.wire() for t in request.tools]]).encode("utf-8")
+        if len(self._heads) >= 8:  # a new tuple per request (the HTTP face): start over
+            self._heads.clear()
         self._heads[id(request.tools)] = (request.tools, request.model, head)
         return head
 
