@@ -151,6 +151,13 @@ class TurnState:
     unrecorded_calls: set[str] = field(default_factory=set)  # ran, but the result never stored
     interrupted_calls: set[str] = field(default_factory=set)  # running when the turn was stopped
     failed_mutations: dict[str, str] = field(default_factory=dict)  # path -> tool, not yet fixed
+    # LOOP-5/6/8, LOOP-4, FIN-1: the loop under fire
+    thinking_prefills: int = 0        # LOOP-8 rung 4, at most thinking_prefill_retries_max
+    route: int = 0                    # LOOP-6: 0 the primary, n the n-th fallback provider
+    provider_errors: int = 0          # LOOP-5: failed calls this turn (outer_loop_errors_max)
+    cut_partial: str | None = None    # LOOP-4: raw text of a call a correction cut short
+    withheld_answer: str | None = None  # FIN-1: an answer the verification gate held back
+    files_changed: bool = False       # FIN-1's gate: a writer tool ran this turn
 
 
 @dataclass(slots=True)

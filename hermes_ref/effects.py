@@ -70,6 +70,7 @@ class Site(StrEnum):
     TOOL_CALLS = "tool_calls"
     TOOLS = "tools"
     TOOL_RESULTS = "tool_results"
+    REDIRECT = "redirect"  # LOOP-4: a correction's rows, written when the loop takes it in
     FINAL = "final"
     TAIL_CLOSURE = "tail_closure"
     BOUNDARY = "boundary"
@@ -237,6 +238,30 @@ class CallProvider(Effect[ProviderReply]):
     session_id: str = ""
     turn_id: str = ""
     kind: ClassVar[str] = "call_provider"
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshCredentials(Effect[None]):
+    """LOOP-5: the provider refused the credentials (401/403): renew them through the port.
+
+    The loop asks once per logical call (``auth_refreshes_max``) before it tries again;
+    ``model`` names the route whose credentials are renewed.
+    """
+
+    model: str
+    kind: ClassVar[str] = "refresh_credentials"
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRedirects(Effect[tuple[str, ...]]):
+    """LOOP-4: the corrections the user sent to this session's running turn, oldest first.
+
+    Drained at the top of every loop iteration; a correction is handed out once.
+    """
+
+    session_id: str
+    turn_id: str
+    kind: ClassVar[str] = "drain_redirects"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,13 @@
     │   │   └── MalformedReply    a 2xx body that is not a usable completion (terminal)
     │   ├── PersistenceError      the durable store refused or failed a write
     │   │   └── LeaseLost         a write carried a fencing token that no longer holds the lease
-    │   └── TurnInterrupted       the turn must stop now (its lease was lost): raised by the
-    │                             driver from the next model call, tool batch or sleep
+    │   ├── TurnInterrupted       the turn must stop now (its lease was lost, or the user
+    │   │                         stopped it): raised by the driver from the next model
+    │   │                         call, tool batch or sleep
+    │   ├── LocalProcessingError  the engine cannot process a reply it was given, and would
+    │   │                         fail the same way again: the turn stops at once (LOOP-5)
+    │   └── Redirected            the user sent a correction while the model call ran: the
+    │                             call is cut, the turn goes on with the correction (LOOP-4)
     └── BadInput                  what the project was handed is unusable: a broken scenario
                                   file, a corrupt database, a malformed script; the message
                                   names what and where
@@ -102,11 +107,31 @@ class LeaseLost(PersistenceError):
 
 
 class TurnInterrupted(OperatingError):
-    """A hard interrupt of the running turn; ``reason`` says why (LEASE-4)."""
+    """A hard interrupt of the running turn; ``reason`` says why (LEASE-4, or the user)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"turn interrupted: {reason}")
         self.reason = reason
+
+
+class LocalProcessingError(OperatingError):
+    """A deterministic failure of the engine's own processing of a reply (LOOP-5).
+
+    The same reply would fail the same way on every retry (arguments nested past what the
+    parser can take, say), so the loop stops at once instead of spending budget on it.
+    """
+
+
+class Redirected(OperatingError):
+    """The user's correction cut the model call short (LOOP-4).
+
+    ``partial`` is the raw text the stream had delivered when it was cut, think blocks
+    and all; the loop keeps only its visible part.
+    """
+
+    def __init__(self, partial: str = "") -> None:
+        super().__init__("the model call was cut short by a correction from the user")
+        self.partial = partial
 
 
 class BadInput(HermesRefError):

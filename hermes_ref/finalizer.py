@@ -6,8 +6,9 @@ Finalizing is a phase, not a ``finally`` block: a crash must be able to stop it,
 performs effects, which the house rule forbids inside ``except``/``finally``. Steps, in
 order, each guarded on its own so one failure never costs the user the answer (FIN-6):
 
-1. Budget fallback (FIN-1): the loop ran out without an answer → one tool-less grace
-   call asks for a summary.
+1. Budget fallback (FIN-1): the loop ran out without an answer → the answer the
+   verification gate held back, if there is one, else one tool-less grace call asks
+   for a summary.
 2. Drop scaffolding from the working list (SCAF-1).
 3. Silent-stop guard (FIN-8): no answer, not already failed, tail is a tool result →
    failed with ``pending_tool_result`` and an explanatory answer.
@@ -59,6 +60,8 @@ async def _budget_fallback(ctx: TurnContext) -> None:
     at_max = state.api_calls >= ctx.limits.max_iterations
     reason = ExitReason.MAX_ITERATIONS if at_max else ExitReason.BUDGET_EXHAUSTED
     ctx.finish(reason, f"{state.api_calls}/{ctx.limits.max_iterations}")
+    if ctx.ending.answer is None and state.withheld_answer is not None:
+        _reuse_withheld(ctx, state.withheld_answer)
     if ctx.ending.answer is not None or not ctx.limits.grace_call_enabled:
         return
     ctx.transcript.append(
@@ -78,6 +81,14 @@ async def _budget_fallback(ctx: TurnContext) -> None:
         ctx.ending.amend_answer(reply.content or "")
         ctx.transcript.append(Message(role=Role.ASSISTANT, content=reply.content,
                                       finish_reason=reply.finish_reason, turn_id=ctx.turn_id))
+
+
+def _reuse_withheld(ctx: TurnContext, answer: str) -> None:
+    """FIN-1: the verification gate held this answer back, and the budget ran out while the
+    model checked its work: the answer it gave stands, with no summary call."""
+    ctx.ending.amend_answer(answer)
+    ctx.ending.detail += "; the answer held back for verification"
+    ctx.transcript.append(Message(role=Role.ASSISTANT, content=answer, turn_id=ctx.turn_id))
 
 
 def _silent_stop_guard(ctx: TurnContext) -> None:

@@ -18,6 +18,26 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 
+class ProviderRoute(BaseModel):
+    """LOOP-6: one provider a turn can fall back to, and what its requests must fit.
+
+    ``token_ratio`` is the route's tokens per token of this engine's estimate
+    (``tokens.count_message``): a model whose tokenizer counts 25 % more has 1.25. A
+    request for the route must fit ``context_window_tokens`` by the route's count.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    context_window_tokens: int
+    token_ratio: float = 1.0
+
+    @property
+    def window_in_estimate(self) -> int:
+        """The route's window in this engine's estimate: what preflight compares against."""
+        return int(self.context_window_tokens / self.token_ratio)
+
+
 class Limits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -78,6 +98,11 @@ class Limits(BaseModel):
     empty_retries_max: int = 3
     invalid_json_retries_max: int = 3
     invalid_tool_rounds_max: int = 3
+    outer_loop_errors_max: int = 8     # LOOP-5: failed calls of one turn, whatever their kind
+    # LOOP-6: the providers a turn falls back to, in order, once the primary is spent
+    fallback_providers: tuple[ProviderRoute, ...] = ()
+    # FIN-1's gate: an answer after file changes is withheld once while the model verifies
+    verify_before_answer: bool = False
 
     # TOOL: the tool round
     tool_workers_max: int = 8
@@ -97,6 +122,5 @@ NOT_YET_READ = frozenset({
     "compression_small_window_threshold", "compression_tail_floor_messages",
     "compression_passes_max", "compression_progress_ratio", "compression_cooldown_s",
     "compression_ineffective_max", "compression_lock_ttl_s", "idle_compact_after_s",
-    "thinking_prefill_retries_max",                                    # LOOP-8
     "skill_nudge_interval",        # CTX-1: ticked per loop iteration once a skill tool exists
 })

@@ -10,42 +10,55 @@ refuses one (CMP-7) the unit is given back and no call is counted. It builds the
 from the working transcript and calls the provider through ``call_with_retries``, which
 classifies failures (LOOP-5):
 
-* transient (429 honouring Retry-After, 5xx, timeout): back off and retry the same call;
-* auth: one more try (a credential refresh in a real deployment), then terminal;
+* transient (429 honouring Retry-After, 5xx, timeout, a cut stream): back off on the
+  virtual clock with seeded jitter and retry the same call, ``transient_retries_max`` times;
+* auth: renew the credentials through the port (``RefreshCredentials``), once, then again;
 * context overflow: the turn fails closed and the request is not sent again; once
   compaction exists (CMP-7) this is where it hands back to preflight;
-* any other provider error: terminal.
+* any other provider error: terminal;
+* retries spent on a transient or auth error: the next provider of ``fallback_providers``
+  (LOOP-6, ``routes``): the iteration starts over, so preflight and the request are
+  rebuilt for it; a turn's failed calls stop at ``outer_loop_errors_max`` whatever is left.
+
+At the top of each iteration the user's corrections are taken in (LOOP-4, ``redirect``); a
+correction that cut the call in flight starts the iteration over. A reply the engine cannot
+process (``local_problem``) ends the turn ``local_processing_error`` at once, no retry.
 
 A reply with tool calls goes to the tool round. A reply that promised tool calls but
 carried none (``finish_reason=tool_calls``), even one that narrates the call it meant to
 make, gets a marked re-prompt, at most ``dropped_toolcall_retries_max`` times in a row
-(LOOP-7). An empty reply walks a short ladder: one nudge after a tool round, bounded
-retries, then the ``(empty)`` sentinel and ``empty_response_exhausted`` (LOOP-8). All of
-those synthetic messages are scaffolding (SCAF-1). Anything else is the final answer;
-it joins the working list unpersisted and the finalizer writes it.
+(LOOP-7). A reply with nothing visible (reasoning-only ones too) walks the empty-reply
+ladder, the ordered table ``ladder.RUNGS`` (LOOP-8). All of those synthetic messages are
+scaffolding (SCAF-1). Anything else is the final answer, think blocks removed; with
+``verify_before_answer`` the first one after a file change is held back while the model
+verifies (FIN-1's gate). The answer joins the working list unpersisted and the finalizer
+writes it.
 
 Every exit records one reason from the closed set in ``outcomes.ExitReason`` (LOOP-3).
 """
 
 from __future__ import annotations
 
-from hermes_ref import preflight, reply_intake, tool_round
+import json
+import math
+
+from hermes_ref import ladder, preflight, redirect, reply_intake, routes, tool_round
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import CallProvider, Jitter, Sleep
+from hermes_ref.effects import CallProvider, Jitter, RefreshCredentials, Sleep
 from hermes_ref.errors import (
     ContextOverflow,
     ProviderAuthError,
     ProviderError,
     RateLimited,
+    Redirected,
     TurnInterrupted,
 )
-from hermes_ref.models import Message, ProviderReply, Role, ScaffoldFlag
+from hermes_ref.models import Message, ProviderReply, Role, ScaffoldFlag, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
-    EMPTY_AFTER_TOOLS_NUDGE,
-    EMPTY_SENTINEL,
+    PRE_VERIFY_NUDGE,
     scaffold,
 )
 from hermes_ref.wire import ProviderRequest
@@ -58,12 +71,18 @@ def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "
     system = ctx.cache.system_message
     return ProviderRequest(
         model=ctx.limits.model,
-        messages=(system, *ctx.transcript),
+        messages=(system, *(m for m in ctx.transcript if not m.hidden)),  # LOOP-4: hidden stay off
         tools=ctx.tools if with_tools else (),
-        prompt_tokens=system.tokens + ctx.transcript.tokens,
+        prompt_tokens=_route_tokens(ctx, system.tokens + ctx.transcript.tokens),
         max_tokens=ctx.limits.max_tokens,
         purpose=purpose,
     )
+
+
+def _route_tokens(ctx: TurnContext, estimate: int) -> int:
+    """LOOP-6: the prompt as the active route counts it (its ``token_ratio``)."""
+    ratio = routes.token_ratio(ctx)
+    return estimate if ratio == 1.0 else math.ceil(estimate * ratio)
 
 
 async def _backoff_s(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
@@ -76,7 +95,11 @@ async def _backoff_s(ctx: TurnContext, attempt: int, error: ProviderError) -> fl
 
 
 async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> ProviderReply | None:
-    """One logical model call with LOOP-5 classification. None means the turn ended."""
+    """One logical model call with LOOP-5 classification.
+
+    None means the turn ended (``ctx.ended``) or the iteration must start over: the turn
+    fell back to another provider (LOOP-6), or a correction cut the call (LOOP-4).
+    """
     attempt = 0
     auth_refreshes = 0
     while True:
@@ -85,21 +108,36 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
             reply = await CallProvider(request, ctx.session_id, ctx.turn_id)
         except ProviderError as error:
             failure = error
+        except Redirected as cut:  # LOOP-4: the loop takes the correction in at its top
+            ctx.state.cut_partial = cut.partial
+            return None
         else:  # every reply, grace summary included: text the store can keep, an id per call
             return reply_intake.admit_reply(reply)
         if isinstance(failure, ContextOverflow):
             ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"context_overflow: {failure}", failed=True)
             return None
-        if isinstance(failure, ProviderAuthError) and auth_refreshes < ctx.limits.auth_refreshes_max:
+        kind = type(failure).__name__
+        ctx.state.provider_errors += 1
+        if ctx.state.provider_errors >= ctx.limits.outer_loop_errors_max:
+            ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"{kind}: {failure} (the turn's "
+                       f"{ctx.state.provider_errors}th failed call: outer_loop_errors_max)",
+                       failed=True)
+            return None
+        auth = isinstance(failure, ProviderAuthError)
+        if auth and auth_refreshes < ctx.limits.auth_refreshes_max:
             auth_refreshes += 1
+            await RefreshCredentials(request.model)  # once, through the port, then again
             continue
         if failure.transient and attempt < ctx.limits.transient_retries_max:
             await Sleep(await _backoff_s(ctx, attempt, failure))
             attempt += 1
             continue
-        kind = type(failure).__name__
+        if (auth or failure.transient) and routes.can_fall_back(ctx):  # LOOP-6: retries spent
+            routes.fall_back(ctx)
+            return None  # the iteration starts over: preflight and the request, for the fallback
         ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"{kind}: {failure}", failed=True)
         return None
+
 
 
 def _loop_may_continue(ctx: TurnContext) -> bool:
@@ -123,6 +161,9 @@ async def run_loop(ctx: TurnContext) -> None:
 async def _iterate(ctx: TurnContext) -> None:
     state = ctx.state
     while not ctx.ended and _loop_may_continue(ctx):
+        await redirect.take_redirects(ctx)  # LOOP-4: corrections first, at the top
+        if ctx.ended:
+            return
         if not state.budget.consume():
             break
         ctx.enter(Phase.PREFLIGHT)
@@ -131,7 +172,7 @@ async def _iterate(ctx: TurnContext) -> None:
         ctx.enter(Phase.MODEL_CALL)
         reply = await call_with_retries(ctx, build_request(ctx))
         if reply is None:
-            return
+            continue  # ended, or starts over (a fallback, a correction): the loop condition says
         await handle_reply(ctx, reply)
 
 
@@ -153,27 +194,82 @@ async def cleared_to_send(ctx: TurnContext) -> bool:
 
 async def handle_reply(ctx: TurnContext, reply: ProviderReply) -> None:
     """Route one reply: tool round, dropped-call re-prompt, empty ladder or final answer."""
+    if not _processable(ctx, reply):
+        return
     if reply.tool_calls and not _arguments_usable(ctx, reply):
         return
     if reply.tool_calls:
         assistant = Message(
-            role=Role.ASSISTANT, content=reply.content, tool_calls=reply.tool_calls,
-            finish_reason=reply.finish_reason, turn_id=ctx.turn_id,
+            role=Role.ASSISTANT, content=ladder.without_reasoning(reply.content),
+            tool_calls=reply.tool_calls, finish_reason=reply.finish_reason, turn_id=ctx.turn_id,
         )
-        await tool_round.run_tool_round(ctx, assistant)
+        specs = ctx.specs
+        if await tool_round.run_tool_round(ctx, assistant):
+            ctx.state.files_changed |= any(
+                c.name in specs and specs[c.name].kind is ToolKind.WRITER for c in reply.tool_calls)
         return
     if dropped_call(reply) and _may_reprompt_dropped(ctx):
         _reprompt_dropped(ctx, reply)
         return
-    if not (reply.content or "").strip():
-        _handle_empty(ctx)
+    if ladder.is_empty(reply):  # LOOP-8: nothing visible, reasoning-only replies included
+        ladder.walk(ctx, reply)
+        return
+    text = ladder.without_reasoning(reply.content) or ""  # raw reasoning is never stored (LOOP-4)
+    if _withheld_for_verification(ctx, text):
         return
     ctx.transcript.append(Message(
-        role=Role.ASSISTANT, content=reply.content, finish_reason=reply.finish_reason,
+        role=Role.ASSISTANT, content=text, finish_reason=reply.finish_reason,
         turn_id=ctx.turn_id,
     ))
-    ctx.finish(ExitReason.TEXT_RESPONSE, f"finish_reason={reply.finish_reason}",
-               answer=reply.content)
+    ctx.finish(ExitReason.TEXT_RESPONSE, f"finish_reason={reply.finish_reason}", answer=text)
+
+
+LOCAL_ERROR_TEXT = (
+    "This reply could not be processed here (a fault of this engine, not of the model); "
+    "the turn stopped without retrying it."
+)
+
+
+def local_problem(reply: ProviderReply) -> str | None:
+    """LOOP-5: why this engine cannot process ``reply``, deterministically, or None.
+
+    The one such failure known: tool-call arguments nested deeper than the JSON parser's
+    recursion limit. The same reply would fail the same way on every retry.
+    """
+    for call in reply.tool_calls:
+        try:
+            json.loads(call.arguments)
+        except RecursionError:
+            return f"the arguments of {call.name} ({call.id}) nest too deeply to parse"
+        except ValueError:
+            continue  # malformed or cut off: LOOP-9 decides
+    return None
+
+
+def _processable(ctx: TurnContext, reply: ProviderReply) -> bool:
+    """LOOP-5: a local processing bug stops the turn at once, without a retry."""
+    problem = local_problem(reply)
+    if problem is None:
+        return True
+    ctx.finish(ExitReason.LOCAL_PROCESSING_ERROR, problem[:80], answer=LOCAL_ERROR_TEXT,
+               failed=True)
+    return False
+
+
+def _withheld_for_verification(ctx: TurnContext, text: str) -> bool:
+    """FIN-1's gate: after file changes, the first answer is held back while the model
+    checks its work (``verify_before_answer``). The answer waits in the turn's state; the
+    finalizer delivers it if the budget runs out before the model answers again."""
+    state = ctx.state
+    if not (ctx.limits.verify_before_answer and state.files_changed) \
+            or state.withheld_answer is not None:
+        return False
+    state.withheld_answer = text
+    ctx.transcript.append(scaffold(Role.ASSISTANT, text, ScaffoldFlag.VERIFICATION_STOP,
+                                   ctx.turn_id))
+    ctx.transcript.append(scaffold(Role.USER, PRE_VERIFY_NUDGE, ScaffoldFlag.PRE_VERIFY,
+                                   ctx.turn_id))
+    return True
 
 
 def dropped_call(reply: ProviderReply) -> bool:
@@ -231,21 +327,3 @@ def _arguments_usable(ctx: TurnContext, reply: ProviderReply) -> bool:
         return False
     ctx.state.invalid_json_retries += 1
     return ctx.state.invalid_json_retries >= ctx.limits.invalid_json_retries_max
-
-
-def _handle_empty(ctx: TurnContext) -> None:
-    """LOOP-8, the rungs this engine implements: nudge once after tools, retry, sentinel."""
-    state = ctx.state
-    flag = ScaffoldFlag.EMPTY_RECOVERY
-    if state.last_round_had_tools and not state.post_tool_nudged:
-        state.post_tool_nudged = True
-        ctx.transcript.append(scaffold(Role.ASSISTANT, EMPTY_SENTINEL, flag, ctx.turn_id))
-        ctx.transcript.append(scaffold(Role.USER, EMPTY_AFTER_TOOLS_NUDGE, flag, ctx.turn_id))
-        return
-    if state.empty_retries < ctx.limits.empty_retries_max:
-        state.empty_retries += 1
-        return
-    ctx.transcript.append(
-        scaffold(Role.ASSISTANT, EMPTY_SENTINEL, ScaffoldFlag.EMPTY_TERMINAL_SENTINEL, ctx.turn_id)
-    )
-    ctx.finish(ExitReason.EMPTY_RESPONSE_EXHAUSTED, "", answer=EMPTY_SENTINEL, failed=True)

@@ -109,17 +109,13 @@ class ScaffoldFlag(StrEnum):
     EMPTY_TERMINAL_SENTINEL = "empty_terminal_sentinel"
     DROPPED_TOOLCALL_NUDGE = "dropped_toolcall_nudge"
     GRACE_SUMMARY = "budget_grace_prompt"
-    # Named by SCAF-1 and not produced yet: their rungs (thinking prefill, LOOP-8, and the
-    # verification nudges) are not built. Stores refuse them like every other flag.
-    THINKING_PREFILL = "thinking_prefill"
-    VERIFICATION_STOP = "verification_stop_synthetic"
-    PRE_VERIFY = "pre_verify_synthetic"
+    THINKING_PREFILL = "thinking_prefill"  # LOOP-8 rung 4: the model's reasoning, handed back
+    VERIFICATION_STOP = "verification_stop_synthetic"  # FIN-1's gate: the answer held back
+    PRE_VERIFY = "pre_verify_synthetic"  # FIN-1's gate: the request to verify first
 
 
 # The flags no engine path produces yet (a test keeps this list true).
-SCAFFOLD_FLAGS_NOT_YET_PRODUCED = frozenset({
-    ScaffoldFlag.THINKING_PREFILL, ScaffoldFlag.VERIFICATION_STOP, ScaffoldFlag.PRE_VERIFY,
-})
+SCAFFOLD_FLAGS_NOT_YET_PRODUCED: frozenset[ScaffoldFlag] = frozenset()
 
 
 class ToolCall(Frozen):
@@ -143,7 +139,7 @@ class ToolCall(Frozen):
         """The arguments parsed once (the planner, validator and runners all ask)."""
         try:
             value = json.loads(self.arguments) if self.arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's limit: no object either
             return None
         return value if isinstance(value, dict) else None
 
@@ -283,6 +279,9 @@ class ProviderReply(Frozen):
     reasoning: str | None = None
     usage: Usage = Usage()
     model: str = ""
+    # the visible text that reached the user as deltas before the reply was assembled; a
+    # reply whose assembled content came back empty can still answer with it (LOOP-8 rung 1)
+    streamed_text: str = ""
 
 
 class SessionRecord(Frozen):

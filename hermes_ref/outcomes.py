@@ -62,11 +62,10 @@ FAILED_EXITS = frozenset({
 # Failures caused by context pressure: FIN-5 adds no boundary row after these.
 CONTEXT_PRESSURE_EXITS = frozenset({ExitReason.COMPRESSION_TIMEOUT})
 
-# Reasons LOOP-3 names whose paths are not built yet (interrupts, compaction, guardrails,
-# the local-bug stop): no engine path records them, and a test keeps this list true.
+# Reasons LOOP-3 names whose paths are not built yet (compaction, guardrails): no engine
+# path records them, and a test keeps this list true.
 EXITS_NOT_YET_PRODUCED = frozenset({
     ExitReason.COMPRESSION_TIMEOUT, ExitReason.GUARDRAIL_HALT,
-    ExitReason.LOCAL_PROCESSING_ERROR,
 })
 
 

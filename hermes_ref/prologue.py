@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hermes_ref import closure
+from hermes_ref import closure, redirect
 from hermes_ref import lease as lease_rules
 from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
 from hermes_ref.effects import (
@@ -196,7 +196,7 @@ def _hydrate_nudges(cache: SessionCache, history: Transcript, limits: Limits) ->
     turn, whose turns the cached counts missed, as they missed its rows) or a caller's
     seed. Hermes hydrates on a resumed agent's first turn; the count is the same.
     """
-    users = sum(1 for m in history if m.role is Role.USER)
+    users = redirect.user_turns(history)  # a correction (LOOP-4) is no user turn of its own
     cache.nudges.hydrate(users, limits.memory_nudge_interval)
 
 

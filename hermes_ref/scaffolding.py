@@ -30,6 +30,10 @@ GRACE_SUMMARY_PROMPT = (
     "the user what was done and what is still open."
 )
 EMPTY_SENTINEL = "(empty)"
+PRE_VERIFY_NUDGE = (
+    "Before you finish: check that the file changes you made are in place and correct, "
+    "then give your final answer."
+)
 
 
 def scaffold(role: Role, content: str, flag: ScaffoldFlag, turn_id: str) -> Message:

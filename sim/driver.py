@@ -87,6 +87,8 @@ class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
             fx.LoadMessages: lambda e: world.store.load_messages(e.session_id, e.after_row_id),
             fx.AppendMessages: self._append,
             fx.CallProvider: self._call_provider,
+            fx.RefreshCredentials: self._refresh_credentials,  # LOOP-5
+            fx.DrainRedirects: self._drain_redirects,  # LOOP-4
             fx.ResolvePaths: self._resolve_paths,
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
@@ -249,12 +251,13 @@ class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
 
     def _call_provider(self, effect: fx.CallProvider) -> Any:
         world = self.world
-        provider = world.provider
+        provider = world.providers.get(effect.request.model, world.provider)  # LOOP-6: per route
+        label = "primary" if provider is world.provider else effect.request.model
         watermark, at = world.store.watermark(), world.clock.now()
         try:
             body = effect.request.wire_body()  # what production would send, or nothing at all
         except ProviderRejected as refused:
-            world.timeline.add("call", f"primary -> not sent: {refused}")
+            world.timeline.add("call", f"{label} -> not sent: {refused}")
             raise
         try:
             reply = provider.complete(effect.request)
@@ -263,20 +266,46 @@ class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
             world.calls.append(CallRecord(self.effects_performed, effect.session_id,
                                           effect.turn_id, effect.request, None,
                                           type(failure).__name__, watermark, at, retry_after, body))
-            world.timeline.add("call", f"primary -> {type(failure).__name__}: {failure}")
+            world.timeline.add("call", f"{label} -> {type(failure).__name__}: {failure}")
             raise
         world.calls.append(CallRecord(self.effects_performed, effect.session_id, effect.turn_id,
                                       effect.request, reply, None, watermark, at, None, body))
         if world.timeline.enabled:
             if reply.tool_calls:
                 calls = ", ".join(f"{c.name}({c.id})" for c in reply.tool_calls)
-                world.timeline.add("call", f"primary -> tool_calls {calls}")
+                world.timeline.add("call", f"{label} -> tool_calls {calls}")
             else:
                 world.timeline.add(
-                    "call", f"primary -> {reply.finish_reason} {_short(reply.content)}"
+                    "call", f"{label} -> {reply.finish_reason} {_short(reply.content)}"
                 )
         delay_s = world.provider_delays_s.get(len(world.calls), 0.0)
-        return Wait(delay_s, lambda: reply) if delay_s > 0 else reply
+        if delay_s <= 0:
+            return reply
+        actor = self.current
+        if actor is not None:  # a slow reply streams meanwhile: a correction may cut it (LOOP-4)
+            world.streaming[actor.seq] = reply
+        return Wait(delay_s, lambda: reply)
+
+    def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:
+        """LOOP-5: the world renews the route's credentials and keeps a note of it."""
+        self._note("credentials", None, effect.model)
+        self.world.timeline.add("auth", f"credentials of {effect.model} renewed")
+
+    def _drain_redirects(self, effect: fx.DrainRedirects) -> tuple[str, ...]:
+        """LOOP-4: hand the turn the corrections sent to its session, once each."""
+        texts = tuple(self.world.redirects.pop(effect.session_id, ()))
+        for text in texts:
+            self._note("drained", effect.session_id, text)
+            self.world.timeline.add("redirect", f"{effect.turn_id} takes in {_short(text)}")
+        return texts
+
+    def _note(self, what: str, session_id: str | None, text: str) -> None:
+        from sim.world import Intervention
+
+        world, actor = self.world, self.current
+        turn_id = actor.turn_id if actor is not None else None
+        world.interventions.append(Intervention(what, session_id or "", turn_id, text,
+                                                world.clock.now(), world.effects_performed))
 
     def _resolve_paths(self, effect: fx.ResolvePaths) -> tuple[str | None, ...]:
         """Answered by ``SimTools``' resolver, the one its tools act through.

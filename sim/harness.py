@@ -45,7 +45,7 @@ from hermes_ref.ports import Provider
 from hermes_ref.prologue import TurnInput
 from hermes_ref.session import Route, SessionSource  # SES
 from hermes_ref.tool_specs import REFERENCE_TOOLS, TOOLS_BY_NAME
-from sim import door_story, processes
+from sim import door_story, interventions, processes
 from sim.checkers import Violation, run_all
 from sim.checkers.admission import DoorObservation
 from sim.checkers.context import CallerHistoryRun
@@ -270,7 +270,8 @@ class Story:
                               limits=self._limits, runs=tuple(world.runs),
                               acks=tuple(world.acks), lease_log=tuple(world.lease_log),
                               deaths=world.deaths(), stalls=tuple(world.stalls),
-                              death_seqs=world.death_seqs())
+                              death_seqs=world.death_seqs(),
+                              interventions=tuple(world.interventions))  # LOOP-4/5, FIN-4
         found = run_all(obs)
         known = {str(v) for v in self.violations}
         fresh = [v for v in found if str(v) not in known]
@@ -312,6 +313,23 @@ class Story:
     def delay_reply(self, call: int, seconds: float) -> None:
         """The provider's answer to the world's ``call``-th request arrives ``seconds`` late."""
         self.world.provider_delays_s[call] = seconds
+
+    # -- the user's hand on a running turn, and per-route fakes (sim/interventions.py) -----
+    def interrupt(self, *, after_s: float, session: str = "s-1") -> None:
+        """``after_s`` from now, the user stops the session's running turn (FIN-4)."""
+        interventions.interrupt(self, after_s, session)
+
+    def redirect(self, text: str, *, after_s: float, session: str = "s-1") -> None:
+        """``after_s`` from now, the user sends a correction to the running turn (LOOP-4)."""
+        interventions.redirect(self, text, after_s, session)
+
+    def script_for(self, model: str, *steps: Any) -> ScriptedProvider:
+        """A scripted fake of its own for requests to ``model`` (a fallback route, LOOP-6)."""
+        return interventions.script_for(self, model, steps)
+
+    def use_provider_for(self, model: str, provider: Provider) -> None:
+        """Any fake of its own for requests to ``model`` (LOOP-6)."""
+        self.world.providers[model] = provider
 
     # -- admission door (the steps live in sim/door_story.py) ----------------------------
     _door: DoorState = field(default_factory=DoorState)
@@ -535,9 +553,9 @@ def _run_scenario(spec: ScenarioSpec, store_kind: StoreKind, workdir: Path | Non
         try:
             spec.story(story)
             story.check()
-            provider = story.world.provider
-            if isinstance(provider, ScriptedProvider):
-                provider.assert_consumed()
+            for provider in (story.world.provider, *story.world.providers.values()):
+                if isinstance(provider, ScriptedProvider):
+                    provider.assert_consumed()
         except ExpectationFailed as failed:
             error = f"expectation failed: {failed}"
             story.check()

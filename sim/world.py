@@ -48,6 +48,7 @@ class CallRecord:
     at: float                 # virtual time of the call
     retry_after_s: float | None  # the Retry-After a RateLimited error carried, else None
     wire_body: WireBody       # the request body as sent (``ProviderRequest.wire_body``)
+    cut: str | None = None    # LOOP-4: "redirect" when a correction cut the reply's stream
 
     @property
     def body(self) -> bytes:
@@ -129,6 +130,24 @@ class LeaseStep:
 
 
 @dataclass(frozen=True, slots=True)
+class Intervention:
+    """LOOP-4, LOOP-5, FIN-4: something the world did to a running turn, as the world saw it.
+
+    ``what`` is ``interrupt`` (the user stopped the turn; ``text`` is the reason),
+    ``redirect`` (the user sent the correction ``text``), ``drained`` (the turn took the
+    correction ``text`` in) or ``credentials`` (the turn had the credentials of the route
+    ``text`` renewed). ``at`` is virtual time, ``seq`` the world's effect counter.
+    """
+
+    what: str
+    session_id: str
+    turn_id: str | None
+    text: str
+    at: float
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class AckRecord:
     """ADM: one answer of the door as its submitter received it, and the store at that moment.
 
@@ -192,6 +211,11 @@ class World:
     lease_log: list[LeaseStep] = field(default_factory=list)  # what each lease holder did
     stalls: list[tuple[int, float, float]] = field(default_factory=list)  # (pid, from, until)
     acks: list[AckRecord] = field(default_factory=list)  # ADM: every answer a submitter got
+    # LOOP-6: a fake of its own per model (a fallback route); any other model gets ``provider``
+    providers: dict[str, Provider] = field(default_factory=dict)
+    redirects: dict[str, list[str]] = field(default_factory=dict)  # session -> undrained corrections
+    interventions: list[Intervention] = field(default_factory=list)  # LOOP-4/5, FIN-4
+    streaming: dict[int, ProviderReply] = field(default_factory=dict)  # actor seq -> reply in flight
 
     def __post_init__(self) -> None:
         self.chooser = Chooser(self.seed)

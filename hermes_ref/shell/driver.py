@@ -102,6 +102,7 @@ class AsyncDriver:
         self.on_ack = on_ack  # ADM: hands the door's answers to whoever submitted
         self.log = log or logging.getLogger(__name__)
         self._sleep = sleep
+        self._corrections: dict[str, list[str]] = {}  # LOOP-4: session -> undrained corrections
         self._immediate = self._immediate_handlers()
         self._awaited = self._awaited_handlers()
 
@@ -130,6 +131,8 @@ class AsyncDriver:
             fx.AppendMessages: lambda e: store.append_messages(
                 e.session_id, e.lease_token, e.messages),
             fx.CallProvider: self._call_provider,
+            fx.RefreshCredentials: self._refresh_credentials,  # LOOP-5
+            fx.DrainRedirects: self._drain_redirects,  # LOOP-4
             fx.ExecuteTools: self._execute_tools,
             fx.Emit: self._emit,
             fx.FlushEvents: lambda e: store.flush_events(),
@@ -243,6 +246,22 @@ class AsyncDriver:
     def _call_provider(self, effect: fx.CallProvider) -> Awaitable[Any]:
         return turn_tasks.interruptible(turn_tasks.CURRENT.get(),
                                         self.provider.complete(effect.request))
+
+    async def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:
+        """LOOP-5: a provider that can renew its credentials does (``refresh_credentials``);
+        one that cannot is asked again with the ones it has."""
+        refresh = getattr(self.provider, "refresh_credentials", None)
+        if refresh is not None:
+            await refresh()
+        self.log.info("provider credentials refreshed for %s", effect.model)
+
+    def redirect(self, session_id: str, text: str) -> None:
+        """LOOP-4: queue a user's correction for the turn running on ``session_id``; the turn
+        takes it in at the top of its next loop iteration (the call in flight runs on)."""
+        self._corrections.setdefault(session_id, []).append(text)
+
+    async def _drain_redirects(self, effect: fx.DrainRedirects) -> tuple[str, ...]:
+        return tuple(self._corrections.pop(effect.session_id, ()))
 
     async def _emit(self, effect: fx.Emit) -> None:
         event = effect.event

@@ -15,7 +15,7 @@ from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
-from sim.world import CallRecord, LeaseStep, TurnRun
+from sim.world import CallRecord, Intervention, LeaseStep, TurnRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,8 @@ class Observation:
     death_seqs: tuple[tuple[int, int], ...] = ()  # (pid, world effect count at its death)
     # LEASE-2: stretches when a simulated process was stalled, as (pid, from, until)
     stalls: tuple[tuple[int, float, float], ...] = ()
+    # LOOP-4/5, FIN-4: interrupts, corrections and credential renewals, as the world saw them
+    interventions: tuple[Intervention, ...] = ()
 
     @cached_property
     def turns(self) -> dict[tuple[str, str], TurnView]:

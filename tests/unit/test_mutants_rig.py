@@ -60,6 +60,8 @@ class Rig:
             fx.StartRefresher: lambda e: 1,     # the refresher would run beside the turn
             fx.StopRefresher: lambda e: False,
             fx.ClearInterrupt: lambda e: None,
+            fx.DrainRedirects: lambda e: (),         # no correction arrives (LOOP-4)
+            fx.RefreshCredentials: lambda e: None,   # the credentials are renewed (LOOP-5)
             fx.AppendMessages: self.store,
             fx.CallProvider: self.reply,
             fx.ExecuteTools: lambda e: tuple(
