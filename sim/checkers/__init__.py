@@ -27,6 +27,7 @@ from sim.checkers import (
     intake,
     lane_restarts,  # SES-7
     lease,  # LEASE, CTX-9
+    loop_fire,  # LOOP-4/5/6/8, FIN-1, FIN-4: the loop under fire
     sessions,  # SES
     tool_limits,  # TOOL-5, TOOL-7: workers, gate, deadline, spills
     tools,
@@ -48,6 +49,7 @@ from sim.checkers.wire import align_request
 
 __all__ = [
     "CHECKERS", "Check", "Checker", "Observation", "Violation", "admission", "align_request",
-    "checker", "context", "delivery", "finalizer", "intake", "lane_restarts", "lease", "run_all",
+    "checker", "context", "delivery", "finalizer", "intake", "lane_restarts", "lease",
+    "loop_fire", "run_all",
     "sessions", "tool_limits", "tools", "transcript", "turn", "wire", "wire_cache",
 ]

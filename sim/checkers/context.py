@@ -112,7 +112,7 @@ def nudge_counters_follow_the_record(obs: Observation) -> list[Violation]:
     turn_calls = calls_by_turn(obs)
     out: list[Violation] = []
     for session_id in obs.record.session_ids():
-        users = [m for m in obs.record.transcript(session_id) if m.role is Role.USER]
+        users = _turn_openers(obs.record.transcript(session_id))
         for ordinal, row in enumerate(users, start=1):
             if row.turn_id is None:
                 continue  # a seeded message: it counts, but no turn of this engine wrote it
@@ -123,6 +123,19 @@ def nudge_counters_follow_the_record(obs: Observation) -> list[Violation]:
                 out.append(Violation("nudge_counters_follow_the_record", "CTX-1",
                                      f"turn {session_id}/{row.turn_id}, user row #{row.row_id}: "
                                      f"{problem}"))
+    return out
+
+
+def _turn_openers(rows: list[Message]) -> list[Message]:
+    """The user rows that open a turn: a later user row of the same turn is a correction
+    the turn took in (LOOP-4), not a user turn."""
+    seen: set[str] = set()
+    out = []
+    for row in rows:
+        if row.role is Role.USER and (row.turn_id is None or row.turn_id not in seen):
+            out.append(row)
+        if row.role is Role.USER and row.turn_id is not None:
+            seen.add(row.turn_id)
     return out
 
 

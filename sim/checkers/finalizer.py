@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hermes_ref.finalizer import MUTATION_FOOTER
+from hermes_ref.ladder import without_reasoning
 from hermes_ref.limits import Limits
 from hermes_ref.models import Role, ToolCall, ToolKind
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitLine, ExitReason
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
+from sim.checkers import loop_fire
 from sim.checkers.base import (
     Observation,
     TurnKey,
@@ -22,7 +24,6 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_text
-from sim.checkers.lease import lost_leases
 from sim.world import CallRecord
 
 # ---- finalizer ---------------------------------------------------------------------------
@@ -39,6 +40,8 @@ def grace_summary(obs: Observation) -> list[Violation]:
         records = view.calls
         if view.exit is None or not _ran_out(obs.limits, view.exit, records):
             continue
+        if loop_fire.withheld_answers(view):
+            continue  # an answer held back for verification stands in for it (withheld_answer_reused)
         graces = distinct_requests([r for r in records if is_grace(r)])
         if len(graces) != 1:
             problem = f"made {len(graces)} grace calls"
@@ -92,12 +95,15 @@ LOUD_FAILURES = FAILED_EXITS - {ExitReason.PENDING_TOOL_RESULT}
          "unless the loop already failed it")
 def no_silent_stop(obs: Observation) -> list[Violation]:
     out = []
-    lost = lost_leases(obs)  # FIN-8 spares an interrupted turn; a lost lease is this one's
+    lost = loop_fire.interrupted(obs)  # FIN-8 spares an interrupted turn: a lost lease, the user
     for view in obs.ended_turns():
         line = view.exit
         if line is not None and line.reason is ExitReason.INTERRUPTED \
                 and (view.session_id, view.turn_id) in lost:
             continue
+        if loop_fire.withheld_answers(view) and view.completion is not None \
+                and view.completion.final_response in loop_fire.withheld_answers(view):
+            continue  # FIN-1: the answer held back for verification was delivered
         budgeted = [r for r in view.calls if not is_grace(r)]
         last = budgeted[-1] if budgeted else None
         if last is None or not tool_replies([last]) or not round_landed(obs, last):
@@ -129,7 +135,9 @@ def _has_text(record: CallRecord) -> bool:
          "a turn whose model gave a final text completes with that text, whatever failed after")
 def answer_delivered(obs: Observation) -> list[Violation]:
     out = []
-    lost = lost_leases(obs)  # a turn fenced off after its lease went delivers nothing (LEASE-4)
+    # a turn fenced off after its lease went delivers nothing (LEASE-4), nor one the user
+    # stopped (FIN-4): the reply that came too late is not the answer
+    lost = loop_fire.interrupted(obs)
     for view in obs.ended_turns():
         if (view.session_id, view.turn_id) in lost:
             continue
@@ -143,7 +151,8 @@ def answer_delivered(obs: Observation) -> list[Violation]:
         if done is None:
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} got a final answer but never completed"))
-        elif not _same_answer(done.final_response, taken_in_text(reply.content)):
+        elif not _same_answer(done.final_response,  # think blocks are never delivered (LOOP-4)
+                              taken_in_text(without_reasoning(reply.content))):
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} completed with a different answer than the "
                                  "model gave"))

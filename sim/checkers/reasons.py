@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from hermes_ref.models import ProviderReply, Role, ToolCall
 from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
+from sim.checkers import loop_fire
 from sim.checkers.base import (
     Observation,
     TurnView,
@@ -29,7 +30,6 @@ from sim.checkers.base import (
     refunded_rounds,
 )
 from sim.checkers.intake import taken_in_text
-from sim.checkers.lease import lost_leases
 from sim.world import CallRecord
 
 
@@ -59,7 +59,8 @@ def _text(reply: ProviderReply | None) -> bool:
 
 def _text_response(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
     last = _last_reply(view)
-    if last is None or not _text(last.reply):
+    recovered = loop_fire.recovered_answer(view)  # LOOP-8's first two rungs answer an empty reply
+    if last is None or not (_text(last.reply) or recovered is not None):
         return "its last model reply was not a text answer"
     done = view.completion
     if done is None or done.failed or not (done.final_response or "").strip():
@@ -85,6 +86,7 @@ def _summary_problem(view: TurnView) -> str | None:
         return None
     said = [taken_in_text(c.reply.content) for c in view.calls
             if is_grace(c) and c.reply is not None and (c.reply.content or "").strip()]
+    said += loop_fire.withheld_answers(view)  # FIN-1: an answer held back for verification
     answer = done.final_response or ""
     if not any(answer == text or answer.startswith(f"{text}\n\n[") for text in said if text):
         return "it delivered as a success an answer no grace summary gave"
@@ -160,10 +162,37 @@ def _lease_timeout(obs: Observation, view: TurnView, line: ExitLine) -> str | No
 
 
 def _interrupted(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
-    """LEASE-4: this engine's only interrupt is a lost lease; the world must have seen it go."""
-    if (view.session_id, view.turn_id) not in lost_leases(obs):
-        return "its lease was never lost: no refresh failed and its grant was not taken"
+    """A lost lease (LEASE-4) or the user (FIN-4): the world must have seen one of them."""
+    if (view.session_id, view.turn_id) not in loop_fire.interrupted(obs):
+        return "nobody interrupted it: its lease was never lost and the user did not stop it"
     return None
+
+
+def _local_processing_error(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    last = view.calls[-1] if view.calls else None
+    if last is None or not loop_fire.unprocessable(last.reply):
+        return "its last model reply was one this engine can process"
+    return None
+
+
+def _compression_exhausted(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    """CMP-7: failed closed. Its last call was refused as too long, or the request it never
+    sent did not fit (then only its detail says so: weak evidence, as for a refusal)."""
+    last = view.calls[-1] if view.calls else None
+    if last is not None and last.error == "ContextOverflow":
+        return None
+    if line.detail.startswith("context_overflow"):
+        return None
+    return "no provider overflow and no over-window request stopped it"
+
+
+def _compression_timeout(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
+    """CMP-7: a summary call of the turn timed out, and the request did not fit without it."""
+    timed_out = [c for c in obs.summary_calls or () if c.turn_id == view.turn_id
+                 and c.error == "ProviderTimeout"]
+    if not timed_out:
+        return "no summary call of the turn timed out"
+    return _compression_exhausted(obs, view, line)
 
 
 Judge = Callable[[Observation, TurnView, ExitLine], str | None]
@@ -180,6 +209,7 @@ JUDGES: dict[ExitReason, Judge] = {
     ExitReason.TRUNCATED_TOOL_CALL: _truncated,
     ExitReason.LEASE_TIMEOUT: _lease_timeout,
     ExitReason.INTERRUPTED: _interrupted,
+    ExitReason.LOCAL_PROCESSING_ERROR: _local_processing_error,
 }
 
 

@@ -9,10 +9,11 @@ from itertools import pairwise
 from hermes_ref.errors import ProviderAuthError, ProviderError
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
 )
+from sim.checkers import loop_fire
 from sim.checkers.base import (
     Observation,
     TurnView,
@@ -25,7 +26,6 @@ from sim.checkers.base import (
     is_grace,
     refunded_rounds,
 )
-from sim.checkers.lease import lost_leases
 from sim.checkers.reasons import bad_calls, cut_off, reason_problem
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
@@ -113,7 +113,10 @@ def user_row_before_call(obs: Observation) -> list[Violation]:
     for call in obs.calls:
         first_call.setdefault(call.turn_id, call)
     for turn_id, call in first_call.items():
-        users = [m for m in obs.rows_of_turn(turn_id) if m.role is Role.USER]
+        corrections = {i.text for i in obs.interventions if i.what == "drained"
+                       and i.turn_id == turn_id}  # LOOP-4: a correction is a later user row
+        users = [m for m in obs.rows_of_turn(turn_id) if m.role is Role.USER
+                 and not (m.content in corrections and (m.row_id or 0) > call.watermark)]
         if len(users) != 1:
             out.append(Violation("user_row_before_call", "CTX-8",
                                  f"turn {turn_id} has {len(users)} user rows"))
@@ -236,7 +239,7 @@ def error_kind(name: str) -> str:
          "any other error ends the turn at once as terminal_provider_error")
 def provider_errors_classified(obs: Observation) -> list[Violation]:
     exits = exit_reasons(obs)
-    lost = {turn for _, turn in lost_leases(obs)}  # a lost lease stops retries (LEASE-4)
+    lost = {turn for _, turn in loop_fire.interrupted(obs)}  # an interrupt stops retries (LEASE-4)
     out: list[Violation] = []
     for turn_id, records in calls_by_turn(obs).items():
         reason = exits.get(turn_id)
@@ -262,10 +265,19 @@ def _retry_problems(limits: Limits, records: list[CallRecord], reason: object) -
             continue
         kind = error_kind(record.error)
         tally[kind] += 1
-        final = tally[kind] > caps[kind]
+        failed = sum(1 for r in records[:index + 1] if r.error is not None)
+        final = tally[kind] > caps[kind] or failed >= limits.outer_loop_errors_max
         after = records[index + 1] if index + 1 < len(records) else None
+        if final and kind != "terminal" and limits.fallback_providers and (
+                (after is not None and loop_fire.model_of(after) != loop_fire.model_of(record))
+                or (after is None and reason in _PREFLIGHT_REFUSALS)):
+            continue  # LOOP-6: retries spent, the turn fell back (judged by fallback_routes)
         out.extend(_after_error(record, after, final, reason))
     return out
+
+
+# A switch to a fallback runs preflight again; these exits say it refused the request.
+_PREFLIGHT_REFUSALS = frozenset(r.value for r in CONTEXT_PRESSURE_EXITS)
 
 
 def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reason: object) -> list[str]:

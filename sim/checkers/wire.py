@@ -80,8 +80,9 @@ def requests_match_record(obs: Observation) -> list[Violation]:
 
 def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
     """The session's rows that were committed when ``call`` was made."""
-    return [m.message for m in obs.record.messages
-            if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
+    return [m.message for m in obs.record.messages  # a hidden row never goes out (LOOP-4)
+            if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark
+            and not m.message.hidden]
 
 
 def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset()) -> bool:

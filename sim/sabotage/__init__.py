@@ -21,6 +21,7 @@ from sim.sabotage import (
     intake,
     lease,  # LEASE, CTX-9
     loop,
+    loop_fire,  # LOOP-4/5/6/8, FIN-1, FIN-4: the loop under fire
     paths,
     prologue,
     sessions,  # SES
@@ -30,6 +31,7 @@ from sim.sabotage import (
 )
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
-__all__ = ["SABOTAGES", "Sabotage", "admission", "finalizer", "intake", "lease", "loop", "paths", "prologue",
+__all__ = ["SABOTAGES", "Sabotage", "admission", "finalizer", "intake", "lease", "loop", "loop_fire",
+           "paths", "prologue",
            "sabotage", "sessions", "tool_limits",
            "tool_round", "wire_cache"]

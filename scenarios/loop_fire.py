@@ -1,0 +1,323 @@
+"""Stories of the loop under fire: empty replies, failing providers, fallbacks, the user's
+hand on a running turn (interrupts and corrections) and the answer a verification held back.
+
+Each story scripts one pressure and shows the loop's decision in the record: the request
+that followed (a nudge, a prefill, another provider), the rows it stored and the reason
+it ended with.
+"""
+
+from __future__ import annotations
+
+from hermes_ref.closure import INTERRUPTED_CALL_TEXT, NOT_RUN_TEXT
+from hermes_ref.errors import ProviderAuthError, ProviderRejected, ProviderServerError
+from hermes_ref.ladder import RUNGS
+from hermes_ref.limits import ProviderRoute
+from hermes_ref.models import ProviderReply, Role
+from hermes_ref.outcomes import ExitReason
+from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
+from sim.harness import Story, scenario
+from sim.provider import FunctionProvider, text, tool_calls
+
+FALLBACK = ProviderRoute(model="fallback-small", context_window_tokens=4_000, token_ratio=1.25)
+EMPTY = ProviderReply(content="")
+
+
+def thinking(thought: str) -> ProviderReply:
+    """A reply that only reasoned: structured reasoning, nothing visible."""
+    return ProviderReply(content=None, reasoning=thought)
+
+
+def _sent_models(s: Story) -> list[str]:
+    return [c.request.model for c in s.world.calls]
+
+
+# ---- LOOP-8: the empty-reply ladder --------------------------------------------------------
+
+
+@scenario("An empty reply after visible text was streamed answers with that text",
+          invariants=("LOOP-8", "FIN-3"), stage="loop_fire")
+def streamed_text_answers_an_empty_reply(s: Story) -> None:
+    s.limits(stream_replies=False)  # the reply arrives whole, with what it streamed beside it
+    s.script(ProviderReply(content="", streamed_text="The build passed on the second try."))
+    result = s.turn("Did the build pass?")
+    s.expect(result is not None and result.final_response == "The build passed on the second try."
+             and result.exit_detail == "partial_stream_recovery", "the streamed text is the answer")
+    s.expect(len(s.world.calls) == 1, "no retry was needed")
+
+
+@scenario("An empty reply after a housekeeping round reuses the text of that round",
+          invariants=("LOOP-8", "FIN-3", "TOOL-3"), stage="loop_fire")
+def housekeeping_round_text_answers_an_empty_reply(s: Story) -> None:
+    s.script(tool_calls(("todo", {"action": "add", "text": "check the logs"}),
+                        content="I noted it on your list: check the logs."),
+             EMPTY)
+    result = s.turn("Remind me to check the logs.")
+    s.expect(result is not None and result.final_response == "I noted it on your list: check the logs."
+             and result.exit_detail == "fallback_prior_turn_content", "the round's text is the answer")
+    s.expect(s.transcript()[-1].content == "I noted it on your list: check the logs.",
+             "the answer is the durable tail")
+
+
+@scenario("The empty-reply ladder runs in order: nudge, two prefills, retries, the fallback "
+          "provider, its retries, then the (empty) sentinel",
+          invariants=("LOOP-8", "LOOP-6", "SCAF-1", "TOOL-3", "LOOP-3"), stage="loop_fire")
+def empty_ladder_walks_every_rung_in_order(s: Story) -> None:
+    s.files({"a.txt": "alpha"})
+    s.limits(fallback_providers=(FALLBACK,))
+    s.script(tool_calls(("read_file", {"path": "a.txt"})), EMPTY,
+             thinking("The file says alpha; I should say so."), thinking("Say alpha."),
+             thinking("Alpha."), EMPTY, EMPTY, EMPTY)
+    s.script_for(FALLBACK.model, EMPTY, EMPTY, EMPTY, EMPTY)
+    result = s.turn("What does a.txt say?")
+    s.expect(result is not None and result.exit_reason is ExitReason.EMPTY_RESPONSE_EXHAUSTED
+             and result.final_response == EMPTY_SENTINEL, "the ladder ended on the sentinel")
+    calls = s.world.calls
+    s.expect(len(calls) == 12, f"twelve calls in all, not {len(calls)}")
+    s.expect(calls[2].request.messages[-1].content == EMPTY_AFTER_TOOLS_NUDGE, "the nudge came first")
+    s.expect(calls[3].request.messages[-1].content == "The file says alpha; I should say so.",
+             "then the reasoning came back as a prefill")
+    s.expect(_sent_models(s)[8:] == [FALLBACK.model] * 4, "the fallback was asked last")
+    s.expect(all(m.content not in (EMPTY_SENTINEL, EMPTY_AFTER_TOOLS_NUDGE, "Alpha.")
+                 for m in s.transcript()), "no scaffolding and no reasoning was stored")
+
+
+@scenario("A model that only reasons gets its reasoning back as a prefill twice, then plain "
+          "retries, then the sentinel", invariants=("LOOP-8", "SCAF-1", "LOOP-3"),
+          stage="loop_fire")
+def reasoning_only_replies_walk_the_ladder(s: Story) -> None:
+    s.script(*(thinking(f"thought {n}") for n in range(1, 7)))
+    result = s.turn("Think it over.")
+    s.expect(result is not None and result.exit_reason is ExitReason.EMPTY_RESPONSE_EXHAUSTED,
+             "exhausted")
+    s.expect(len(s.world.calls) == 6, "two prefills and three retries after the first reply")
+    s.expect(all("thought" not in (m.content or "") for m in s.transcript()),
+             "no reasoning reached the record")
+    s.expect(len(RUNGS) == 7, "the ladder has its seven rungs")
+
+
+@scenario("A reply whose only content is a think block is empty: its reasoning is never stored",
+          invariants=("LOOP-8", "LOOP-4", "FIN-3"), stage="loop_fire")
+def inline_think_block_is_not_an_answer(s: Story) -> None:
+    s.script(text("<think>They want the date.</think>"), text("<think>ok</think>It is Tuesday."))
+    result = s.turn("What day is it?")
+    s.expect(result is not None and result.final_response == "It is Tuesday.", "visible text only")
+    s.expect(all("think" not in (m.content or "") for m in s.transcript()), "no think block stored")
+
+
+# ---- LOOP-6: fallback providers --------------------------------------------------------------
+
+
+@scenario("A primary that keeps failing hands the turn to the fallback, rebuilt for its "
+          "window; the next turn is back on the primary",
+          invariants=("LOOP-6", "LOOP-5", "LOOP-3"), stage="loop_fire")
+def failing_primary_falls_back_and_the_next_turn_restores_it(s: Story) -> None:
+    s.limits(fallback_providers=(FALLBACK,))
+    s.script(*(ProviderServerError("overloaded", status=503) for _ in range(4)),
+             text("Back on the primary."))
+    s.script_for(FALLBACK.model, text("The fallback answers."))
+    first = s.turn("Are you there?")
+    s.expect(first is not None and first.final_response == "The fallback answers.",
+             "the fallback answered")
+    fallback_call = s.world.calls[4]
+    s.expect(fallback_call.request.prompt_tokens > 0 and fallback_call.request.model == FALLBACK.model,
+             "the fifth call went to the fallback, with a request built for it")
+    second = s.turn("And now?")
+    s.expect(second is not None and second.final_response == "Back on the primary.",
+             "the primary answered the next turn")
+    s.expect(_sent_models(s)[-1] == "hermes-ref-model", "the next turn started on the primary")
+
+
+# ---- LOOP-5: classification ------------------------------------------------------------------
+
+
+@scenario("An auth error renews the credentials once through the port, then the call is made again",
+          invariants=("LOOP-5", "LOOP-3"), stage="loop_fire")
+def auth_error_refreshes_credentials_once(s: Story) -> None:
+    s.script(ProviderAuthError("token expired", status=401), text("Hello again."))
+    result = s.turn("Hello?")
+    s.expect(result is not None and result.final_response == "Hello again.", "answered after a refresh")
+    renewed = [i for i in s.world.interventions if i.what == "credentials"]
+    s.expect(len(renewed) == 1, f"one renewal, not {len(renewed)}")
+
+
+@scenario("An auth error that survives the refresh ends the turn as a terminal provider error",
+          invariants=("LOOP-5", "LOOP-3", "FIN-5"), stage="loop_fire")
+def auth_error_after_the_refresh_is_terminal(s: Story) -> None:
+    s.script(ProviderAuthError("bad key", status=401), ProviderAuthError("bad key", status=401))
+    result = s.turn("Hello?")
+    s.expect(result is not None and result.exit_reason is ExitReason.TERMINAL_PROVIDER_ERROR,
+             "terminal after one refresh")
+    s.expect(sum(1 for i in s.world.interventions if i.what == "credentials") == 1,
+             "exactly one renewal")
+
+
+@scenario("A client error that no retry can fix ends the turn at once",
+          invariants=("LOOP-5", "LOOP-3", "FIN-5"), stage="loop_fire")
+def client_error_ends_the_turn(s: Story) -> None:
+    s.limits(fallback_providers=(FALLBACK,))
+    s.script(ProviderRejected("unknown parameter", status=400))
+    result = s.turn("Hello?")
+    s.expect(result is not None and result.exit_reason is ExitReason.TERMINAL_PROVIDER_ERROR
+             and len(s.world.calls) == 1, "one call, no fallback for a request the API refuses")
+
+
+@scenario("A reply the engine cannot process stops the turn at once, without a retry",
+          invariants=("LOOP-5", "LOOP-3", "FIN-5"), stage="loop_fire")
+def local_processing_bug_stops_at_once(s: Story) -> None:
+    deep = tool_calls(("read_file", "[" * 50_000 + "]" * 50_000))
+    s.use_provider(FunctionProvider(lambda request: deep))  # it fails the same way every time
+    result = s.turn("Read it.")
+    s.expect(result is not None and result.exit_reason is ExitReason.LOCAL_PROCESSING_ERROR,
+             "ended as a local processing error")
+    s.expect(len(s.world.calls) == 1 and not s.world.tools.ledger, "no retry, nothing ran")
+
+
+@scenario("Failed calls of one turn stop at the outer error cap whatever retries are left",
+          invariants=("LOOP-5", "LOOP-3"), stage="loop_fire")
+def outer_error_cap_ends_the_turn(s: Story) -> None:
+    s.limits(transient_retries_max=10, outer_loop_errors_max=4)
+    s.script(*(ProviderServerError("overloaded", status=503) for _ in range(4)))
+    result = s.turn("Hello?")
+    s.expect(result is not None and result.exit_reason is ExitReason.TERMINAL_PROVIDER_ERROR
+             and "outer_loop_errors_max" in result.exit_detail, "the cap ended it")
+    s.expect(len(s.world.calls) == 4, "four calls, then no more")
+
+
+# ---- FIN-4 / TOOL-3: the user interrupts ---------------------------------------------------
+
+
+@scenario("The user interrupts a slow model call: the turn ends interrupted, nothing delivered",
+          invariants=("FIN-4", "TOOL-3", "LOOP-3", "FIN-5"), stage="loop_fire")
+def user_interrupts_a_model_call(s: Story) -> None:
+    s.limits(stream_replies=False)
+    s.script(text("Too late."))
+    s.delay_reply(1, 30.0)
+    s.interrupt(after_s=10.0)
+    result = s.turn("Take your time.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED
+             and not result.completed, "interrupted")
+    s.expect(all(m.content != "Too late." for m in s.transcript()), "the late reply is not stored")
+
+
+@scenario("The user interrupts a stream: nothing it carried is stored, reasoning least of all",
+          invariants=("FIN-4", "LOOP-4", "LOOP-3"), stage="loop_fire")
+def user_interrupts_a_stream(s: Story) -> None:
+    s.script(ProviderReply(content="Half an answ", reasoning="secret plan"))
+    s.delay_reply(1, 30.0)
+    s.interrupt(after_s=5.0)
+    result = s.turn("Go.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED, "interrupted")
+    s.expect(all("secret" not in (m.content or "") and "Half" not in (m.content or "")
+                 for m in s.transcript()), "nothing of the cut stream was stored")
+
+
+@scenario("The user interrupts a tool batch: the running call is reported unknown, the unrun "
+          "one skipped, and every call keeps exactly one result",
+          invariants=("FIN-4", "TOOL-3", "LOOP-3", "FIN-5"), stage="loop_fire")
+def user_interrupts_the_tools(s: Story) -> None:
+    s.world.tools.slow("terminal", 60.0)
+    s.script(tool_calls(("terminal", {"command": "make build"}),
+                        ("terminal", {"command": "make test"})))
+    s.interrupt(after_s=20.0)
+    result = s.turn("Build and test.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED, "interrupted")
+    results = [m for m in s.transcript() if m.role is Role.TOOL]
+    s.expect([m.content for m in results] == [INTERRUPTED_CALL_TEXT, NOT_RUN_TEXT],
+             "the running call is unknown, the other was never started")
+    s.expect(len(s.world.tools.ledger) == 1, "only the first command started")
+
+
+# ---- LOOP-4: corrections during the turn -----------------------------------------------------
+
+
+@scenario("A correction during a stream keeps only the visible partial, and becomes a user row",
+          invariants=("LOOP-4", "CTX-8", "CTX-2", "FIN-3"), stage="loop_fire")
+def correction_during_a_stream_keeps_only_visible_text(s: Story) -> None:
+    s.script(ProviderReply(content="Reading config.yaml", reasoning="plan: read config.yaml"),
+             text("Reading settings.toml instead: it sets the port to 8080."))
+    s.delay_reply(1, 30.0)
+    s.redirect("No, use settings.toml.", after_s=10.0)
+    result = s.turn("What port does the config set?")
+    s.expect(result is not None and result.final_response is not None
+             and "8080" in result.final_response, "the turn went on and answered")
+    rows = s.transcript()
+    s.expect([(m.role, m.content) for m in rows[1:3]] == [
+        (Role.ASSISTANT, "Reading config.yaml"), (Role.USER, "No, use settings.toml.")],
+        "the visible partial, then the correction")
+    s.expect(all("plan:" not in (m.content or "") and "plan:" not in (m.api_content or "")
+                 for m in rows), "the reasoning was never stored")
+
+
+@scenario("A correction when nothing was visible yet stores the cut reply hidden",
+          invariants=("LOOP-4", "CTX-8", "CTX-2", "FIN-3"), stage="loop_fire")
+def correction_with_nothing_visible_is_stored_hidden(s: Story) -> None:
+    s.script(thinking("maybe the yaml file"), text("settings.toml sets 8080."))
+    s.delay_reply(1, 30.0)
+    s.redirect("Look at settings.toml.", after_s=10.0)
+    result = s.turn("What port?")
+    s.expect(result is not None and result.final_response == "settings.toml sets 8080.", "answered")
+    cut = s.transcript()[1]
+    s.expect(cut.role is Role.ASSISTANT and cut.hidden and not cut.content
+             and cut.api_content is None, "the cut reply is a hidden row")
+    s.expect(all(m.get("role") != "assistant" for m in s.world.calls[1].sent["messages"][1:]),
+             "the hidden row is not sent")
+
+
+@scenario("A correction sent while tools run is taken in at the top of the next iteration",
+          invariants=("LOOP-4", "CTX-8", "TOOL-3"), stage="loop_fire")
+def correction_during_tools_is_taken_at_the_top(s: Story) -> None:
+    s.files({"a.txt": "alpha", "b.txt": "beta"})
+    s.world.tools.slow("read_file", 30.0)
+    s.script(tool_calls(("read_file", {"path": "a.txt"})), text("b.txt says beta."))
+    s.redirect("Actually, read b.txt.", after_s=10.0)
+    result = s.turn("Read a.txt.")
+    s.expect(result is not None and result.final_response == "b.txt says beta.", "answered")
+    roles = [(m.role, m.hidden) for m in s.transcript()]
+    s.expect(roles[:5] == [(Role.USER, False), (Role.ASSISTANT, False), (Role.TOOL, False),
+                           (Role.ASSISTANT, True), (Role.USER, False)],
+             "the round, a hidden boundary, then the correction")
+
+
+# ---- FIN-1: the answer a verification gate held back ----------------------------------------
+
+
+@scenario("An answer held back for verification is delivered when the budget runs out",
+          invariants=("FIN-1", "LOOP-3", "FIN-3", "SCAF-1"), stage="loop_fire")
+def withheld_answer_is_reused_when_the_budget_ends(s: Story) -> None:
+    s.limits(verify_before_answer=True, max_iterations=3, iteration_budget=3)
+    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
+             tool_calls(("read_file", {"path": "out.txt"})))
+    result = s.turn("Save 42 to out.txt.")
+    s.expect(result is not None and result.final_response == "Saved 42." and result.completed,
+             "the held-back answer was delivered")
+    s.expect(all(c.request.purpose != "grace" for c in s.world.calls), "no summary call was made")
+    s.expect(s.world.calls[2].request.messages[-1].content == PRE_VERIFY_NUDGE,
+             "the model was asked to verify")
+
+
+@scenario("An answer given after verifying is the one delivered",
+          invariants=("FIN-1", "LOOP-3", "SCAF-1"), stage="loop_fire")
+def verified_answer_is_delivered(s: Story) -> None:
+    s.limits(verify_before_answer=True)
+    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
+             tool_calls(("read_file", {"path": "out.txt"})), text("Saved 42, and checked it."))
+    result = s.turn("Save 42 to out.txt.")
+    s.expect(result is not None and result.final_response == "Saved 42, and checked it.",
+             "the verified answer is the answer")
+
+
+@scenario("A fallback with a smaller window gets a request rebuilt and preflighted for that "
+          "window, never the primary's request as it was",
+          invariants=("LOOP-6", "CMP-7"), stage="loop_fire")
+def fallback_request_fits_the_fallback_window(s: Story) -> None:
+    tiny = ProviderRoute(model="fallback-tiny", context_window_tokens=200, token_ratio=1.25)
+    s.files({"big.txt": "; ".join(["the quarterly figures, in words"] * 20) + "."})
+    s.limits(fallback_providers=(tiny,))
+    s.script(tool_calls(("read_file", {"path": "big.txt"})),
+             *(ProviderServerError("overloaded", status=503) for _ in range(4)))
+    s.use_provider_for(tiny.model, FunctionProvider(lambda request: text("Figures, summarized.")))
+    result = s.turn("Summarize big.txt.")
+    s.expect(result is not None, "the turn ended")
+    big = [c for c in s.world.calls if c.request.model == tiny.model
+           and c.request.prompt_tokens > tiny.context_window_tokens]
+    s.expect(not big, "no request past the fallback's window was sent to it")

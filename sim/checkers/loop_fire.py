@@ -1,0 +1,543 @@
+"""Checkers of the loop under fire, each judged from the world's call log and the record.
+
+Theory of operation
+-------------------
+Which decision the loop took is visible in what followed it: the request after an empty
+reply ends on a nudge, on the model's reasoning handed back as a prefill, repeats the
+same messages, or goes to another model; the turn's completion holds the streamed or
+the earlier text, or the ``(empty)`` sentinel. ``empty_ladder_in_order`` reads that
+*observed* rung from the recorded bodies, derives the rung the ladder's order demands
+from the same record with counters of its own, and requires the two to agree, for every
+empty reply (a reply that nothing explains is a finding: silence never passes).
+
+The others read the same way: the models the world was asked (LOOP-6), the world's
+own log of credential renewals and of what the user did to a running turn
+(``World.interventions``: LOOP-5, LOOP-4, FIN-4), the stored rows of interrupted and
+redirected turns, and the number of calls each turn made against a bound derived from
+the limits (liveness).
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+from typing import Any
+
+from hermes_ref.closure import NOT_RUN_TEXT
+from hermes_ref.ladder import HOUSEKEEPING_TOOLS, inline_reasoning, reasoning_of, visible_text
+from hermes_ref.limits import Limits
+from hermes_ref.models import ProviderReply, Role
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
+from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
+from hermes_ref.tokens import count_wire_messages
+from sim.checkers.base import (
+    Observation,
+    TurnKey,
+    TurnView,
+    Violation,
+    checker,
+    is_grace,
+    ran_in,
+)
+from sim.checkers.lease import lost_leases
+from sim.checkers.wire import sent_messages
+from sim.world import CallRecord
+
+# ---- shared readings ----------------------------------------------------------------------
+
+
+def user_interrupted(obs: Observation) -> set[TurnKey]:
+    """(session, turn) of every turn the user interrupted while it ran (the world's log)."""
+    return {(i.session_id, i.turn_id) for i in obs.interventions
+            if i.what == "interrupt" and i.turn_id is not None}
+
+
+def interrupted(obs: Observation) -> set[TurnKey]:
+    """Turns something outside stopped: the user, or the loss of their lease (LEASE-4)."""
+    return user_interrupted(obs) | {(s, t) for s, t in lost_leases(obs)}
+
+
+def _drained(obs: Observation, view: TurnView) -> list[str]:
+    return [i.text for i in obs.interventions
+            if i.what == "drained" and (i.session_id, i.turn_id) == (view.session_id, view.turn_id)]
+
+
+def _is_empty(reply: ProviderReply | None) -> bool:
+    return reply is not None and not reply.tool_calls and not visible_text(reply.content)
+
+
+def _messages(call: CallRecord) -> list[dict[str, Any]]:
+    sent = sent_messages(call)
+    return sent if isinstance(sent, list) else []
+
+
+def model_of(call: CallRecord) -> str:
+    try:
+        body = call.sent
+    except ValueError:
+        return ""
+    return str(body.get("model", "")) if isinstance(body, dict) else ""
+
+
+def _budgeted(view: TurnView) -> list[CallRecord]:
+    return [c for c in view.calls if not is_grace(c) and c.cut is None]
+
+
+def withheld_answers(view: TurnView) -> list[str]:
+    """Texts the turn's replies gave that the next request held back for verification
+    (FIN-1's gate): that request ends on the pre-verify nudge after the text."""
+    out = []
+    calls = view.calls
+    for call, nxt in pairwise(calls):
+        reply = call.reply
+        sent = _messages(nxt)
+        if reply is None or reply.tool_calls or len(sent) < 2:
+            continue
+        text = visible_text(reply.content)
+        if text and sent[-1].get("content") == PRE_VERIFY_NUDGE \
+                and sent[-2].get("content") == text:
+            out.append(text)
+    return out
+
+
+def recovered_answer(view: TurnView) -> str | None:
+    """The answer the ladder's first two rungs take from the record: the visible text the
+    last reply streamed, or the text of the housekeeping round before it (LOOP-8)."""
+    calls = _budgeted(view)
+    if not calls or not _is_empty(calls[-1].reply):
+        return None
+    last = calls[-1].reply
+    assert last is not None
+    streamed = visible_text(last.streamed_text)
+    if streamed:
+        return streamed
+    return _prior_text(calls, len(calls) - 1)
+
+
+def _prior_text(calls: list[CallRecord], index: int) -> str | None:
+    for earlier in reversed(calls[:index]):
+        reply = earlier.reply
+        if reply is not None and reply.tool_calls:
+            text = visible_text(reply.content)
+            names = {c.name for c in reply.tool_calls}
+            return text if text and names <= HOUSEKEEPING_TOOLS else None
+    return None
+
+
+# ---- LOOP-8: the empty-reply ladder ----------------------------------------------------------
+
+
+class _Walk:
+    """The ladder's counters, as the record shows them so far in one turn."""
+
+    def __init__(self) -> None:
+        self.tool_rounds = 0
+        self.nudged_round = -1  # the tool round the last nudge answered
+        self.prefills = 0
+        self.retries = 0
+        self.switches = 0
+
+    def expected(self, limits: Limits, calls: list[CallRecord], index: int) -> str:
+        reply = calls[index].reply
+        assert reply is not None
+        if visible_text(reply.streamed_text):
+            return "streamed"
+        if self.tool_rounds and _prior_text(calls, index) is not None:
+            return "prior_text"
+        if self.tool_rounds and self.nudged_round != self.tool_rounds \
+                and not inline_reasoning(reply.content):
+            return "nudge"
+        if reasoning_of(reply) and self.prefills < limits.thinking_prefill_retries_max:
+            return "prefill"
+        if self.retries < limits.empty_retries_max:
+            return "retry"
+        if self.switches < len(limits.fallback_providers):
+            return "fallback"
+        return "sentinel"
+
+    def took(self, rung: str) -> None:
+        if rung == "nudge":
+            self.nudged_round = self.tool_rounds
+        elif rung == "prefill":
+            self.prefills += 1
+        elif rung == "retry":
+            self.retries += 1
+        elif rung == "fallback":
+            self.switches += 1
+            self.retries = 0
+
+
+def _observed(view: TurnView, calls: list[CallRecord], index: int) -> str | None:
+    """The rung the record shows after the empty reply at ``index`` (None: not judged)."""
+    call, reply = calls[index], calls[index].reply
+    assert reply is not None
+    following = [c for c in view.calls[view.calls.index(call) + 1:] if c.cut is None]
+    nxt = following[0] if following else None
+    line, done = view.exit, view.completion
+    if nxt is None or is_grace(nxt):
+        if line is None or line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED,
+                                           ExitReason.INTERRUPTED):
+            return None  # out of budget before the next rung, or stopped from outside
+        answer = done.final_response if done is not None else None
+        if line.reason is ExitReason.TEXT_RESPONSE and answer:
+            if answer == visible_text(reply.streamed_text):
+                return "streamed"
+            if answer == _prior_text(calls, index):
+                return "prior_text"
+        if line.reason is ExitReason.EMPTY_RESPONSE_EXHAUSTED and answer == EMPTY_SENTINEL:
+            return "sentinel"
+        return "unexplained"
+    if model_of(nxt) != model_of(call):
+        return "fallback"
+    sent, before = _messages(nxt), _messages(call)
+    if len(sent) >= 2 and sent[-1].get("content") == EMPTY_AFTER_TOOLS_NUDGE \
+            and sent[-2].get("content") == EMPTY_SENTINEL:
+        return "nudge"
+    thought = reasoning_of(reply)
+    if sent and thought and sent[-1].get("role") == Role.ASSISTANT.value \
+            and sent[-1].get("content") == thought:
+        return "prefill"
+    if sent == before:
+        return "retry"
+    return "unexplained"
+
+
+@checker("empty_ladder_in_order", ("LOOP-8",),
+         "after every empty (or reasoning-only) reply the record shows the rung the ladder's "
+         "order demands: streamed text, earlier text, nudge, prefill, retry, fallback, sentinel")
+def empty_ladder_in_order(obs: Observation) -> list[Violation]:
+    out = []
+    for view in obs.ended_turns():
+        if _drained(obs, view) or any(c.reply is not None and c.reply.finish_reason == "tool_calls"
+                                      and not c.reply.tool_calls for c in view.calls):
+            continue  # a correction or a dropped-call re-prompt (LOOP-7) steers these turns
+        calls = _budgeted(view)
+        walk = _Walk()
+        for index, call in enumerate(calls):
+            reply = call.reply
+            if reply is not None and reply.tool_calls:
+                walk.tool_rounds += 1
+            if not _is_empty(reply):
+                continue
+            seen = _observed(view, calls, index)
+            if seen is None:
+                break
+            want = walk.expected(obs.limits, calls, index)
+            if seen != want:
+                out.append(Violation("empty_ladder_in_order", "LOOP-8",
+                                     f"turn {view.key}: after the empty reply at effect {call.seq} "
+                                     f"the record shows {seen}, the ladder demands {want}"))
+                break
+            walk.took(seen)
+    return out
+
+
+# ---- LOOP-6: fallback providers ------------------------------------------------------------
+
+
+def _chain(limits: Limits) -> list[str]:
+    return [limits.model, *(r.model for r in limits.fallback_providers)]
+
+
+@checker("fallback_routes", ("LOOP-6",),
+         "a turn starts on the primary, moves down the fallback chain only, and every request "
+         "to a fallback fits that fallback's window by its own token count")
+def fallback_routes(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    chain = _chain(obs.limits)
+    routes = {r.model: r for r in obs.limits.fallback_providers}
+    for view in obs.ended_turns():
+        tag = f"turn {view.key}"
+        position = 0
+        for n, call in enumerate(view.calls):
+            model = model_of(call)
+            where = chain.index(model) if model in chain else -1
+            if n == 0 and where != 0:
+                out.append(_v6(f"{tag} began on {model!r}, not the primary {chain[0]!r}"))
+                break
+            if where < position or where > position + 1:
+                out.append(_v6(f"{tag} went from {chain[position]!r} to {model!r} at effect "
+                               f"{call.seq}: not the next route of the chain"))
+                break
+            position = where
+            route = routes.get(model)
+            if route is not None:
+                tokens = count_wire_messages(_messages(call)) * route.token_ratio
+                if tokens > route.context_window_tokens:
+                    out.append(_v6(f"{tag} sent {tokens:.0f} tokens to {model!r} at effect "
+                                   f"{call.seq}, past its {route.context_window_tokens}-token window"))
+        out.extend(_v6(f"{tag}: {p}") for p in _spent_without_switch(obs, view, chain))
+    return out
+
+
+def _spent_without_switch(obs: Observation, view: TurnView, chain: list[str]) -> list[str]:
+    """A route whose retries were spent must hand over to the next one, if there is one."""
+    limits = obs.limits
+    calls = view.calls
+    for n, call in enumerate(calls):
+        if call.error not in ("ProviderServerError", "ProviderTimeout", "RateLimited"):
+            continue
+        same = [c for c in calls[:n + 1] if c.request is call.request and c.error is not None]
+        if len(same) <= limits.transient_retries_max:
+            continue
+        model = model_of(call)
+        has_next = model in chain and chain.index(model) + 1 < len(chain)
+        failed = sum(1 for c in calls[:n + 1] if c.error is not None)
+        if not has_next or failed >= limits.outer_loop_errors_max:
+            continue
+        nxt = calls[n + 1] if n + 1 < len(calls) else None
+        if nxt is None and refused_by_preflight(view):
+            continue  # switched, and preflight refused the rebuilt request for the fallback
+        if nxt is None or model_of(nxt) == model:
+            return [f"{model!r} failed {len(same)} times on one request (retries spent) and "
+                    f"the next call did not go to {chain[chain.index(model) + 1]!r}"]
+    return []
+
+
+def refused_by_preflight(view: TurnView) -> bool:
+    """The turn ended because preflight would not send its next request (CMP-7)."""
+    line = view.exit
+    return line is not None and (line.reason in CONTEXT_PRESSURE_EXITS
+                                 or line.detail.startswith("context_overflow"))
+
+
+def _v6(message: str) -> Violation:
+    return Violation("fallback_routes", "LOOP-6", message)
+
+
+# ---- LOOP-5: auth refresh, the local bug, the error cap -----------------------------------
+
+
+@checker("credentials_renewed_once", ("LOOP-5",),
+         "an auth error is tried again only after the world renewed the credentials, once "
+         "per request, and never more often than auth_refreshes_max")
+def credentials_renewed_once(obs: Observation) -> list[Violation]:
+    out = []
+    for view in obs.ended_turns():
+        renewals = [i.seq for i in obs.interventions
+                    if i.what == "credentials" and i.turn_id == view.turn_id]
+        calls = view.calls
+        for call, nxt in pairwise(calls):
+            if call.error != "ProviderAuthError" or nxt.request is not call.request:
+                continue
+            between = [s for s in renewals if call.seq <= s < nxt.seq]
+            if len(between) != 1:
+                out.append(Violation("credentials_renewed_once", "LOOP-5",
+                                     f"turn {view.key} tried again at effect {nxt.seq} after an "
+                                     f"auth error with {len(between)} credential renewals between"))
+        per_request: dict[int, int] = {}
+        for call in calls:
+            if call.error == "ProviderAuthError":
+                per_request[id(call.request)] = per_request.get(id(call.request), 0) + 1
+        if any(n > obs.limits.auth_refreshes_max + 1 for n in per_request.values()):
+            out.append(Violation("credentials_renewed_once", "LOOP-5",
+                                 f"turn {view.key} retried an auth error past auth_refreshes_max"))
+    return out
+
+
+def unprocessable(reply: ProviderReply | None) -> bool:
+    """A reply no retry can make processable: arguments nested past the parser's limit."""
+    for call in reply.tool_calls if reply is not None else ():
+        try:
+            json.loads(call.arguments)
+        except RecursionError:
+            return True
+        except ValueError:
+            continue
+    return False
+
+
+@checker("local_bug_stops_at_once", ("LOOP-5",),
+         "a reply the engine cannot process ends the turn local_processing_error at once: "
+         "no later call, no tool run; and that exit names such a reply")
+def local_bug_stops_at_once(obs: Observation) -> list[Violation]:
+    out = []
+    for view in obs.ended_turns():
+        bad = [c for c in view.calls if unprocessable(c.reply)]
+        line = view.exit
+        reason = line.reason if line is not None else None
+        if bad and (bad[0] is not view.calls[-1] or reason is not ExitReason.LOCAL_PROCESSING_ERROR):
+            later = len(view.calls) - view.calls.index(bad[0]) - 1
+            shown = reason.value if reason is not None else None
+            out.append(Violation("local_bug_stops_at_once", "LOOP-5",
+                                 f"turn {view.key} got an unprocessable reply at effect "
+                                 f"{bad[0].seq}, then made {later} more calls and ended {shown}"))
+        elif not bad and reason is ExitReason.LOCAL_PROCESSING_ERROR:
+            out.append(Violation("local_bug_stops_at_once", "LOOP-5",
+                                 f"turn {view.key} ended local_processing_error on no such reply"))
+    return out
+
+
+# ---- FIN-4: interrupted turns close their tool sequence ------------------------------------
+
+
+@checker("interrupted_turns_closed", ("FIN-4",),
+         "a turn the user interrupted ends interrupted, and its durable rows give every call "
+         "exactly one result and end on no dangling call")
+def interrupted_turns_closed(obs: Observation) -> list[Violation]:
+    out = []
+    stopped = user_interrupted(obs)
+    lost = lost_leases(obs)
+    for view in obs.ended_turns():
+        key = (view.session_id, view.turn_id)
+        line = view.exit
+        if key in stopped and line is not None and line.reason is not ExitReason.INTERRUPTED \
+                and not (view.calls and is_grace(view.calls[-1])):
+            out.append(_v4f(f"turn {view.key} was interrupted by the user but ended "
+                            f"{line.reason.value}"))
+        if line is None or line.reason is not ExitReason.INTERRUPTED or key in lost:
+            continue  # a lost lease writes nothing more (LEASE-4): its closure is the next turn's
+        problem = _open_sequence(view)
+        if problem is not None:
+            out.append(_v4f(f"interrupted turn {view.key}: {problem}"))
+    return out
+
+
+def _open_sequence(view: TurnView) -> str | None:
+    results: dict[str, int] = {}
+    calls: list[str] = []
+    for row in view.rows:
+        calls.extend(c.id for c in row.tool_calls)
+        if row.role is Role.TOOL and row.tool_call_id is not None:
+            results[row.tool_call_id] = results.get(row.tool_call_id, 0) + 1
+    for call_id in calls:
+        if results.get(call_id, 0) != 1:
+            return f"call {call_id} has {results.get(call_id, 0)} results"
+    tail = view.rows[-1] if view.rows else None
+    if tail is not None and tail.tool_calls:
+        return f"it ends on the dangling call row #{tail.row_id}"
+    return None
+
+
+def _v4f(message: str) -> Violation:
+    return Violation("interrupted_turns_closed", "FIN-4", message)
+
+
+@checker("interrupted_calls_told_truly", ("TOOL-3",),
+         "in a turn the user interrupted, a call the tool world started never gets a result "
+         "saying it was not run: its effect may have happened")
+def interrupted_calls_told_truly(obs: Observation) -> list[Violation]:
+    out = []
+    stopped = user_interrupted(obs)
+    for view in obs.ended_turns():
+        key = (view.session_id, view.turn_id)
+        if key not in stopped:
+            continue
+        started = {e.call_id for e in obs.ledger if ran_in(obs, e) == key}
+        for row in view.rows:
+            if row.role is Role.TOOL and row.tool_call_id in started \
+                    and (row.content or "").startswith(NOT_RUN_TEXT.split(":")[0]):
+                out.append(Violation("interrupted_calls_told_truly", "TOOL-3",
+                                     f"turn {view.key}: call {row.tool_call_id} ran in the tool "
+                                     f"world, but its result row #{row.row_id} says it was not run"))
+    return out
+
+
+# ---- LOOP-4: corrections and reasoning ----------------------------------------------------
+
+
+@checker("corrections_taken_in", ("LOOP-4",),
+         "a correction the turn took in is a user row of it; a reply a correction cut is "
+         "stored as its visible text, or hidden; no stored row carries a reply's reasoning")
+def corrections_taken_in(obs: Observation) -> list[Violation]:
+    out = []
+    for view in obs.ended_turns():
+        rows = view.rows
+        users = [m.content for m in rows if m.role is Role.USER]
+        for text in _drained(obs, view):
+            if not any(u is not None and text in u for u in users):
+                out.append(_v4(f"turn {view.key} took in the correction {text[:30]!r} and "
+                               "stored no user row holding it"))
+        for call in view.calls:
+            if call.cut is not None and not _drained(obs, view) and view.exit is not None \
+                    and view.exit.reason is not ExitReason.INTERRUPTED:
+                out.append(_v4(f"turn {view.key}: a correction cut the call at effect "
+                               f"{call.seq} and the turn never took it in"))
+        out.extend(_v4(f"turn {view.key}: {p}") for p in _reasoning_stored(view))
+    return out
+
+
+def _reasoning_stored(view: TurnView) -> list[str]:
+    thoughts = {reasoning_of(c.reply) for c in view.calls if c.reply is not None}
+    thoughts = {t for t in thoughts if len(t) >= 6}
+    for row in view.rows:
+        for stored in (row.content or "", row.api_content or ""):
+            for thought in thoughts:
+                if thought in stored:
+                    return [f"row #{row.row_id} stores the reasoning {thought[:30]!r}"]
+            if "<think>" in stored.lower():
+                return [f"row #{row.row_id} stores a think block"]
+    return []
+
+
+def _v4(message: str) -> Violation:
+    return Violation("corrections_taken_in", "LOOP-4", message)
+
+
+# ---- FIN-1: an answer held back for verification -------------------------------------------
+
+
+@checker("withheld_answer_reused", ("FIN-1",),
+         "a turn that ran out of budget after its answer was held back for verification "
+         "delivers that answer, with no summary call")
+def withheld_answer_reused(obs: Observation) -> list[Violation]:
+    out = []
+    for view in obs.ended_turns():
+        held = withheld_answers(view)
+        if not held:
+            continue
+        line, done = view.exit, view.completion
+        graces = [c for c in view.calls if is_grace(c)]  # the held answer stands in for one
+        answer = done.final_response if done is not None else None
+        ran_out = line is not None and line.reason in (
+            ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED)
+        if graces or (ran_out and answer != held[-1]):
+            out.append(Violation("withheld_answer_reused", "FIN-1",
+                                 f"turn {view.key} ran out of budget with the answer "
+                                 f"{held[-1][:30]!r} held back, and delivered {answer!r} after "
+                                 f"{len(graces)} summary calls"))
+    return out
+
+
+# ---- liveness: every turn ends within a bound the limits give --------------------------------
+
+
+def call_bound(limits: Limits, tool_rounds: int) -> tuple[int, int, int]:
+    """(answered calls, failed calls, empty replies) one turn may make at most.
+
+    Each iteration sends at most one request that gets a reply, plus one grace call; failed
+    calls stop at ``outer_loop_errors_max`` (an overflow is compaction's to bound, CMP-7, and
+    not counted here); the ladder answers at most one nudge per tool round, the prefills,
+    and per route its retries and one switch or the sentinel.
+    """
+    answered = limits.max_iterations + 1
+    failed = limits.outer_loop_errors_max
+    routes = 1 + len(limits.fallback_providers)
+    empties = tool_rounds + limits.thinking_prefill_retries_max + routes * (limits.empty_retries_max + 1)
+    return answered, failed, empties
+
+
+@checker("turns_end_within_bound", ("LOOP-5", "LOOP-8"),
+         "every turn that ended made no more calls than its limits allow: answered calls, "
+         "failed calls and empty replies each within a bound derived from the limits")
+def turns_end_within_bound(obs: Observation) -> list[Violation]:
+    out = []
+    for view in obs.ended_turns():
+        if _drained(obs, view):
+            continue  # a correction starts the ladder over
+        calls = [c for c in view.calls if c.cut is None]
+        rounds = sum(1 for c in calls if c.reply is not None and c.reply.tool_calls)
+        answered_max, failed_max, empties_max = call_bound(obs.limits, rounds)
+        failed = sum(1 for c in calls if c.error not in (None, "ContextOverflow"))
+        answered = len(calls) - failed
+        empties = sum(1 for c in calls if _is_empty(c.reply) and not is_grace(c)
+                      and c.reply is not None and c.reply.finish_reason != "tool_calls")
+        tag = f"turn {view.key}"
+        if failed > failed_max:
+            out.append(Violation("turns_end_within_bound", "LOOP-5",
+                                 f"{tag} made {failed} failed calls, past the bound {failed_max}"))
+        if empties > empties_max or answered > answered_max:
+            out.append(Violation("turns_end_within_bound", "LOOP-8",
+                                 f"{tag} got {empties} empty replies in {answered} answered calls, "
+                                 f"past the bounds {empties_max} and {answered_max}"))
+    return out

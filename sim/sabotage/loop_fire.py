@@ -1,0 +1,176 @@
+"""Broken loops under fire: a ladder out of order or without a bound, a fallback that never
+switches, an auth retry without renewal, a local bug retried, an interrupted turn left open,
+a correction that keeps the reasoning or is never taken in, a held-back answer forgotten."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Any
+from unittest import mock
+
+from hermes_ref import closure, finalizer, ladder, loop, redirect, routes
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import Sleep
+from hermes_ref.limits import ProviderRoute
+from hermes_ref.models import Message, ProviderReply, Role
+from hermes_ref.outcomes import ExitReason
+from hermes_ref.wire import ProviderRequest
+from sim.sabotage.base import sabotage
+
+# ---- LOOP-8: the empty-reply ladder ---------------------------------------------------------
+
+
+def _rung(name: str) -> int:
+    return next(i for i, r in enumerate(ladder.RUNGS) if r.name == name)
+
+
+def _retry_before_prefill() -> list[AbstractContextManager[Any]]:
+    rungs = list(ladder.RUNGS)
+    prefill, retry = _rung("prefill"), _rung("retry")
+    rungs[prefill], rungs[retry] = rungs[retry], rungs[prefill]
+    return [mock.patch.object(ladder, "RUNGS", tuple(rungs))]
+
+
+sabotage("ladder_retries_before_prefill", ("LOOP-8",),
+         "the ladder's table lists the plain retry before the thinking prefill, so a model that "
+         "only reasoned is asked again blind")(_retry_before_prefill)
+
+
+def _retries_never_spent() -> list[AbstractContextManager[Any]]:
+    rungs = list(ladder.RUNGS)
+    index = _rung("retry")
+    rungs[index] = replace(rungs[index], act=lambda ctx, reply: None)
+    return [mock.patch.object(ladder, "RUNGS", tuple(rungs))]
+
+
+sabotage("empty_retries_never_counted", ("LOOP-8",),
+         "the retry rung forgets to count its retry, so empty replies are retried until the "
+         "budget ends")(_retries_never_spent)
+
+
+# ---- LOOP-6: fallback providers ---------------------------------------------------------------
+
+
+def _route_without_switch() -> list[AbstractContextManager[Any]]:
+    def fall_back(ctx: TurnContext) -> ProviderRoute:
+        ctx.state.route += 1  # the chain moves on, the turn's model and window do not
+        return ctx.limits.fallback_providers[ctx.state.route - 1]
+    return [mock.patch.object(routes, "fall_back", fall_back)]
+
+
+sabotage("fallback_never_switches_the_request", ("LOOP-6",),
+         "falling back advances the route index but leaves the turn's model and window as "
+         "they were, so the next request goes to the primary again")(_route_without_switch)
+
+
+def _switch_without_preflight() -> list[AbstractContextManager[Any]]:
+    original = loop.call_with_retries
+
+    async def hurried(ctx: TurnContext, request: ProviderRequest) -> ProviderReply | None:
+        route = ctx.state.route
+        reply = await original(ctx, request)
+        if reply is None and not ctx.ended and ctx.state.route != route:
+            ctx.state.api_calls += 1  # straight to the fallback, past its preflight
+            return await original(ctx, loop.build_request(ctx))
+        return reply
+    return [mock.patch.object(loop, "call_with_retries", hurried)]
+
+
+sabotage("fallback_called_without_preflight", ("LOOP-6",),
+         "after a switch the loop calls the fallback at once with a request built for it, "
+         "without running preflight against the fallback's smaller window")(
+    _switch_without_preflight)
+
+
+# ---- LOOP-5: classification ----------------------------------------------------------------
+
+
+def _auth_without_refresh() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(loop, "RefreshCredentials", lambda model: Sleep(0.0))]
+
+
+sabotage("auth_retried_without_refresh", ("LOOP-5",),
+         "an auth error is retried at once with the same credentials, never renewing them "
+         "through the port")(_auth_without_refresh)
+
+
+def _local_bug_is_bad_json() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(loop, "local_problem", lambda reply: None)]
+
+
+sabotage("local_bug_taken_for_bad_json", ("LOOP-5",),
+         "arguments nested past the parser's limit are treated as malformed JSON and asked "
+         "for again, spending budget on a reply that fails the same way every time")(
+    _local_bug_is_bad_json)
+
+
+# ---- FIN-4: an interrupted turn closes its tool sequence ---------------------------------------
+
+
+def _interrupted_left_open() -> list[AbstractContextManager[Any]]:
+    original = finalizer._failure_boundary
+
+    async def boundary(ctx: TurnContext) -> None:
+        if ctx.ending.reason is ExitReason.INTERRUPTED:
+            return  # "an interrupt is not a failure": nothing is closed
+        await original(ctx)
+    return [mock.patch.object(finalizer, "_failure_boundary", boundary)]
+
+
+sabotage("interrupted_turn_left_open", ("FIN-4",),
+         "the finalizer closes the open tool sequence of failed turns only, so a turn the user "
+         "interrupted mid-batch leaves calls without results")(_interrupted_left_open)
+
+
+def _running_call_not_run() -> list[AbstractContextManager[Any]]:
+    original = finalizer._open_call_text
+
+    def text_of(ctx: TurnContext) -> Callable[[str], str]:
+        told = original(ctx)
+        interrupted = ctx.state.interrupted_calls  # "interrupted means it did not run"
+        return lambda call_id: closure.NOT_RUN_TEXT if call_id in interrupted else told(call_id)
+    return [mock.patch.object(finalizer, "_open_call_text", text_of)]
+
+
+sabotage("interrupted_call_reported_not_run", ("TOOL-3",),
+         "the finalizer closes every open call of an interrupted turn as not run, the call "
+         "that was running when the user stopped it included")(_running_call_not_run)
+
+
+# ---- LOOP-4: corrections ------------------------------------------------------------------
+
+
+def _partial_kept_raw() -> list[AbstractContextManager[Any]]:
+    def placeholder(ctx: TurnContext, partial: str | None) -> Message:
+        return Message(role=Role.ASSISTANT, content=partial or "", turn_id=ctx.turn_id)
+    return [mock.patch.object(redirect, "placeholder", placeholder)]
+
+
+sabotage("cut_reply_keeps_its_reasoning", ("LOOP-4",),
+         "the reply a correction cut is stored as the raw text streamed, think block and all")(
+    _partial_kept_raw)
+
+
+def _never_drained() -> list[AbstractContextManager[Any]]:
+    async def take(ctx: TurnContext) -> None:
+        ctx.state.cut_partial = None
+    return [mock.patch.object(redirect, "take_redirects", take)]
+
+
+sabotage("corrections_never_taken_in", ("LOOP-4",),
+         "the loop no longer drains corrections at its top: a cut call is simply asked again")(
+    _never_drained)
+
+
+# ---- FIN-1: the answer held back for verification ------------------------------------------
+
+
+def _withheld_forgotten() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(finalizer, "_reuse_withheld", lambda ctx, answer: None)]
+
+
+sabotage("withheld_answer_forgotten", ("FIN-1",),
+         "the budget fallback ignores the answer the verification gate held back and asks for "
+         "a summary instead")(_withheld_forgotten)
