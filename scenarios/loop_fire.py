@@ -321,3 +321,14 @@ def fallback_request_fits_the_fallback_window(s: Story) -> None:
     big = [c for c in s.world.calls if c.request.model == tiny.model
            and c.request.prompt_tokens > tiny.context_window_tokens]
     s.expect(not big, "no request past the fallback's window was sent to it")
+
+
+@scenario("A model that never says anything ends on the sentinel within the calls its limits "
+          "allow", invariants=("LOOP-8", "LOOP-3"), stage="loop_fire")
+def silent_model_ends_within_the_bound(s: Story) -> None:
+    s.limits(max_iterations=20, iteration_budget=20)
+    s.use_provider(FunctionProvider(lambda request: EMPTY))
+    result = s.turn("Hello?")
+    s.expect(result is not None and result.exit_reason is ExitReason.EMPTY_RESPONSE_EXHAUSTED,
+             "the ladder ran out")
+    s.expect(len(s.world.calls) == 4, f"the first reply and three retries, not {len(s.world.calls)}")
