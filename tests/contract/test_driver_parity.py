@@ -27,6 +27,7 @@ from hermes_ref.shell.driver import AsyncDriver
 from hermes_ref.shell.http_provider import HttpProvider
 from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from hermes_ref.tool_specs import REFERENCE_TOOLS
+from sim.clock import DEFAULT_EPOCH_S
 from sim.driver import SimDriver
 from sim.provider import ScriptedProvider, Step, text, tool_calls
 from sim.provider_http import handle_http
@@ -115,8 +116,12 @@ async def run_async(case: Case, db: Path) -> Outcome:
 
     try:
         async with httpx.AsyncClient(transport=httpx.MockTransport(posted)) as client:
+            # the simulator's clock at the first turn, for the driver and the store's fence:
+            # the prompt records when the session started (CTX-3's volatile layer), so equal
+            # bodies need equal clocks
+            store.clock = lambda: DEFAULT_EPOCH_S
             driver = AsyncDriver(store=store, provider=HttpProvider("http://fake/v1", client=client),
-                                 tools=tools, sleep=no_sleep)
+                                 tools=tools, sleep=no_sleep, clock=store.clock)
             exits = [(await driver.run(engine.run_turn(TurnInput(SESSION, t)))).exit_reason.value
                      for t in case.turns]
         return Outcome(await store.snapshot(), exits, tools, bodies)
