@@ -8,6 +8,7 @@
     │   ├── ProviderError         mapped from HTTP/transport failures at the adapter boundary
     │   │   ├── RateLimited       429; carries Retry-After          (transient)
     │   │   ├── ProviderServerError  5xx, connection failures       (transient)
+    │   │   │   └── StreamCut     a stream that failed midway; carries its deltas
     │   │   ├── ProviderTimeout   connect/read timeout               (transient)
     │   │   ├── ContextOverflow   400 context_length_exceeded        (the turn fails closed)
     │   │   ├── ProviderAuthError 401/403                            (one refresh, then terminal)
@@ -31,6 +32,8 @@ maps them to one of the classes above, keeping the original as ``__cause__``.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class HermesRefError(Exception):
@@ -75,6 +78,18 @@ class ProviderServerError(ProviderError):
 
 class ProviderTimeout(ProviderError):
     transient = True
+
+
+class StreamCut(ProviderServerError):
+    """A stream that failed after delivering some deltas (a cut connection, a bad chunk).
+
+    ``deltas`` are the ones delivered before the failure, in order: the engine retries
+    a cut stream, unless the deltas already hold a whole final answer (FIN-2).
+    """
+
+    def __init__(self, message: str, *, deltas: tuple[Any, ...] = ()) -> None:
+        super().__init__(message, status=None)
+        self.deltas = deltas
 
 
 class ContextOverflow(ProviderError):

@@ -98,6 +98,8 @@ class Limits(BaseModel):
     empty_retries_max: int = 3
     invalid_json_retries_max: int = 3
     invalid_tool_rounds_max: int = 3
+    # DEL / FIN-2: ask for streamed replies; their deltas become the turn's delta events
+    stream_replies: bool = True
     outer_loop_errors_max: int = 8     # LOOP-5: failed calls of one turn, whatever their kind
     # LOOP-6: the providers a turn falls back to, in order, once the primary is spent
     fallback_providers: tuple[ProviderRoute, ...] = ()

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 
-from hermes_ref import ladder, preflight, redirect, reply_intake, routes, tool_round
+from hermes_ref import ladder, preflight, redirect, reply_intake, routes, streaming, tool_round
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import CallProvider, Jitter, RefreshCredentials, Sleep
 from hermes_ref.errors import (
@@ -51,6 +51,7 @@ from hermes_ref.errors import (
     ProviderError,
     RateLimited,
     Redirected,
+    StreamCut,
     TurnInterrupted,
 )
 from hermes_ref.models import Message, ProviderReply, Role, ScaffoldFlag, ToolKind
@@ -75,6 +76,7 @@ def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "
         tools=ctx.tools if with_tools else (),
         prompt_tokens=_route_tokens(ctx, system.tokens + ctx.transcript.tokens),
         max_tokens=ctx.limits.max_tokens,
+        stream=ctx.limits.stream_replies,
         purpose=purpose,
     )
 
@@ -106,13 +108,19 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
         failure: ProviderError | None = None
         try:
             reply = await CallProvider(request, ctx.session_id, ctx.turn_id)
+        except StreamCut as broken:  # FIN-2: a stream that already held a whole answer is kept
+            recovered = streaming.recover(broken)
+            failure = broken if recovered is None else None
+            reply = recovered if recovered is not None else ProviderReply()
         except ProviderError as error:
             failure = error
         except Redirected as cut:  # LOOP-4: the loop takes the correction in at its top
             ctx.state.cut_partial = cut.partial
             return None
-        else:  # every reply, grace summary included: text the store can keep, an id per call
-            return reply_intake.admit_reply(reply)
+        if failure is None:  # every reply, grace summary included: text the store can keep,
+            reply = reply_intake.admit_reply(reply)  # an id per call; then its deltas (DEL-1)
+            await streaming.publish(ctx.session_id, ctx.turn_id, ctx.state.api_calls, reply)
+            return reply
         if isinstance(failure, ContextOverflow):
             ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"context_overflow: {failure}", failed=True)
             return None

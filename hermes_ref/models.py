@@ -270,6 +270,24 @@ class Usage(Frozen):
     cached_tokens: int = 0
 
 
+class StreamDelta(Frozen):
+    """One piece of a streamed reply, as the provider port delivered it (DEL-1, FIN-2).
+
+    ``kind`` says which part of the reply it extends: ``text`` (visible content),
+    ``reasoning`` (chain of thought: shown, never replayed), ``tool_call`` (a fragment of
+    call ``index``: its id and name arrive once, its arguments in pieces), ``usage``, or
+    ``finish`` (the finish reason: the model said it is done). ``reply_intake.accumulate``
+    folds an ordered tuple of them into the reply.
+    """
+
+    kind: Literal["text", "reasoning", "tool_call", "usage", "finish"]
+    text: str = ""  # the fragment: content, reasoning, arguments, or the finish reason
+    index: int = 0  # tool_call: which call of the reply
+    call_id: str | None = None
+    name: str | None = None
+    usage: Usage | None = None
+
+
 class ProviderReply(Frozen):
     """A parsed chat-completions choice (streamed replies are assembled first)."""
 
@@ -282,6 +300,8 @@ class ProviderReply(Frozen):
     # the visible text that reached the user as deltas before the reply was assembled; a
     # reply whose assembled content came back empty can still answer with it (LOOP-8 rung 1)
     streamed_text: str = ""
+    # a streamed reply: the deltas the port delivered, in order; the reply is their fold
+    deltas: tuple[StreamDelta, ...] = ()
 
 
 class SessionRecord(Frozen):
@@ -321,6 +341,9 @@ class EventKind(StrEnum):
 
     TURN_STARTED = "turn.started"
     TURN_OVERLAP = "turn.overlap"    # CTX-9: started before the previous turn's final persist
+    DELTA_TEXT = "delta.text"        # DEL-1: a streamed piece of visible text
+    DELTA_REASONING = "delta.reasoning"  # shown while streaming, never replayed
+    DELTA_TOOL_CALL = "delta.tool_call"  # a fragment of a streamed tool call
     TOOL_PROGRESS = "tool.progress"  # one per segment whose results are durable
     TURN_EXIT = "turn.exit"          # the exit line (FIN-7): ``outcomes.ExitLine``
     TURN_COMPLETED = "turn.completed"  # the final answer (DEL-1): ``outcomes.Completion``
@@ -335,3 +358,5 @@ class Event(Frozen):
     data: JsonDict = Field(default_factory=dict)
     at: float | None = None  # None: the driver stamps it with its clock when it is emitted
     seq: int | None = None
+    # DEL-2: this event's place in its turn (1, 2, ...), stamped by the driver at emit time
+    turn_seq: int | None = None

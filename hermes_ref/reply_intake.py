@@ -43,6 +43,17 @@ drops such a repeat in a separate step (``_deduplicate_tool_calls``), which this
 does not take on. Ids repeated across rounds are left alone: a result follows the row
 that made its call, so they are not ambiguous.
 
+**A reply that was streamed.** The provider port delivers a streamed reply as its
+ordered deltas (``StreamDelta``: text, reasoning, tool-call fragments, usage, finish), and
+``accumulate`` is the one fold that turns them into the reply, on whichever side of the
+boundary they are folded (the HTTP adapter folds what it read off the wire, the core
+folds what a cut stream left behind): text and reasoning pieces are joined, tool-call
+fragments are grouped by their ``index`` (id and name once, arguments in pieces), and
+the last finish reason and usage seen win. Text is cleaned once it is whole
+(``clean_reply``), never per delta, so a surrogate pair split across two deltas is
+joined. The reply keeps its deltas and ``streamed_text``, the visible text they carried;
+reasoning pieces go only to ``reasoning``, never to the content.
+
 Everything here is pure: a reply comes in, a reply goes out, and one that needs no
 change comes back as the very same object.
 """
@@ -51,7 +62,7 @@ from __future__ import annotations
 
 import re
 
-from hermes_ref.models import ProviderReply, ToolCall
+from hermes_ref.models import ProviderReply, StreamDelta, ToolCall, Usage
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
@@ -82,13 +93,15 @@ def _clean_call(call: ToolCall) -> ToolCall:
 def clean_reply(reply: ProviderReply) -> ProviderReply:
     """The reply with every string cleaned (``clean_text``); the same object if none changed."""
     content, reasoning = _clean_optional(reply.content), _clean_optional(reply.reasoning)
-    model = clean_text(reply.model)
+    model, streamed = clean_text(reply.model), clean_text(reply.streamed_text)
     calls = tuple(_clean_call(c) for c in reply.tool_calls)
     same_calls = all(a is b for a, b in zip(calls, reply.tool_calls, strict=True))
-    if same_calls and (content, reasoning, model) == (reply.content, reply.reasoning, reply.model):
+    if same_calls and (content, reasoning, model, streamed) == (
+            reply.content, reply.reasoning, reply.model, reply.streamed_text):
         return reply
     return reply.model_copy(update={
         "content": content, "reasoning": reasoning, "model": model, "tool_calls": calls,
+        "streamed_text": streamed,
     })
 
 
@@ -121,3 +134,40 @@ def admit_reply(reply: ProviderReply) -> ProviderReply:
     reply = clean_reply(reply)
     calls = unique_call_ids(reply.tool_calls)
     return reply if calls is reply.tool_calls else reply.model_copy(update={"tool_calls": calls})
+
+
+def accumulate(deltas: tuple[StreamDelta, ...], model: str = "") -> ProviderReply:
+    """The reply an ordered tuple of stream deltas makes (see the module docstring)."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, list[str | None]] = {}  # index -> [id, name, arguments...]
+    finish: str | None = None
+    usage = Usage()
+    for delta in deltas:
+        if delta.kind == "text":
+            text.append(delta.text)
+        elif delta.kind == "reasoning":
+            reasoning.append(delta.text)
+        elif delta.kind == "tool_call":
+            parts = calls.setdefault(delta.index, [None, None])
+            parts[0] = delta.call_id or parts[0]
+            parts[1] = delta.name or parts[1]
+            parts.append(delta.text)
+        elif delta.kind == "finish":
+            finish = delta.text or finish
+        elif delta.usage is not None:
+            usage = delta.usage
+    built = tuple(ToolCall(id=p[0] or "", name=p[1] or "", arguments="".join(
+        a for a in p[2:] if a is not None)) for _, p in sorted(calls.items()))
+    content = "".join(text) if text else None
+    reply = clean_reply(ProviderReply(
+        content=content, tool_calls=built,
+        finish_reason=finish or ("tool_calls" if built else "stop"),
+        reasoning="".join(reasoning) if reasoning else None, usage=usage, model=model,
+    ))
+    return reply.model_copy(update={"deltas": deltas, "streamed_text": reply.content or ""})
+
+
+def finished(deltas: tuple[StreamDelta, ...]) -> bool:
+    """The stream said it was done: a finish delta arrived (FIN-2 reads this)."""
+    return any(d.kind == "finish" for d in deltas)

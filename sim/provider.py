@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -78,7 +79,7 @@ from hermes_ref.errors import (
     ProviderTimeout,
     RateLimited,
 )
-from hermes_ref.models import Message, ProviderReply, Role, ToolCall, ToolSpec, Usage
+from hermes_ref.models import Message, ProviderReply, Role, StreamDelta, ToolCall, ToolSpec, Usage
 from hermes_ref.tokens import count_text
 from hermes_ref.wire import ProviderRequest
 
@@ -539,3 +540,39 @@ def _call_from_json(raw: object, where: str) -> ToolCall:
         raise BadInput(f"{where}: 'arguments' must be an object or a string")
     arguments = args if isinstance(args, str) else json.dumps(args)
     return ToolCall(id=str(raw.get("id") or ""), name=name, arguments=arguments)
+
+# ---- streaming: a reply as the deltas a streaming server sends -----------------------------
+
+
+def stream_deltas(reply: ProviderReply, pieces: int = 3) -> tuple[StreamDelta, ...]:
+    """``reply`` as the ordered deltas of a stream, as a chat-completions server sends them.
+
+    Reasoning first, then the text, each cut into at most ``pieces`` even parts (and
+    between the halves of a split surrogate pair, which travel in two deltas), then each
+    tool call (a head with its id and name, then its arguments in pieces), then the finish
+    reason and the usage: the very deltas ``sim.provider_http.completion_chunks`` sends,
+    so both drivers see one stream. ``hermes_ref.reply_intake.accumulate`` of the result gives back the
+    reply (cleaned), so a stream cut after delta ``n`` delivered exactly ``n`` of these.
+    """
+    out: list[StreamDelta] = [StreamDelta(kind="reasoning", text=p)
+                              for p in _stream_pieces(reply.reasoning, pieces)]
+    out += [StreamDelta(kind="text", text=p) for p in _stream_pieces(reply.content, pieces)]
+    for i, call in enumerate(reply.tool_calls):  # the head (id, name), then the arguments
+        out.append(StreamDelta(kind="tool_call", index=i, call_id=call.id, name=call.name))
+        out += [StreamDelta(kind="tool_call", index=i, text=f)
+                for f in _stream_pieces(call.arguments, pieces) if f]
+    out.append(StreamDelta(kind="finish", text=reply.finish_reason))
+    out.append(StreamDelta(kind="usage", usage=reply.usage))
+    return tuple(out)
+
+
+_BETWEEN_HALVES = re.compile(r"(?<=[\ud800-\udbff])(?=[\udc00-\udfff])")
+
+
+def _stream_pieces(value: str | None, count: int) -> list[str]:
+    """``value`` in at most ``count`` even pieces, cut also between surrogate halves."""
+    if value is None:
+        return []
+    size = max(1, -(-len(value) // count))
+    even = [value[i:i + size] for i in range(0, len(value), size)] or [""]
+    return [part for piece in even for part in _BETWEEN_HALVES.split(piece)]

@@ -167,6 +167,11 @@ class SqliteStore:
         if self._pending:
             self._write(ops.flush_events)
 
+    def events_after(self, session_id: str, turn_id: str, after_seq: int) -> tuple[Event, ...]:
+        """DEL-2: the committed events of one turn numbered after ``after_seq``."""
+        return ops.events_after(self._conn, session_id, turn_id, after_seq)
+
+
     # -- world operations -----------------------------------------------------------------
     def snapshot(self) -> DurableRecord:
         return lanes.snapshot(self._conn)  # sqlite_ops.snapshot plus the SES tables

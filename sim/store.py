@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hermes_ref import lease as lease_rules
+from hermes_ref.delivery import replay  # DEL-2
 from hermes_ref.errors import LeaseLost, PersistenceError
 from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord, LeaseGrantRow, LeaseRow, StoredMessage
@@ -254,6 +255,13 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
 
     def flush_events(self) -> None:
         self._commit_events()
+
+    def events_after(self, session_id: str, turn_id: str, after_seq: int) -> tuple[Event, ...]:
+        """DEL-2: the committed events of one turn numbered after ``after_seq``."""
+        committed = (e.model_copy(update={"seq": seq}) for seq, e in self._events
+                     if e.session_id == session_id and e.turn_id == turn_id)
+        return replay(committed, session_id, turn_id, after_seq)
+
 
     def take_pending_events(self) -> list[Event]:
         """Hand back the events no write has committed yet (a process keeps its own)."""

@@ -55,8 +55,9 @@ from hermes_ref.errors import (
     ProviderRejected,
     ProviderServerError,
     RateLimited,
+    StreamCut,
 )
-from hermes_ref.models import ProviderReply, ToolCall, Usage
+from hermes_ref.models import ProviderReply, StreamDelta, ToolCall, Usage
 from hermes_ref.reply_intake import clean_reply
 
 _SNIPPET_CHARS = 200  # how much of a foreign body an error message quotes
@@ -303,6 +304,8 @@ class StreamAssembler:
     _usage: Usage = field(default_factory=Usage)
     _model: str = ""
     _data: list[str] = field(default_factory=list)
+    # DEL-1 / FIN-2: every piece in arrival order, the deltas the engine folds and emits
+    deltas: list[StreamDelta] = field(default_factory=list)
     _line_no: int = 0
     _event_no: int = 0
 
@@ -326,6 +329,9 @@ class StreamAssembler:
 
     def finish(self) -> ProviderReply:
         self._dispatch()  # the last event may lack its closing blank line
+        if not self.done and self._finish is not None:  # said it was done, then just stopped
+            raise StreamCut("stream ended without 'data: [DONE]' after its finish chunk",
+                            deltas=tuple(self.deltas))
         if not self.done:
             raise MalformedReply("stream ended without 'data: [DONE]'")
         calls = tuple(self._assembled_call(i, p) for i, p in sorted(self._calls.items()))
@@ -363,6 +369,7 @@ class StreamAssembler:
         self._model = _optional_str(chunk.get("model"), f"{where}: model") or self._model
         if chunk.get("usage") is not None:
             self._usage = _usage(chunk["usage"])
+            self.deltas.append(StreamDelta(kind="usage", usage=self._usage))
         choices = chunk.get("choices")
         if choices is None or choices == []:
             return  # e.g. the trailing usage-only chunk
@@ -376,6 +383,8 @@ class StreamAssembler:
         delta = choice.get("delta")
         if delta is not None:
             self._apply_delta(_object(delta, f"{where}: choices[0].delta"), where)
+        if finish:
+            self.deltas.append(StreamDelta(kind="finish", text=finish))
 
     def _apply_delta(self, delta: dict[str, Any], where: str) -> None:
         """Fold one delta of choice 0 into the reply being assembled."""
@@ -383,9 +392,11 @@ class StreamAssembler:
         content = _optional_str(delta.get("content"), f"{path}.content")
         if content is not None:
             self._content.append(content)
+            self.deltas.append(StreamDelta(kind="text", text=content))
         reasoning = _reasoning(delta, path)
         if reasoning is not None:
             self._reasoning.append(reasoning)
+            self.deltas.append(StreamDelta(kind="reasoning", text=reasoning))
         calls = delta.get("tool_calls")
         if calls is None:
             return
@@ -408,6 +419,8 @@ class StreamAssembler:
         fragment = _optional_str(function.get("arguments"), f"{path}.function.arguments")
         if fragment is not None:
             partial.arguments = [*(partial.arguments or []), fragment]
+        self.deltas.append(StreamDelta(kind="tool_call", index=index, call_id=item.get("id"),
+                                       name=name, text=fragment or ""))
 
     @staticmethod
     def _assembled_call(index: int, partial: _PartialCall) -> ToolCall:

@@ -30,8 +30,11 @@ tightened by the driver's own ``tool_workers_max`` and ``tool_batch_deadline_s``
 Without threads the calls run one after another on the loop; the deadline is checked
 between calls, since a running call cannot be interrupted.
 
-``Emit`` logs the event with the store (it commits with the next write), then hands it
-to ``on_event``; a ``turn.exit`` event also becomes the one turn-exit log line (FIN-7).
+``Emit`` stamps the event (its clock time, its ``turn_seq``: ``hermes_ref.delivery``) and
+logs it with the store (it commits with the next write); a ``turn.exit`` event also becomes
+the one turn-exit log line (FIN-7). Events reach ``on_event`` and the live subscribers
+(``subscribe``) only once a write has committed them (DEL-2): the store calls back after
+each commit. A reconnecting client replays with ``events_after``.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ import random
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from hermes_ref import delivery  # DEL-2
 from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.admission import Ack, Refusal
@@ -102,6 +106,12 @@ class AsyncDriver:
         self.on_ack = on_ack  # ADM: hands the door's answers to whoever submitted
         self.log = log or logging.getLogger(__name__)
         self._sleep = sleep
+        # DEL-2: the live feed of committed events and each turn's event numbers
+        self.hub = delivery.Hub()
+        self._turn_seqs = delivery.TurnSeqs()
+        listen = getattr(store, "add_commit_listener", None)
+        if listen is not None:
+            listen(self._committed)
         self._corrections: dict[str, list[str]] = {}  # LOOP-4: session -> undrained corrections
         self._immediate = self._immediate_handlers()
         self._awaited = self._awaited_handlers()
@@ -264,17 +274,30 @@ class AsyncDriver:
         return tuple(self._corrections.pop(effect.session_id, ()))
 
     async def _emit(self, effect: fx.Emit) -> None:
-        event = effect.event
-        if event.at is None:
-            event = event.model_copy(update={"at": self.clock()})
-        await self.store.log_event(event)
-        if self.on_event is not None:
-            self.on_event(event)
+        event = self._turn_seqs.stamp(effect.event, self.clock())  # at, turn_seq (DEL-2)
+        await self.store.log_event(event)  # handed to on_event once committed (_committed)
         if event.kind is EventKind.TURN_EXIT:
             self._exit_line(ExitLine.of(event))
         elif event.kind is EventKind.TURN_OVERLAP:  # CTX-9: a warning, naming both turns
             self.log.warning("turn %s started before turn %s made its final persist",
                              event.turn_id, event.data.get("previous_turn_id"))
+
+    def _committed(self, events: Sequence[Event]) -> None:
+        """DEL-2: a write committed these events; only now do subscribers get them."""
+        self.hub.publish(events)
+        if self.on_event is not None:
+            for event in events:
+                self.on_event(event)
+
+    def subscribe(self, session_id: str, listener: Callable[[Event], None],
+                  turn_id: str | None = None) -> delivery.Subscription:
+        """DEL-2: a live feed of the session's (or one turn's) events, each once committed."""
+        return self.hub.subscribe(session_id, listener, turn_id)
+
+    async def events_after(self, session_id: str, turn_id: str,
+                           after_seq: int) -> tuple[Event, ...]:
+        """DEL-2: a reconnecting client's replay: the turn's committed events after its last."""
+        return await self.store.events_after(session_id, turn_id, after_seq)
 
     def _exit_line(self, line: ExitLine) -> None:
         """FIN-7: one line per turn; WARNING when the engine says so."""

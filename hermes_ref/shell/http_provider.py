@@ -20,6 +20,9 @@ transport's own failures map here, each keeping the foreign exception as ``__cau
 
     httpx.TimeoutException                    ProviderTimeout                      transient
     httpx.InvalidURL                          ProviderRejected        (will not fix itself)
+    a transport failure (not a timeout)       StreamCut(deltas=what came)          transient
+      after a delta arrived, or no [DONE]
+      after the finish chunk
     any other transport failure               ProviderServerError(status=None)     transient
       (a body cut before its end, a stream
       without its last chunk, included:
@@ -38,7 +41,13 @@ from types import TracebackType
 
 import httpx
 
-from hermes_ref.errors import ProviderError, ProviderRejected, ProviderServerError, ProviderTimeout
+from hermes_ref.errors import (
+    ProviderError,
+    ProviderRejected,
+    ProviderServerError,
+    ProviderTimeout,
+    StreamCut,
+)
 from hermes_ref.models import ProviderReply
 from hermes_ref.shell.chat_wire import (
     StreamAssembler,
@@ -123,11 +132,19 @@ class HttpProvider:
                 # The server ignored "stream": true and sent one whole completion.
                 return parse_completion(decode_json_body(await response.aread()))
             assembler = StreamAssembler()
-            async for line in response.aiter_lines():
-                assembler.feed_line(line)
-                if assembler.done:
-                    break  # anything after [DONE] is not part of this completion
-            return assembler.finish()
+            try:
+                async for line in response.aiter_lines():
+                    assembler.feed_line(line)
+                    if assembler.done:
+                        break  # anything after [DONE] is not part of this completion
+            except (httpx.HTTPError, httpx.StreamError) as exc:  # cut midway: keep what came
+                if not assembler.deltas or isinstance(exc, httpx.TimeoutException):
+                    raise  # nothing came, or a stall: a timeout or a server error, as ever
+                raise StreamCut(f"stream cut: {type(exc).__name__}: {exc}",
+                                deltas=tuple(assembler.deltas)) from exc
+            reply = assembler.finish()  # the fold; the reply carries its deltas (DEL-1)
+            return reply.model_copy(update={"deltas": tuple(assembler.deltas),
+                                            "streamed_text": reply.content or ""})
 
     def _headers(self, *, stream: bool) -> dict[str, str]:
         headers = {

@@ -30,8 +30,8 @@ from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.models import Event, Message, SessionRecord
 from hermes_ref.ports import LeaseRow
 
-EventRow = tuple[str, str, str, str, float]
-"""An event encoded for ``INSERT INTO events``: session_id, turn_id, kind, data, at."""
+EventRow = tuple[str, str, str, str, float, int | None]
+"""An event encoded for ``INSERT INTO events``: session_id, turn_id, kind, data, at, turn_seq."""
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -87,7 +87,7 @@ def encode_event(event: Event) -> EventRow:
             f"event {event.kind!r} data is not JSON: {exc}", cause="encoding"
         ) from exc
     at = event.at if event.at is not None else 0.0
-    return (event.session_id, event.turn_id, event.kind, data, at)
+    return (event.session_id, event.turn_id, event.kind, data, at, event.turn_seq)
 
 
 def message_row(session_id: str, m: Message) -> tuple[Any, ...]:
@@ -128,10 +128,10 @@ def decode_session(row: Sequence[Any]) -> SessionRecord:
 
 
 def decode_event(row: Sequence[Any]) -> Event:
-    seq, session_id, turn_id, kind, data, at = row
+    seq, session_id, turn_id, kind, data, at, turn_seq = row
     return _build(Event, "events", seq, {
         "seq": seq, "session_id": session_id, "turn_id": turn_id, "kind": kind,
-        "data": _json_column("events", seq, "data", data), "at": at,
+        "data": _json_column("events", seq, "data", data), "at": at, "turn_seq": turn_seq,
     })
 
 

@@ -32,8 +32,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
+from hermes_ref import delivery  # DEL-2: the replay bound
 from hermes_ref.errors import PersistenceError
-from hermes_ref.models import Lease, LeaseGrant, Message, SessionRecord
+from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord, StoredMessage
 from hermes_ref.shell import sqlite_leases as leases
 from hermes_ref.shell.sqlite_codec import (
@@ -129,8 +130,21 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 # -- events ------------------------------------------------------------------------------
 
-_INSERT_EVENT = "INSERT INTO events(session_id, turn_id, kind, data, at) VALUES (?, ?, ?, ?, ?)"
-_SELECT_EVENTS = "SELECT seq, session_id, turn_id, kind, data, at FROM events ORDER BY seq"
+_INSERT_EVENT = ("INSERT INTO events(session_id, turn_id, kind, data, at, turn_seq) "
+                 "VALUES (?, ?, ?, ?, ?, ?)")
+_EVENT_COLUMNS = "seq, session_id, turn_id, kind, data, at, turn_seq"
+_SELECT_EVENTS = f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY seq"
+_SELECT_TURN_EVENTS = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND turn_id = ? "
+                       "AND turn_seq >= ? ORDER BY turn_seq")
+
+
+def events_after(conn: sqlite3.Connection, session_id: str, turn_id: str,
+                 after_seq: int) -> tuple[Event, ...]:
+    """DEL-2: the committed events of one turn numbered after ``after_seq``, in order."""
+    with _read(conn):
+        first = delivery.first_to_replay(after_seq)
+        rows = conn.execute(_SELECT_TURN_EVENTS, (session_id, turn_id, first)).fetchall()
+    return tuple(decode_event(row) for row in rows)
 
 
 def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRow]) -> None:
@@ -454,6 +468,7 @@ __all__ = [
     "append_messages",
     "create_session",
     "end_session",
+    "events_after",
     "flush_events",
     "get_session",
     "load_messages",

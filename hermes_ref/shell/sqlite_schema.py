@@ -199,6 +199,43 @@ _V4_ADMISSION = (
     )""",
 )
 
+# DEL-2: an event's place in its turn (stamped at emit time), and the index a reconnecting
+# client's replay (``events_after``) reads. Events logged before v6 have no number (NULL).
+_V6_TURN_SEQ = (
+    "ALTER TABLE events ADD COLUMN turn_seq INTEGER",
+    "CREATE INDEX idx_events_turn ON events(session_id, turn_id, turn_seq)",
+)
+
+# CMP-5, CMP-6: a compaction in place archives rows (``archived_at`` set: kept, never loaded
+# again); every ask for a compression lock and every committed compaction is kept
+# (sqlite_compaction.py).
+_V7_COMPACTION = (
+    "ALTER TABLE messages ADD COLUMN archived_at REAL",
+    """CREATE TABLE compression_lock_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        granted INTEGER NOT NULL,
+        acquired_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        ended_at REAL,
+        end_reason TEXT
+    )""",
+    """CREATE TABLE compactions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        child_id TEXT REFERENCES sessions(id),
+        holder TEXT NOT NULL,
+        token INTEGER NOT NULL,
+        at REAL NOT NULL,
+        rows_before INTEGER NOT NULL,
+        rows_after INTEGER NOT NULL,
+        first_row_id INTEGER NOT NULL
+    )""",
+    # the tip walk goes from a parent to its children
+    "CREATE INDEX idx_sessions_parent ON sessions(parent_session_id)",
+)
+
 APPLICATION_ID = 0x48726D52
 """``PRAGMA application_id`` of a hermes-ref database: the bytes ``HrmR`` at header offset 68."""
 
@@ -210,6 +247,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "session lanes: route revisions, lane markers, lane log", _V3_ROUTES),
     Migration(4, "the admission door: row history, bindings, runtime epochs", _V4_ADMISSION),
     Migration(5, "every turn-lease grant, kept after it ends", GRANTS_DDL),
+    Migration(6, "each event's place in its turn, for replay after a reconnect", _V6_TURN_SEQ),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 MARKED_SINCE = 2

@@ -77,6 +77,8 @@ class AsyncSqliteStore:
         self._db = db
         self._raw = raw  # made on the worker thread, used only there; we only read .commits
         self._pending: list[EventRow] = []
+        self._pending_events: list[Event] = []  # DEL-2: the same events, for the listeners
+        self._commit_listeners: list[Callable[[Sequence[Event]], None]] = []
         self._closed = False
         self._watermark = 0  # highest message id committed or read here (see ``watermark``)
         self._group: GroupCommit[Write] = GroupCommit(self._start_batch)
@@ -183,6 +185,7 @@ class AsyncSqliteStore:
         if self._closed:
             raise PersistenceError(f"{self.path}: store is closed", cause="closed")
         events, self._pending = self._pending, []
+        logged, self._pending_events = self._pending_events, []
         try:
             result = cast(R, await self._group.submit(Write(op, events, args, kwargs)))
         except asyncio.CancelledError:
@@ -190,9 +193,14 @@ class AsyncSqliteStore:
         except BaseException:
             if not self._closed:  # a crashed or closed store keeps nothing pending
                 self._pending[:0] = events
+                self._pending_events[:0] = logged
             raise
         if ops.refused(op, result):
             self._pending[:0] = events  # refused: nothing was written
+            self._pending_events[:0] = logged
+        elif logged:  # DEL-2: committed, so now they may be handed out
+            for listener in self._commit_listeners:
+                listener(logged)
         return result
 
     # -- sessions -------------------------------------------------------------------------
@@ -266,10 +274,22 @@ class AsyncSqliteStore:
     # -- events ---------------------------------------------------------------------------
     async def log_event(self, event: Event) -> None:
         self._pending.append(encode_event(event))
+        self._pending_events.append(event)
+
+    def add_commit_listener(self, listener: Callable[[Sequence[Event]], None]) -> None:
+        """DEL-2: call ``listener`` with the events each write commits, once it committed."""
+        self._commit_listeners.append(listener)
+
 
     async def flush_events(self) -> None:
         if self._pending:
             await self._write(ops.flush_events)
+
+    async def events_after(self, session_id: str, turn_id: str,
+                           after_seq: int) -> tuple[Event, ...]:
+        """DEL-2: the committed events of one turn numbered after ``after_seq``."""
+        return await self._hop(ops.events_after, session_id, turn_id, after_seq)
+
 
     # -- world operations -----------------------------------------------------------------
     async def snapshot(self) -> DurableRecord:
@@ -288,6 +308,7 @@ class AsyncSqliteStore:
     async def close(self) -> None:
         """Refuse new work, let queued writes commit, then close the connection."""
         self._pending.clear()
+        self._pending_events.clear()
         if not self._closed:
             self._closed = True
             await self._group.drain()

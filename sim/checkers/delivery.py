@@ -17,6 +17,9 @@ from hermes_ref.outcomes import ToolProgress
 from sim.checkers.base import Observation, TurnView, Violation, checker
 
 _END = [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED]
+# what may stand between the opening and the end: progress and a kept call's deltas (DEL-1)
+_MIDDLE = frozenset({EventKind.TOOL_PROGRESS, EventKind.DELTA_TEXT, EventKind.DELTA_REASONING,
+                     EventKind.DELTA_TOOL_CALL})
 # results the engine writes when it closes a sequence: nothing real to report progress on
 CLOSING_TEXTS = frozenset({NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT,
                            INTERRUPTED_CALL_TEXT})
@@ -49,7 +52,7 @@ def _turn_problem(obs: Observation, view: TurnView, ended: bool) -> str | None:
     middle = kinds[opening:(len(kinds) - 2 if finished else len(kinds))]
     if EventKind.TURN_COMPLETED in kinds and not finished:
         return f"the completion is not the last event (order: {', '.join(kinds)})"
-    if any(k != EventKind.TOOL_PROGRESS for k in middle):
+    if any(k not in _MIDDLE for k in middle):
         return f"unexpected order of events: {', '.join(kinds)}"
     recorded = {m.tool_call_id for m in view.rows
                 if m.role is Role.TOOL and m.content not in CLOSING_TEXTS}
