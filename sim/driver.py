@@ -47,6 +47,7 @@ from sim.faults import Crashed
 from sim.lane_handlers import LaneHandlers  # SES
 from sim.lease_actor import LeaseHandlers
 from sim.scheduler import Actor, Wait
+from sim.stream_driver import StreamHandlers  # DEL, FIN-2
 from sim.tool_batch import run_segment  # TOOL-5
 from sim.world import CallRecord, SimProcess, World
 
@@ -71,7 +72,7 @@ def _short(text: str | None, limit: int = 48) -> str:
     return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
-class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
+class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers):
     def __init__(self, world: World, process: SimProcess | None = None) -> None:
         self.world = world
         self.process = process if process is not None else world.processes[world.pid]
@@ -203,13 +204,16 @@ class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
     def _write(self, write: Callable[..., R], *args: Any) -> R:
         """A store write of this process: it commits this process's pending events with it."""
         store, pending = self.world.store, self.process.pending_events
+        logged = list(pending)
         for event in pending:
             store.log_event(event)
         pending.clear()
         try:
-            return write(*args)
+            result = write(*args)
         finally:  # a refused or failed write commits nothing: the events stay this process's
             pending[:0] = store.take_pending_events()
+        self._publish(logged, len(pending))  # DEL-2: clients get only what is committed
+        return result
 
 
     # -- handlers -------------------------------------------------------------------
@@ -268,6 +272,8 @@ class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
                                           type(failure).__name__, watermark, at, retry_after, body))
             world.timeline.add("call", f"{label} -> {type(failure).__name__}: {failure}")
             raise
+        if effect.request.stream:  # DEL-1 / FIN-2: as deltas, maybe cut (sim/stream_driver.py)
+            reply = self._streamed(effect, reply, watermark, at, body, "primary")
         world.calls.append(CallRecord(self.effects_performed, effect.session_id, effect.turn_id,
                                       effect.request, reply, None, watermark, at, None, body))
         if world.timeline.enabled:
@@ -336,9 +342,7 @@ class SimDriver(LeaseHandlers, AdmissionHandlers, LaneHandlers):
 
     def _emit(self, effect: fx.Emit) -> None:
         world = self.world
-        event = effect.event
-        if event.at is None:
-            event = event.model_copy(update={"at": world.clock.now()})
+        event = self._stamp(effect.event)  # its clock time and its place in the turn (DEL-2)
         self.process.pending_events.append(event)
         world.stream.append(event)
         for subscriber in world.subscribers:

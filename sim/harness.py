@@ -271,6 +271,7 @@ class Story:
                               acks=tuple(world.acks), lease_log=tuple(world.lease_log),
                               deaths=world.deaths(), stalls=tuple(world.stalls),
                               death_seqs=world.death_seqs(),
+                              clients=tuple(world.clients),  # DEL-2
                               interventions=tuple(world.interventions))  # LOOP-4/5, FIN-4
         found = run_all(obs)
         known = {str(v) for v in self.violations}

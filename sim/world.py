@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from hermes_ref.models import Event, ProviderReply
+from hermes_ref.delivery import Hub, TurnSeqs  # DEL-2
+from hermes_ref.models import Event, ProviderReply, StreamDelta
 from hermes_ref.phases import Phase
 from hermes_ref.ports import Provider, Store
 from hermes_ref.wire import ProviderRequest, WireBody
@@ -48,6 +49,9 @@ class CallRecord:
     at: float                 # virtual time of the call
     retry_after_s: float | None  # the Retry-After a RateLimited error carried, else None
     wire_body: WireBody       # the request body as sent (``ProviderRequest.wire_body``)
+    # DEL-1 / FIN-2: the deltas a cut stream delivered before it failed (a kept stream's
+    # are its reply's ``deltas``)
+    delivered: tuple[StreamDelta, ...] = ()
     cut: str | None = None    # LOOP-4: "redirect" when a correction cut the reply's stream
 
     @property
@@ -211,6 +215,12 @@ class World:
     lease_log: list[LeaseStep] = field(default_factory=list)  # what each lease holder did
     stalls: list[tuple[int, float, float]] = field(default_factory=list)  # (pid, from, until)
     acks: list[AckRecord] = field(default_factory=list)  # ADM: every answer a submitter got
+    # DEL / FIN-2: planned stream cuts (world call n -> deltas delivered before the cut),
+    # the live feed of committed events, each turn's event numbers, the clients' records
+    stream_cuts: dict[int, int] = field(default_factory=dict)
+    hub: Hub = field(default_factory=Hub)
+    turn_seqs: TurnSeqs = field(default_factory=TurnSeqs)
+    clients: list[Any] = field(default_factory=list)  # sim.stream_client.SimClient
     # LOOP-6: a fake of its own per model (a fallback route); any other model gets ``provider``
     providers: dict[str, Provider] = field(default_factory=dict)
     redirects: dict[str, list[str]] = field(default_factory=dict)  # session -> undrained corrections

@@ -29,6 +29,7 @@ from sim.checkers import (
     lease,  # LEASE, CTX-9
     loop_fire,  # LOOP-4/5/6/8, FIN-1, FIN-4: the loop under fire
     sessions,  # SES
+    streaming,  # DEL-1, DEL-2, FIN-2
     tool_limits,  # TOOL-5, TOOL-7: workers, gate, deadline, spills
     tools,
     transcript,
@@ -51,5 +52,5 @@ __all__ = [
     "CHECKERS", "Check", "Checker", "Observation", "Violation", "admission", "align_request",
     "checker", "context", "delivery", "finalizer", "intake", "lane_restarts", "lease",
     "loop_fire", "run_all",
-    "sessions", "tool_limits", "tools", "transcript", "turn", "wire", "wire_cache",
+    "sessions", "streaming", "tool_limits", "tools", "transcript", "turn", "wire", "wire_cache",
 ]

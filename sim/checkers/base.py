@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -81,6 +82,8 @@ class Observation:
     death_seqs: tuple[tuple[int, int], ...] = ()  # (pid, world effect count at its death)
     # LEASE-2: stretches when a simulated process was stalled, as (pid, from, until)
     stalls: tuple[tuple[int, float, float], ...] = ()
+    # DEL-2: the simulated clients of the event stream (``sim.stream_client.SimClient``)
+    clients: tuple[Any, ...] = ()
     # LOOP-4/5, FIN-4: interrupts, corrections and credential renewals, as the world saw them
     interventions: tuple[Intervention, ...] = ()
 

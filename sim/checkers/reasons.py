@@ -30,6 +30,7 @@ from sim.checkers.base import (
     refunded_rounds,
 )
 from sim.checkers.intake import taken_in_text
+from sim.checkers.streaming import whole_answer  # FIN-2: a recovered stream answered
 from sim.world import CallRecord
 
 
@@ -60,7 +61,8 @@ def _text(reply: ProviderReply | None) -> bool:
 def _text_response(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
     last = _last_reply(view)
     recovered = loop_fire.recovered_answer(view)  # LOOP-8's first two rungs answer an empty reply
-    if last is None or not (_text(last.reply) or recovered is not None):
+    if last is None or not (_text(last.reply) or whole_answer(last) is not None  # FIN-2
+                            or recovered is not None):
         return "its last model reply was not a text answer"
     done = view.completion
     if done is None or done.failed or not (done.final_response or "").strip():

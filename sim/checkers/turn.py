@@ -27,6 +27,7 @@ from sim.checkers.base import (
     refunded_rounds,
 )
 from sim.checkers.reasons import bad_calls, cut_off, reason_problem
+from sim.checkers.streaming import whole_answer  # FIN-2: a recovered stream answered
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
 
@@ -261,7 +262,7 @@ def _retry_problems(limits: Limits, records: list[CallRecord], reason: object) -
         tally["attempts"] += 1
         if tally["attempts"] == attempts_max + 1:
             out.append(f"the request of effect {record.seq} was attempted more than {attempts_max} times")
-        if record.error is None:
+        if record.error is None or whole_answer(record) is not None:  # FIN-2: an answer
             continue
         kind = error_kind(record.error)
         tally[kind] += 1

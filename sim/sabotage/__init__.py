@@ -25,6 +25,7 @@ from sim.sabotage import (
     paths,
     prologue,
     sessions,  # SES
+    streaming,  # DEL-2, FIN-2
     tool_limits,  # TOOL-5, TOOL-7
     tool_round,
     wire_cache,  # stable bytes: the prompt cache, rewrites (CTX-3, WIRE-1, WIRE-2)
@@ -33,5 +34,5 @@ from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
 __all__ = ["SABOTAGES", "Sabotage", "admission", "finalizer", "intake", "lease", "loop", "loop_fire",
            "paths", "prologue",
-           "sabotage", "sessions", "tool_limits",
+           "sabotage", "sessions", "streaming", "tool_limits",
            "tool_round", "wire_cache"]

@@ -1,0 +1,236 @@
+"""Checkers of streaming and delivery: deltas, recovered answers, what a client saw.
+
+Each judges the durable event log and rows against the world's own records: what the
+provider streamed (``CallRecord``: a kept reply's ``deltas``, a cut stream's
+``delivered``) and what each simulated client was handed (``sim.stream_client``). None
+reads what the engine decided to emit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from hermes_ref.models import Event, EventKind, Message, Role, StreamDelta
+from hermes_ref.reply_intake import clean_text
+from hermes_ref.scaffolding import EMPTY_SENTINEL
+from sim.checkers.base import Observation, TurnView, Violation, checker
+from sim.world import CallRecord
+
+_SHOWN = {"text": EventKind.DELTA_TEXT, "reasoning": EventKind.DELTA_REASONING,
+          "tool_call": EventKind.DELTA_TOOL_CALL}
+_REASONING_CHARS_MIN = 8  # shorter reasoning could be in any text by chance
+
+
+def _shown(deltas: tuple[StreamDelta, ...]) -> list[tuple[str, str]]:
+    """The (event kind, text) pairs a kept stream must leave in the log, in order."""
+    return [(_SHOWN[d.kind].value, d.text) for d in deltas if d.kind in _SHOWN]
+
+
+def _delta_events(view: TurnView) -> dict[Any, list[Event]]:
+    by_call: dict[Any, list[Event]] = defaultdict(list)
+    for event in view.events:
+        if event.kind.value.startswith("delta."):
+            by_call[event.data.get("call")].append(event)
+    return by_call
+
+
+def _answer_row(view: TurnView) -> Message | None:
+    rows = [m for m in view.rows if m.role is Role.ASSISTANT and m.has_visible_text
+            and not m.tool_calls]
+    return rows[-1] if rows else None
+
+
+# ---- DEL-1: numbered events, and each kept stream's deltas in the log ---------------------
+
+
+@checker("deltas_match_the_stream", ("DEL-1",),
+         "every event has its place in its turn (1, 2, ... in commit order), and a finished "
+         "turn's log holds each kept stream's deltas, in the order the provider sent them")
+def deltas_match_the_stream(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for view in obs.turns.values():
+        numbers = [e.turn_seq for e in view.events]
+        if numbers and numbers != list(range(1, len(numbers) + 1)):
+            shown = ", ".join(str(n) for n in numbers[:12])
+            out.append(_v1(f"turn {view.key}: its events are numbered {shown}, not 1, 2, ..."))
+        if view.completion is not None:
+            problem = _stream_problem(view)
+            if problem:
+                out.append(_v1(f"turn {view.key}: {problem}"))
+    return out
+
+
+def _stream_problem(view: TurnView) -> str | None:
+    """Each call's logged deltas are, in order, those of a stream the world sent; and a turn
+    that ended on a streamed text answer logged that stream's deltas (it cannot be silent).
+
+    A stream the world sent need not be logged: a turn interrupted while it arrived, or an
+    attempt that was retried, never kept it. So the logged groups must match a
+    subsequence of the sent streams, in order.
+    """
+    sent = [_shown(_sent(c)) for c in view.calls
+            if (c.reply is not None or whole_answer(c) is not None) and c.request.stream]
+    sent = [s for s in sent if s]
+    logged = [[(e.kind.value, str(e.data.get("text", ""))) for e in events]
+              for events in _delta_events(view).values()]
+    rest = iter(sent)
+    for n, group in enumerate(logged, 1):
+        if not any(group == candidate for candidate in rest):
+            return f"the deltas logged for its streamed call #{n} are not the ones it was sent"
+    line = view.exit
+    answered = line is not None and line.reason.value == "text_response"
+    if answered and sent and (not logged or logged[-1] != sent[-1]):
+        return "it answered with a streamed reply whose deltas are not in the log"
+    return None
+
+
+@checker("reasoning_never_replayed", ("DEL-1",),
+         "reasoning a provider streamed is shown as delta.reasoning events only: no stored "
+         "row's content or api_content carries it")
+def reasoning_never_replayed(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for view in obs.turns.values():
+        thoughts = {_joined(c, "reasoning") for c in view.calls}
+        thoughts = {t for t in thoughts if len(t.strip()) >= _REASONING_CHARS_MIN}
+        for row in view.rows:
+            stored = f"{row.content or ''}\n{row.api_content or ''}"
+            if any(t in stored for t in thoughts):
+                out.append(Violation("reasoning_never_replayed", "DEL-1",
+                                     f"turn {view.key}: row #{row.row_id} ({row.role.value}) "
+                                     "stores reasoning the provider streamed"))
+    return out
+
+
+def _sent(call: CallRecord) -> tuple[StreamDelta, ...]:
+    return call.reply.deltas if call.reply is not None else call.delivered
+
+
+def _joined(call: CallRecord, kind: str) -> str:
+    return "".join(d.text for d in _sent(call) if d.kind == kind)
+
+
+# ---- FIN-2: a whole answer whose stream then failed is the answer ----------------------------
+
+
+def whole_answer(call: CallRecord) -> str | None:
+    """The visible text of a failed stream that had said it was done with text and no call."""
+    sent = call.delivered
+    if call.reply is not None or not sent or not any(d.kind == "finish" for d in sent):
+        return None
+    finish = [d.text for d in sent if d.kind == "finish"][-1]
+    if finish == "tool_calls" or any(d.kind == "tool_call" for d in sent):
+        return None
+    text = _joined(call, "text")
+    return text if text.strip() else None
+
+
+@checker("streamed_answer_recovered", ("FIN-2",),
+         "a stream that failed after delivering a whole text answer (its finish delta came) "
+         "is the turn's answer: the durable answer row and the completion hold exactly that "
+         "text, and the call is not asked again")
+def streamed_answer_recovered(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    ended = {(v.session_id, v.turn_id) for v in obs.ended_turns()}
+    for key, view in obs.turns.items():
+        for i, call in enumerate(view.calls):
+            text = whole_answer(call)
+            if text is None or key not in ended:
+                continue
+            problem = _recovery_problem(view, view.calls[i + 1:], call, text)
+            if problem:
+                out.append(Violation("streamed_answer_recovered", "FIN-2",
+                                     f"turn {view.key}: {problem}"))
+    return out
+
+
+def _recovery_problem(view: TurnView, later: list[CallRecord], call: CallRecord,
+                      text: str) -> str | None:
+    if any(c.request is call.request for c in later):
+        return "a stream that had delivered its whole answer was asked for again"
+    row = _answer_row(view)
+    if row is None:
+        return "a whole streamed answer was lost: the turn stores no answer row"
+    if row.content != text:
+        return (f"the stored answer {row.content!r:.60} is not the streamed answer "
+                f"{text!r:.60}")
+    done = view.completion
+    if done is None or done.final_response != text:
+        return "the completion does not carry the streamed answer"
+    return None
+
+
+# ---- DEL-2: what a client saw is the durable log, once, without a gap ------------------------
+
+
+@checker("client_saw_the_durable_stream", ("DEL-2",),
+         "each simulated client was handed only committed events, each once, in turn order "
+         "without a gap; connected at the end it has every durable event of the turns it "
+         "followed, and the text it was shown is the durable answer exactly once")
+def client_saw_the_durable_stream(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for client in obs.clients:
+        out.extend(Violation("client_saw_the_durable_stream", "DEL-2", f"{client.name}: {p}")
+                   for p in _client_problems(obs, client))
+    return out
+
+
+def _client_problems(obs: Observation, client: Any) -> list[str]:
+    durable = {(e.turn_id, e.turn_seq): e for e in obs.record.events
+               if e.session_id == client.session_id}
+    if not client.seen:
+        ran = any(r.session_id == client.session_id for r in obs.runs or ())
+        if durable or ran:
+            return [f"it was handed nothing, but {len(durable)} events of "
+                    f"{client.session_id} are durable"]
+        return []
+    problems: list[str] = []
+    seen_by_turn: dict[str, list[int]] = defaultdict(list)
+    for seen in client.seen:
+        event = seen.event
+        stored = durable.get((event.turn_id, event.turn_seq))
+        if stored is None or stored.kind != event.kind or stored.data != event.data:
+            problems.append(f"it was handed {event.kind.value} #{event.turn_seq} of "
+                            f"{event.turn_id} ({seen.via}), which the record does not have")
+        seen_by_turn[event.turn_id].append(event.turn_seq or 0)
+    for turn_id, numbers in seen_by_turn.items():
+        problems.extend(_order_problems(turn_id, numbers))
+        if client.connected:
+            stored_numbers = sorted(n for t, n in durable if t == turn_id and n is not None)
+            missing = sorted(set(stored_numbers) - set(numbers))
+            if missing:
+                problems.append(f"connected at the end, it never got {turn_id} "
+                                f"#{', #'.join(map(str, missing[:6]))}")
+            problems.extend(_text_problems(obs, client, turn_id))
+    return problems
+
+
+def _order_problems(turn_id: str, numbers: list[int]) -> list[str]:
+    out: list[str] = []
+    dupes = sorted({n for n in numbers if numbers.count(n) > 1})
+    if dupes:
+        out.append(f"it was handed {turn_id} #{', #'.join(map(str, dupes))} twice")
+    distinct = list(dict.fromkeys(numbers))
+    if distinct != list(range(1, len(distinct) + 1)):
+        out.append(f"it was handed {turn_id} out of order or with a gap: "
+                   f"{', '.join(map(str, numbers[:12]))}")
+    return out
+
+
+def _text_problems(obs: Observation, client: Any, turn_id: str) -> list[str]:
+    view = obs.turns.get((client.session_id, turn_id))
+    if view is None or view.completion is None or view.completion.failed:
+        return []
+    row = _answer_row(view)
+    calls = [e.data.get("call") for e in view.events if e.kind is EventKind.DELTA_TEXT]
+    if row is None or not calls or row.content == EMPTY_SENTINEL:
+        return []
+    shown = clean_text(client.text(turn_id, calls[-1]))  # as a UTF-16 client renders it
+    if shown != row.content:
+        return [f"it was shown {shown!r:.60} for {turn_id}, the durable answer is "
+                f"{row.content!r:.60}"]
+    return []
+
+
+def _v1(message: str) -> Violation:
+    return Violation("deltas_match_the_stream", "DEL-1", message)
