@@ -1,5 +1,6 @@
 """Broken streaming and delivery: events handed out before their commit, a replay that
-starts at the last number seen, and a recovery that answers with an earlier partial."""
+starts at the last number seen, a recovery that answers with an earlier partial, and
+reasoning shown as text."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from unittest import mock
 
 from hermes_ref import delivery, effects, reply_intake, streaming
 from hermes_ref.errors import StreamCut
-from hermes_ref.models import Event, ProviderReply, StreamDelta
+from hermes_ref.models import Event, EventKind, ProviderReply, StreamDelta
 from sim.driver import SimDriver
 from sim.sabotage.base import sabotage
 from sim.stream_driver import StreamHandlers
@@ -70,3 +71,16 @@ sabotage("recover_from_first_partial", ("FIN-2",),
          "a stream recovered after a retry answers with the partial text of the attempt that "
          "was cut first, not with the stream that delivered the whole answer")(
     _recover_from_first_partial)
+
+
+# ---- DEL-1: reasoning deltas go out as visible text ----------------------------------------------
+
+
+def _reasoning_shown_as_text() -> list[AbstractContextManager[Any]]:
+    shown = {**streaming._KINDS, "reasoning": EventKind.DELTA_TEXT}  # "it is text, after all"
+    return [mock.patch.object(streaming, "_KINDS", shown)]
+
+
+sabotage("reasoning_shown_as_text", ("DEL-1",),
+         "the stream's reasoning deltas are emitted as delta.text events, so a client shows "
+         "the model's reasoning as the answer's text")(_reasoning_shown_as_text)
