@@ -45,7 +45,7 @@ import random
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from hermes_ref import delivery  # DEL-2
@@ -83,6 +83,7 @@ class AsyncDriver:
         *,
         store: AsyncStore,
         provider: AsyncProvider,
+        providers: Mapping[str, AsyncProvider] | None = None,  # LOOP-6: model -> its provider
         tools: ToolRunner,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -97,6 +98,8 @@ class AsyncDriver:
             raise ValueError(f"tool_workers_max must be at least 1, got {tool_workers_max}")
         self.store = store
         self.provider = provider
+        self.providers = dict(providers or {})
+        self._running: dict[str, turn_tasks.RunState] = {}  # run key -> its state (interrupts)
         self.tools = tools
         self.clock = clock
         self.tools_in_thread = tools_in_thread
@@ -217,9 +220,30 @@ class AsyncDriver:
         }
 
     # -- the stepping loop ----------------------------------------------------------------
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Drive ``coro`` to its return value, performing every effect it awaits."""
-        return await self._run(coro, turn_tasks.RunState())
+    async def run(self, coro: Coroutine[Any, Any, T], *, key: str | None = None) -> T:
+        """Drive ``coro`` to its return value, performing every effect it awaits.
+
+        ``key`` (a session id, say) names the run, so ``interrupt(key)`` can stop it.
+        """
+        state = turn_tasks.RunState()
+        if key is None:
+            return await self._run(coro, state)
+        self._running[key] = state
+        try:
+            return await self._run(coro, state)
+        finally:
+            if self._running.get(key) is state:
+                del self._running[key]
+
+    def interrupt(self, key: str, reason: str = "interrupted_by_user") -> bool:
+        """FIN-4: the user stops the run named ``key``: its model call, tool batch or sleep
+        ends at once with ``TurnInterrupted`` (the path a lost lease takes). False when no
+        run has that name."""
+        state = self._running.get(key)
+        if state is None:
+            return False
+        state.raise_interrupt(reason)
+        return True
 
     async def _run(self, coro: Coroutine[Any, Any, T], state: turn_tasks.RunState) -> T:
         token = turn_tasks.CURRENT.set(state)
@@ -254,13 +278,15 @@ class AsyncDriver:
 
     # -- handlers -------------------------------------------------------------------------
     def _call_provider(self, effect: fx.CallProvider) -> Awaitable[Any]:
+        provider = self.providers.get(effect.request.model, self.provider)  # LOOP-6
         return turn_tasks.interruptible(turn_tasks.CURRENT.get(),
-                                        self.provider.complete(effect.request))
+                                        provider.complete(effect.request))
 
     async def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:
         """LOOP-5: a provider that can renew its credentials does (``refresh_credentials``);
         one that cannot is asked again with the ones it has."""
-        refresh = getattr(self.provider, "refresh_credentials", None)
+        refresh = getattr(self.providers.get(effect.model, self.provider), "refresh_credentials",
+                          None)
         if refresh is not None:
             await refresh()
         self.log.info("provider credentials refreshed for %s", effect.model)

@@ -60,7 +60,16 @@ class Runtime:
         transcript yet, and the caller's list is copied, never changed (CTX-2).
         """
         inp = TurnInput(session_id=session_id, text=text, history=history, **kw)
-        return await self.driver.run(self.engine.run_turn(inp))
+        return await self.driver.run(self.engine.run_turn(inp), key=session_id)
+
+    def interrupt(self, session_id: str) -> bool:
+        """FIN-4: the user stops the turn running on ``session_id`` (False: none runs)."""
+        return self.driver.interrupt(session_id)
+
+    def redirect(self, session_id: str, text: str) -> None:
+        """LOOP-4: a correction for the turn running on ``session_id``, taken in at the top
+        of its next loop iteration."""
+        self.driver.redirect(session_id, text)
 
     async def aclose(self) -> None:
         """Close the provider (if it owns its client) and the store; idempotent."""
