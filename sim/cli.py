@@ -64,6 +64,8 @@ Each timeline line is: virtual seconds since the story began, what happened, its
   FAULT    a planned store failure                         CRASH    the process dies here
   restart  a new process starts on the same world          VIOLATE  a checker found a violation
   EXPECT   an expectation of the story failed              verdict  the scenario's verdict
+  INTERRUPT a turn is stopped: a lost lease, or the user   redirect a correction arrives, or is taken in
+  auth     a route's credentials are renewed (LOOP-5)
 --verbose narrates whole texts and prints each final transcript; --quiet prints timelines
 only for failures.
 """
