@@ -59,9 +59,10 @@ class SimClient:
     _due: bool = False
 
     @classmethod
-    def join(cls, world: World, session_id: str, **options: int | str | None) -> SimClient:
+    def join(cls, world: World, session_id: str, *, name: str = "client-1",
+             disconnect_after: int | None = None, away_for: int | None = None) -> SimClient:
         """A client of ``session_id``, subscribed from now on and listed in the world."""
-        client = cls(world, session_id, **options)  # type: ignore[arg-type]
+        client = cls(world, session_id, name, disconnect_after, away_for)
         client._sub = world.hub.subscribe(session_id, client._handed)
         world.clients.append(client)
         world.timeline.add("client", f"{client.name} follows {session_id}")
@@ -108,13 +109,13 @@ class SimClient:
         """Come back: replay each known turn after its last number, then listen live."""
         self._due = False
         self.connection += 1
-        replayed = 0
+        replayed, cursor = 0, self._cursor()
         for turn_id, last in list(self.last_seq.items()):
             for event in self.world.store.events_after(self.session_id, turn_id, last):
                 self._take(event, "replay")
                 replayed += 1
         self.connected = True
-        self.world.timeline.add("client", f"{self.name} reconnects at {self._cursor()}: "
+        self.world.timeline.add("client", f"{self.name} reconnects after {cursor}: "
                                 f"{replayed} replayed")
 
     def _cursor(self) -> str:
