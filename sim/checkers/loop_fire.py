@@ -35,9 +35,11 @@ from sim.checkers.base import (
     TurnKey,
     TurnView,
     Violation,
+    all_invalid,
     checker,
     is_grace,
     ran_in,
+    round_landed,
 )
 from sim.checkers.lease import lost_leases
 from sim.checkers.wire import sent_messages
@@ -100,7 +102,7 @@ def withheld_answers(view: TurnView) -> list[str]:
     return out
 
 
-def recovered_answer(view: TurnView) -> str | None:
+def recovered_answer(obs: Observation, view: TurnView) -> str | None:
     """The answer the ladder's first two rungs take from the record: the visible text the
     last reply streamed, or the text of the housekeeping round before it (LOOP-8)."""
     calls = _budgeted(view)
@@ -111,13 +113,20 @@ def recovered_answer(view: TurnView) -> str | None:
     streamed = visible_text(last.streamed_text)
     if streamed:
         return streamed
-    return _prior_text(calls, len(calls) - 1)
+    return _prior_text(calls, len(calls) - 1, _landed(obs, calls))
 
 
-def _prior_text(calls: list[CallRecord], index: int) -> str | None:
+def _landed(obs: Observation, calls: list[CallRecord]) -> set[int]:
+    """The calls whose tool round the turn recorded, results and all (by ``id``): a reply
+    with malformed arguments that was asked again never became a round (LOOP-9)."""
+    return {id(c) for c in calls if c.reply is not None and c.reply.tool_calls
+            and round_landed(obs, c)}
+
+
+def _prior_text(calls: list[CallRecord], index: int, landed: set[int]) -> str | None:
     for earlier in reversed(calls[:index]):
         reply = earlier.reply
-        if reply is not None and reply.tool_calls:
+        if reply is not None and reply.tool_calls and id(earlier) in landed:
             text = visible_text(reply.content)
             names = {c.name for c in reply.tool_calls}
             return text if text and names <= HOUSEKEEPING_TOOLS else None
@@ -137,12 +146,13 @@ class _Walk:
         self.retries = 0
         self.switches = 0
 
-    def expected(self, limits: Limits, calls: list[CallRecord], index: int) -> str:
+    def expected(self, limits: Limits, calls: list[CallRecord], index: int,
+                 landed: set[int]) -> str:
         reply = calls[index].reply
         assert reply is not None
         if visible_text(reply.streamed_text):
             return "streamed"
-        if self.tool_rounds and _prior_text(calls, index) is not None:
+        if self.tool_rounds and _prior_text(calls, index, landed) is not None:
             return "prior_text"
         if self.tool_rounds and self.nudged_round != self.tool_rounds \
                 and not inline_reasoning(reply.content):
@@ -167,7 +177,8 @@ class _Walk:
             self.retries = 0
 
 
-def _observed(view: TurnView, calls: list[CallRecord], index: int) -> str | None:
+def _observed(view: TurnView, calls: list[CallRecord], index: int,
+              landed: set[int]) -> str | None:
     """The rung the record shows after the empty reply at ``index`` (None: not judged)."""
     call, reply = calls[index], calls[index].reply
     assert reply is not None
@@ -182,7 +193,7 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int) -> str | None
         if line.reason is ExitReason.TEXT_RESPONSE and answer:
             if answer == visible_text(reply.streamed_text):
                 return "streamed"
-            if answer == _prior_text(calls, index):
+            if answer == _prior_text(calls, index, landed):
                 return "prior_text"
         if line.reason is ExitReason.EMPTY_RESPONSE_EXHAUSTED and answer == EMPTY_SENTINEL:
             return "sentinel"
@@ -212,17 +223,18 @@ def empty_ladder_in_order(obs: Observation) -> list[Violation]:
                                       and not c.reply.tool_calls for c in view.calls):
             continue  # a correction or a dropped-call re-prompt (LOOP-7) steers these turns
         calls = _budgeted(view)
+        landed = _landed(obs, calls)
         walk = _Walk()
         for index, call in enumerate(calls):
             reply = call.reply
-            if reply is not None and reply.tool_calls:
+            if id(call) in landed and not all_invalid(call):  # a round the tools ran
                 walk.tool_rounds += 1
             if not _is_empty(reply):
                 continue
-            seen = _observed(view, calls, index)
+            seen = _observed(view, calls, index, landed)
             if seen is None:
                 break
-            want = walk.expected(obs.limits, calls, index)
+            want = walk.expected(obs.limits, calls, index, landed)
             if seen != want:
                 out.append(Violation("empty_ladder_in_order", "LOOP-8",
                                      f"turn {view.key}: after the empty reply at effect {call.seq} "

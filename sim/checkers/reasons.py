@@ -60,7 +60,7 @@ def _text(reply: ProviderReply | None) -> bool:
 
 def _text_response(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
     last = _last_reply(view)
-    recovered = loop_fire.recovered_answer(view)  # LOOP-8's first two rungs answer an empty reply
+    recovered = loop_fire.recovered_answer(obs, view)  # LOOP-8's first two rungs answer an empty reply
     if last is None or not (_text(last.reply) or whole_answer(last) is not None  # FIN-2
                             or recovered is not None):
         return "its last model reply was not a text answer"
