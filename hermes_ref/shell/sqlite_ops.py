@@ -236,8 +236,9 @@ _SELECT_MESSAGES = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND id > ? ORDER BY id"
 )
 _SELECT_ALL_MESSAGES = f"SELECT session_id, {_MESSAGE_COLUMNS} FROM messages ORDER BY id"
+_SELECT_ONE = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ? AND session_id = ?"
 _REWRITE = (
-    "UPDATE messages SET content = ?, api_content = NULL WHERE id = ? AND session_id = ? "
+    "UPDATE messages SET content = ?, api_content = ? WHERE id = ? AND session_id = ? "
     f"RETURNING {_MESSAGE_COLUMNS}"
 )
 _WATERMARK = "SELECT COALESCE(MAX(id), 0) FROM messages"
@@ -310,15 +311,18 @@ def rewrite_message(
     content: str,
     now: float | None = None,
 ) -> Message:
-    """Fenced content rewrite; drops the api_content sidecar (WIRE-2)."""
+    """Fenced content rewrite: the row becomes what ``Message.rewritten`` makes of it, the
+    engine's one rule for a rewrite, so its api_content sidecar goes (WIRE-2)."""
     with _write(conn):
         _check_fence(conn, session_id, lease_token, session_required=False, now=now)
-        rows = conn.execute(_REWRITE, (content, row_id, session_id)).fetchall()
-        if not rows:
+        found = conn.execute(_SELECT_ONE, (row_id, session_id)).fetchall()
+        if not found:
             raise PersistenceError(
                 f"no row {row_id} in session {session_id!r}", cause="not_found"
             )
-        message = decode_message(rows[0])  # a row that does not decode rolls back
+        new = decode_message(found[0]).rewritten(content)  # a row that does not decode rolls back
+        rows = conn.execute(_REWRITE, (new.content, new.api_content, row_id, session_id)).fetchall()
+        message = decode_message(rows[0])
         _insert_events(conn, events)
     return message
 
