@@ -12,7 +12,6 @@ from unittest import mock
 from hermes_ref import loop, prologue
 from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.models import Message, Role
-from hermes_ref.shell import sqlite_ops
 from hermes_ref.wire import ProviderRequest
 from sim.sabotage.base import sabotage
 
@@ -74,15 +73,7 @@ def _helper_keeps_sidecar() -> list[AbstractContextManager[Any]]:
 
 
 sabotage("rewrite_keeps_the_sidecar", ("WIRE-2",),
-         "Message.rewritten, the one way to change a row's text, writes the new content and "
-         "keeps the api_content of the old one")(_helper_keeps_sidecar)
+         "Message.rewritten, the one way to change a row's text (both stores' rewrite goes "
+         "through it), writes the new content and keeps the api_content of the old one")(
+    _helper_keeps_sidecar)
 
-
-def _sql_keeps_sidecar() -> list[AbstractContextManager[Any]]:
-    statement = sqlite_ops._REWRITE.replace("content = ?, api_content = NULL", "content = ?")
-    return [mock.patch.object(sqlite_ops, "_REWRITE", statement)]
-
-
-sabotage("sqlite_rewrite_keeps_the_sidecar", ("WIRE-2",),
-         "the SQLite store's fenced content rewrite updates the content column and leaves the "
-         "api_content column as it was")(_sql_keeps_sidecar)
