@@ -42,8 +42,10 @@ from hermes_ref.admission import (
     Outcome,
     Refusal,
 )
+from hermes_ref.errors import BadInput
 from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.models import (
+    Compacted,
     Event,
     Lease,
     LeaseGrant,
@@ -81,6 +83,11 @@ class Site(StrEnum):
     ADMIT = "admit"
     CLAIM = "claim"
     SETTLE = "settle"
+    # compaction (CMP-5, CMP-6): the lock, then one transaction (a rotation, or in place)
+    COMPRESSION_LOCK = "compression_lock"
+    ROTATE = "rotate"
+    COMPACT = "compact"
+    COMPRESSION_UNLOCK = "compression_unlock"
 
 
 class Effect(Generic[T]):
@@ -550,3 +557,81 @@ class LiveBackground(Effect[frozenset[str]]):
     """The keys that have a live background process (SES-6)."""
 
     kind: ClassVar[str] = "live_background"
+
+
+# ---- compaction (CMP-5, CMP-6) ----
+# The lock says who may compact a session; the write itself is fenced by the lease token,
+# like every other write. ``hermes_ref.rotation`` performs them in order.
+
+
+@dataclass(frozen=True, slots=True)
+class TakeCompressionLock(Effect[bool]):
+    """Take the session's compression lock for ``holder`` until ``now + ttl_s``.
+
+    True when it was free, expired, held by a dead process, or already ours (then it is
+    extended); False while another live holder has it. Every ask is kept, refusals too.
+    """
+
+    session_id: str
+    holder: str
+    now: float
+    ttl_s: float
+    kind: ClassVar[str] = "take_compression_lock"
+
+    @property
+    def site(self) -> Site:
+        return Site.COMPRESSION_LOCK
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseCompressionLock(Effect[None]):
+    """Give the lock back; only ``holder``'s own grant is released (anyone else's stays)."""
+
+    session_id: str
+    holder: str
+    now: float
+    kind: ClassVar[str] = "release_compression_lock"
+
+    @property
+    def site(self) -> Site:
+        return Site.COMPRESSION_UNLOCK
+
+
+@dataclass(frozen=True, slots=True)
+class CompactSession(Effect[Compacted]):
+    """Replace the session's live messages with ``messages``, in one fenced transaction.
+
+    ``rotate``: ``flush`` rows go to the old session, which is ended ``compression``; the
+    ``child`` row (``parent_session_id`` = the old id) is created, the lease carried to it
+    and the messages written there. In place (``rotate`` False, no child): the old rows
+    are archived (kept, no longer live) and the messages inserted under the same id.
+    Returns the session the messages now live in, its rows and the lease fencing them.
+    """
+
+    lease_token: int
+    session_id: str
+    messages: tuple[Message, ...]
+    rotate: bool
+    child: SessionRecord | None
+    at: float
+    flush: tuple[Message, ...] = ()
+    kind: ClassVar[str] = "compact_session"
+
+    def __post_init__(self) -> None:
+        if self.rotate != (self.child is not None):
+            raise BadInput("CompactSession: a rotation names its child, a compaction in "
+                           "place names none")
+
+    @property
+    def site(self) -> Site:
+        return Site.ROTATE if self.rotate else Site.COMPACT
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTip(Effect[SessionRecord | None]):
+    """The live tip of ``session_id``'s lineage: ``parent_session_id`` followed forward
+    through every session ended ``compression`` (the session itself when it was not).
+    None for an unknown session."""
+
+    session_id: str
+    kind: ClassVar[str] = "load_tip"

@@ -79,6 +79,7 @@ class Limits(BaseModel):
     compression_cooldown_s: float = 600.0
     compression_ineffective_max: int = 2
     compression_lock_ttl_s: float = 300.0
+    compression_in_place: bool = False  # CMP-5: archive and compact under the same id, no rotation
     idle_compact_after_s: float = 0.0
     # session-scoped nudge counters (CTX-1); 0 turns a nudge off. Hermes reads them from
     # ``memory.nudge_interval`` and ``skills.creation_nudge_interval``, both 10 by default.
@@ -123,6 +124,6 @@ NOT_YET_READ = frozenset({
     "compression_protect_last", "compression_protect_first", "compression_small_window_tokens",
     "compression_small_window_threshold", "compression_tail_floor_messages",
     "compression_passes_max", "compression_progress_ratio", "compression_cooldown_s",
-    "compression_ineffective_max", "compression_lock_ttl_s", "idle_compact_after_s",
+    "compression_ineffective_max", "idle_compact_after_s",
     "skill_nudge_interval",        # CTX-1: ticked per loop iteration once a skill tool exists
 })

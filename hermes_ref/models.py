@@ -336,6 +336,16 @@ class LeaseGrant(Frozen):
     lease: Lease | None
 
 
+class Compacted(Frozen):
+    """What a committed compaction left (CMP-5): the session the messages now live in (a
+    rotation's child, or the same session compacted in place), its live rows with their new
+    row ids, and the lease that fences them (a rotation carries the lease to the child)."""
+
+    session: SessionRecord
+    rows: tuple[Message, ...]
+    lease: Lease
+
+
 class EventKind(StrEnum):
     """The closed set of a turn's events (DEL-1), in the order a turn emits them."""
 

@@ -28,6 +28,14 @@ Store rules every implementation keeps:
 * ``put_route`` (SES) takes a route revision only if it is its key's next one (a
   compare-and-set), ends the session row it names in the same transaction, and commits
   the pending events whether or not it took the revision; nothing deletes a revision.
+* ``compact_session`` (CMP-5) is one fenced transaction: a rotation (``child`` given) ends
+  the session ``compression``, creates the child with ``parent_session_id``, carries the
+  lease to it and writes the compacted rows there; in place (``child`` None) the live rows
+  are archived, kept and no longer loaded, and the compacted rows take their place.
+  ``compression_tip`` walks ``parent_session_id`` forward through every session ended
+  ``compression`` to the live tip; ``open_turn`` and ``acquire_lease`` on a session ended
+  that way act on its tip. The compression lock (CMP-6) is holder-qualified and expiring,
+  and every ask is kept.
 * ``watermark`` is the highest committed message row id; tools record it when they run,
   which is how persist-before-execute is checked without trusting the engine.
 """
@@ -48,6 +56,7 @@ from hermes_ref.admission import (
 )
 from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.models import (
+    Compacted,
     Event,
     Frozen,
     Lease,
@@ -95,6 +104,40 @@ class LeaseGrantRow(Frozen):
         return self.expires_at if self.ended_at is None else min(self.expires_at, self.ended_at)
 
 
+class LockGrantRow(Frozen):
+    """One ask for a session's compression lock, kept after it ends (CMP-6).
+
+    ``granted`` False is a refusal (another live holder had it); a grant is live from
+    ``acquired_at`` until the first of ``expires_at`` and ``ended_at`` (released, or taken
+    over after expiry or its holder's death). Taking a lock one already holds extends it.
+    """
+
+    session_id: str
+    holder: str
+    granted: bool
+    acquired_at: float
+    expires_at: float
+    ended_at: float | None = None
+    end_reason: str | None = None  # released | expired | holder_dead
+
+    def live_until(self) -> float:
+        return self.expires_at if self.ended_at is None else min(self.expires_at, self.ended_at)
+
+
+class CompactionRow(Frozen):
+    """One committed compaction (CMP-5): whose lease token did it, when, from which session
+    to which (the same one when in place), and how many live rows it replaced."""
+
+    session_id: str
+    child_id: str | None  # None: compacted in place
+    holder: str
+    token: int
+    at: float
+    rows_before: int
+    rows_after: int
+    first_row_id: int  # the compacted rows are this one and the ``rows_after - 1`` after it
+
+
 class DurableRecord(Frozen):
     """Everything committed, in commit order where order exists."""
 
@@ -113,6 +156,11 @@ class DurableRecord(Frozen):
     routes: tuple[Route, ...] = ()
     markers: tuple[tuple[str, float], ...] = ()
     lane_log: tuple[LaneEntry, ...] = ()
+    # CMP-5, CMP-6: rows a compaction in place archived (kept, no longer live), every ask
+    # for a compression lock, every committed compaction
+    archived: tuple[StoredMessage, ...] = ()
+    compression_locks: tuple[LockGrantRow, ...] = ()
+    compactions: tuple[CompactionRow, ...] = ()
 
     def transcript(self, session_id: str) -> list[Message]:
         return [m.message for m in self.messages if m.session_id == session_id]
@@ -171,6 +219,15 @@ class Store(Protocol):
     def write_lane(self, markers: tuple[tuple[str, float | None], ...],
                    log: tuple[LaneEntry, ...] = ()) -> None: ...
     def live_background(self) -> frozenset[str]: ...
+    # CMP-5, CMP-6: compaction (sim/store_compaction.py, hermes_ref/shell/sqlite_compaction.py)
+    def take_compression_lock(self, session_id: str, holder: str, now: float,
+                              ttl_s: float) -> bool: ...
+    def release_compression_lock(self, session_id: str, holder: str, now: float) -> None: ...
+    def compact_session(self, session_id: str, lease_token: int, messages: tuple[Message, ...],
+                        child: SessionRecord | None, at: float,
+                        flush: tuple[Message, ...] = ()) -> Compacted: ...
+    def compression_tip(self, session_id: str) -> SessionRecord | None: ...
+
 
 
 class AsyncStore(Protocol):
@@ -227,6 +284,15 @@ class AsyncStore(Protocol):
     async def write_lane(self, markers: tuple[tuple[str, float | None], ...],
                          log: tuple[LaneEntry, ...] = ()) -> None: ...
     async def live_background(self) -> frozenset[str]: ...
+    # CMP-5, CMP-6: compaction
+    async def take_compression_lock(self, session_id: str, holder: str, now: float,
+                                    ttl_s: float) -> bool: ...
+    async def release_compression_lock(self, session_id: str, holder: str, now: float) -> None: ...
+    async def compact_session(self, session_id: str, lease_token: int,
+                              messages: tuple[Message, ...], child: SessionRecord | None,
+                              at: float, flush: tuple[Message, ...] = ()) -> Compacted: ...
+    async def compression_tip(self, session_id: str) -> SessionRecord | None: ...
+
 
 
 class LedgerEntry(Frozen):

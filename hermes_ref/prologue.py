@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hermes_ref import closure, redirect
+from hermes_ref import closure, redirect, rotation
 from hermes_ref import lease as lease_rules
 from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
 from hermes_ref.effects import (
@@ -160,7 +160,7 @@ async def _take_lease(
         grant = await OpenTurn(session_record(inp, deps.tools, now), holder, now,
                                limits.lease_ttl_s, limits.lease_poll_s)
         prompt = grant.session.system_prompt
-        cache = SessionCache(inp.session_id, prompt, Message(role=Role.SYSTEM, content=prompt))
+        cache = SessionCache(grant.session.id, prompt, Message(role=Role.SYSTEM, content=prompt))
         created, lease = grant.created, grant.lease
     else:
         lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
@@ -320,13 +320,15 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     try:
         holder = lease_rules.holder_identity(deps.holder, turn_id, inp.platform)
         cache, created, lease = await _take_lease(inp, deps, cache, holder, now)
+        if lease is not None and lease.session_id != cache.session_id:  # CMP-5: rotated away
+            cache = await rotation.tip_cache(cache, lease.session_id)
         if lease is not None:
             loaded = await _sync_history(cache, lease, created)
     except PersistenceError as error:
         failure = error
     if cache is None or lease is None or failure is not None:
         return await _refuse(inp, deps, turn_id, user, lease, failure)
-    deps.caches[inp.session_id] = cache
+    deps.caches[inp.session_id] = deps.caches[cache.session_id] = cache  # CMP-5: the tip's
     refresher = await StartRefresher(lease, deps.limits.lease_refresh_s, deps.limits.lease_ttl_s)
     seed = seed if seed and not cache.history else None  # only a session with no transcript
     transcript = seed if seed is not None else cache.history.copy()
@@ -334,14 +336,14 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         _hydrate_nudges(cache, transcript, deps.limits)
     review = _count_user_turn(cache, deps)
     ctx = TurnContext(
-        session_id=inp.session_id, turn_id=turn_id, limits=deps.limits,
+        session_id=cache.session_id, turn_id=turn_id, limits=deps.limits,
         tools=deps.tools, cache=cache, lease=lease, tracker=deps.tracker,
         state=TurnState(budget=IterationBudget(deps.limits.iteration_budget)),
         transcript=transcript, refresher=refresher,
     )
     started = TurnStarted(lease_token=lease.token, user_turn=cache.nudges.user_turns,
                           memory_review=review)
-    await Emit(started.event(inp.session_id, turn_id).model_copy(update={"at": now}))
+    await Emit(started.event(cache.session_id, turn_id).model_copy(update={"at": now}))
     await _warn_if_late(ctx)
     if not await _write_opening(ctx, user, seeded=seed is not None):
         ctx.carried_input = user  # the message never became durable: hand it back (LEASE-5)

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_ref import lane_restart, session
+from hermes_ref import lane_restart, rotation, session
 from hermes_ref.effects import (
     LiveBackground,
     LoadMessages,
     LoadRoute,
     LoadRoutes,
     LoadSession,
+    LoadTip,
     Now,
     PutRoute,
     RandomBits,
@@ -45,7 +46,7 @@ from hermes_ref.effects import (
 from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.lane_restart import LaneEntry
 from hermes_ref.limits import Limits
-from hermes_ref.models import Frozen
+from hermes_ref.models import Frozen, SessionRecord
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.prologue import TurnInput
 from hermes_ref.session import Action, Cause, Order, ResetMode, ResetPolicy, Route, SessionSource
@@ -105,6 +106,8 @@ async def _route_once(source: SessionSource, key: str, limits: Limits) -> Routed
     if current is None:
         return await _begin(None, source, key, limits, now, Cause.CREATED, None, "created")
     record = await LoadSession(current.session_id)
+    if record is not None and rotation.lease_follows_tip(record.end_reason):  # CMP-5
+        current, record = await _tip_of(current, record)
     ended = record.end_reason if record is not None and record.ended_at is not None else None
     live = key in await LiveBackground()
     situation = session.Situation(route=current, now=now, policy=policy_of(limits),
@@ -115,6 +118,15 @@ async def _route_once(source: SessionSource, key: str, limits: Limits) -> Routed
         return await _begin(current, source, key, limits, now, Cause.RESET, decision.reason,
                             decision.rule, end=None if ended else decision.reason)
     return await _continue(current, decision, limits, now)
+
+
+async def _tip_of(current: Route, record: SessionRecord) -> tuple[Route, SessionRecord]:
+    """CMP-5: a route that names a session compaction rotated away is decided on the lineage's
+    live tip; the revision this message writes then names the tip (the route heals)."""
+    tip = await LoadTip(current.session_id)
+    if tip is None or tip.id == current.session_id:
+        return current, record
+    return current.model_copy(update={"session_id": tip.id}), tip
 
 
 async def _fresh_id(now: float) -> str:

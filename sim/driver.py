@@ -42,6 +42,7 @@ from hermes_ref.errors import (
 )
 from hermes_ref.models import EventKind, Lease
 from hermes_ref.outcomes import ExitLine
+from sim.compaction_handlers import CompactionHandlers  # CMP-5, CMP-6
 from sim.door_handlers import AdmissionHandlers
 from sim.faults import Crashed
 from sim.lane_handlers import LaneHandlers  # SES
@@ -72,7 +73,8 @@ def _short(text: str | None, limit: int = 48) -> str:
     return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
-class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers):
+class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
+                CompactionHandlers):
     def __init__(self, world: World, process: SimProcess | None = None) -> None:
         self.world = world
         self.process = process if process is not None else world.processes[world.pid]
@@ -97,6 +99,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers):
             **self.lease_handlers(),
             **self.admission_handlers(),  # ADM: sim/door_handlers.py
             **self.lane_handlers(),  # SES: sim/lane_handlers.py
+            **self.compaction_handlers(),  # CMP: sim/compaction_handlers.py
         }
 
     @property

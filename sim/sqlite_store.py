@@ -38,10 +38,11 @@ from hermes_ref.admission import (
     Outcome,
 )
 from hermes_ref.lane_restart import LaneEntry  # SES
-from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
+from hermes_ref.models import Compacted, Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
 from hermes_ref.session import Route  # SES
 from hermes_ref.shell import sqlite_admissions as adm
+from hermes_ref.shell import sqlite_compaction as compaction  # CMP-5, CMP-6
 from hermes_ref.shell import sqlite_ops as ops
 from hermes_ref.shell import sqlite_routes as lanes  # SES
 from hermes_ref.shell.sqlite_codec import EventRow, encode_event
@@ -174,7 +175,7 @@ class SqliteStore:
 
     # -- world operations -----------------------------------------------------------------
     def snapshot(self) -> DurableRecord:
-        return lanes.snapshot(self._conn)  # sqlite_ops.snapshot plus the SES tables
+        return compaction.snapshot(self._conn)  # sqlite_ops.snapshot + the SES and CMP tables
 
     def crash(self) -> None:
         """The process died: pending events are gone, committed rows stay in the file."""
@@ -244,3 +245,21 @@ class SqliteStore:
 
     def live_background(self) -> frozenset[str]:
         return lanes.live_background(self._conn)
+
+    # -- CMP-5, CMP-6: compaction (hermes_ref/shell/sqlite_compaction.py) ---------------------
+    def take_compression_lock(self, session_id: str, holder: str, now: float,
+                              ttl_s: float) -> bool:
+        return self._write(compaction.take_compression_lock, session_id, holder, now, ttl_s,
+                           self._holder_alive)
+
+    def release_compression_lock(self, session_id: str, holder: str, now: float) -> None:
+        self._write(compaction.release_compression_lock, session_id, holder, now)
+
+    def compact_session(self, session_id: str, lease_token: int, messages: tuple[Message, ...],
+                        child: SessionRecord | None, at: float,
+                        flush: tuple[Message, ...] = ()) -> Compacted:
+        return self._write(compaction.compact_session, session_id, lease_token, messages, child,
+                           at, flush, self._now())
+
+    def compression_tip(self, session_id: str) -> SessionRecord | None:
+        return compaction.compression_tip(self._conn, session_id)

@@ -17,15 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hermes_ref import lease as lease_rules
+from hermes_ref import rotation  # CMP-5: a rotated session's turns run on its tip
 from hermes_ref.delivery import replay  # DEL-2
 from hermes_ref.errors import LeaseLost, PersistenceError
 from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord, LeaseGrantRow, LeaseRow, StoredMessage
 from sim.store_admissions import AdmissionsMixin
+from sim.store_compaction import CompactionStoreMixin  # CMP-5, CMP-6
 from sim.store_routes import RouteStoreMixin
 
 
-class MemoryStore(AdmissionsMixin, RouteStoreMixin):
+class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
     """The durable record of a simulated world, kept in memory."""
 
     def __init__(self, *, holder_alive: Callable[[str], bool] | None = None,
@@ -51,6 +53,7 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
         self._next_event_seq = 1
         self._init_admissions()  # ADM: the admission door's rows (sim/store_admissions.py)
         self._init_routes()  # SES: route revisions, markers, lane log (sim/store_routes.py)
+        self._init_compaction()  # CMP-5, CMP-6: archive, lock log (sim/store_compaction.py)
 
     # -- sessions -------------------------------------------------------------------
     def create_session(self, record: SessionRecord) -> None:
@@ -152,6 +155,7 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
     # -- leases ---------------------------------------------------------------------
     def acquire_lease(self, session_id: str, holder: str, now: float, ttl_s: float,
                       poll_s: float = 0.0) -> Lease | None:
+        session_id = self._tip_id(session_id)  # CMP-5: a rotated session's lease is its tip's
         if session_id not in self._sessions:
             raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
         current = self._leases.get(session_id)
@@ -186,10 +190,12 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
                   poll_s: float = 0.0) -> LeaseGrant:
         """Ensure the session row and take its lease as one commit (see sqlite_ops.open_turn)."""
         existing = self._sessions.get(record.id)
+        if existing is not None and rotation.lease_follows_tip(existing.end_reason):  # CMP-5
+            existing = self.compression_tip(record.id) or existing
         if existing is None:
             self._sessions[record.id] = record
             self._by_session.setdefault(record.id, [])
-        lease = self.acquire_lease(record.id, holder, now, ttl_s, poll_s)
+        lease = self.acquire_lease((existing or record).id, holder, now, ttl_s, poll_s)
         if existing is None and lease is None:
             self._commit_events()
         return LeaseGrant(session=existing or record, created=existing is None, lease=lease)
@@ -283,13 +289,13 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin):
         """Nothing to reopen: the committed state lives in the world, not a connection."""
 
     def snapshot(self) -> DurableRecord:
-        return self._with_routes(self._with_admissions(DurableRecord(  # ADM; SES: routes
+        return self._with_compaction(self._with_routes(self._with_admissions(DurableRecord(
             sessions=tuple(self._sessions.values()),
             messages=tuple(StoredMessage(session_id=s, message=m) for s, m in self._messages),
             events=tuple(e.model_copy(update={"seq": seq}) for seq, e in self._events),
             leases=tuple(self._leases.values()),
             lease_grants=tuple(self._grants),
-        )))
+        ))))  # ADM; SES: routes; CMP: archive, locks
 
     def close(self) -> None:
         self._pending_events.clear()

@@ -152,6 +152,7 @@ class AsyncDriver:
             **self._lease_handlers(),  # LEASE
             **self._admission_handlers(),
             **self._lane_handlers(),  # SES
+            **self._compaction_handlers(),  # CMP-5, CMP-6
         }
 
     def _lease_handlers(self) -> dict[type[Any], Awaited]:
@@ -217,6 +218,19 @@ class AsyncDriver:
             fx.ReadMarkers: lambda e: store.read_markers(),
             fx.WriteLane: lambda e: store.write_lane(e.markers, e.log),
             fx.LiveBackground: lambda e: store.live_background(),
+        }
+
+    def _compaction_handlers(self) -> dict[type[Any], Awaited]:
+        """CMP-5, CMP-6: the lock, the compaction and the tip map one to one onto the port."""
+        store = self.store
+        return {
+            fx.TakeCompressionLock: lambda e: store.take_compression_lock(
+                e.session_id, e.holder, e.now, e.ttl_s),
+            fx.ReleaseCompressionLock: lambda e: store.release_compression_lock(
+                e.session_id, e.holder, e.now),
+            fx.CompactSession: lambda e: store.compact_session(
+                e.session_id, e.lease_token, e.messages, e.child, e.at, e.flush),
+            fx.LoadTip: lambda e: store.compression_tip(e.session_id),
         }
 
     # -- the stepping loop ----------------------------------------------------------------

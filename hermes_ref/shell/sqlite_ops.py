@@ -232,10 +232,12 @@ _INSERT_MESSAGE = (
     "tool_name, finish_reason, turn_id, hidden, created_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_SELECT_MESSAGES = (
-    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND id > ? ORDER BY id"
+_SELECT_MESSAGES = (  # live rows only: a compaction in place archives (CMP-5)
+    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND id > ? "
+    "AND archived_at IS NULL ORDER BY id"
 )
-_SELECT_ALL_MESSAGES = f"SELECT session_id, {_MESSAGE_COLUMNS} FROM messages ORDER BY id"
+_SELECT_ALL_MESSAGES = (f"SELECT session_id, {_MESSAGE_COLUMNS} FROM messages "
+                        "WHERE archived_at IS NULL ORDER BY id")
 _SELECT_ONE = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ? AND session_id = ?"
 _REWRITE = (
     "UPDATE messages SET content = ?, api_content = ? WHERE id = ? AND session_id = ? "
@@ -365,6 +367,7 @@ def acquire_lease(
     expires_at = now + ttl_s
     try:
         with _write(conn):
+            session_id = _lease_target(conn, session_id)  # CMP-5: a rotated session's tip
             token = leases.take(conn, session_id, holder, now, ttl_s, holder_alive, poll_s)
             if token is None and poll_s <= 0:
                 raise _Busy
@@ -378,6 +381,18 @@ def acquire_lease(
         session_id=session_id, holder=holder, token=token,
         acquired_at=now, expires_at=expires_at,
     )
+
+
+def _lease_target(conn: sqlite3.Connection, session_id: str) -> str:
+    from hermes_ref.shell.sqlite_compaction import lease_target  # CMP-5: it builds on this
+
+    return lease_target(conn, session_id)
+
+
+def _follows_tip(end_reason: str | None) -> bool:
+    from hermes_ref import rotation  # CMP-5
+
+    return rotation.lease_follows_tip(end_reason)
 
 
 def open_turn(
@@ -403,14 +418,17 @@ def open_turn(
             created = conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(record)).rowcount == 1
             if not created:
                 stored = decode_session(conn.execute(_SELECT_SESSION, (record.id,)).fetchone())
-            token = leases.take(conn, record.id, holder, now, ttl_s, holder_alive, poll_s)
+                if _follows_tip(stored.end_reason):  # CMP-5: the turn runs on the tip
+                    tip = _lease_target(conn, stored.id)
+                    stored = decode_session(conn.execute(_SELECT_SESSION, (tip,)).fetchone())
+            token = leases.take(conn, stored.id, holder, now, ttl_s, holder_alive, poll_s)
             if token is None and not created and poll_s <= 0:
                 raise _Busy
             if token is not None or created:
                 _insert_events(conn, events)
     except _Busy:
         return LeaseGrant(session=stored, created=False, lease=None)
-    lease = Lease(session_id=record.id, holder=holder, token=token,
+    lease = Lease(session_id=stored.id, holder=holder, token=token,
                   acquired_at=now, expires_at=expires_at) if token is not None else None
     return LeaseGrant(session=stored, created=created, lease=lease)
 

@@ -248,6 +248,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "the admission door: row history, bindings, runtime epochs", _V4_ADMISSION),
     Migration(5, "every turn-lease grant, kept after it ends", GRANTS_DDL),
     Migration(6, "each event's place in its turn, for replay after a reconnect", _V6_TURN_SEQ),
+    # CMP-5, CMP-6: archived rows, every compression-lock ask, every compaction
+    Migration(7, "compaction: the archive, the lock's history, the compactions",
+              _V7_COMPACTION),
 )
 LATEST_VERSION = MIGRATIONS[-1].version
 MARKED_SINCE = 2

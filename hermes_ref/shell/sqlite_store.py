@@ -48,11 +48,12 @@ from hermes_ref.admission import (
 from hermes_ref.admission import Outcome as AdmissionOutcome
 from hermes_ref.errors import PersistenceError
 from hermes_ref.lane_restart import LaneEntry  # SES
-from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
+from hermes_ref.models import Compacted, Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord
 from hermes_ref.session import Route  # SES
 from hermes_ref.shell import liveness, sqlite_connect
 from hermes_ref.shell import sqlite_admissions as adm
+from hermes_ref.shell import sqlite_compaction as compaction  # CMP-5, CMP-6
 from hermes_ref.shell import sqlite_ops as ops
 from hermes_ref.shell import sqlite_routes as lanes  # SES
 from hermes_ref.shell.group_commit import GroupCommit, Outcome, Write, run_batch
@@ -293,7 +294,7 @@ class AsyncSqliteStore:
 
     # -- world operations -----------------------------------------------------------------
     async def snapshot(self) -> DurableRecord:
-        return await self._hop(lanes.snapshot)  # sqlite_ops.snapshot plus the SES tables
+        return await self._hop(compaction.snapshot)  # sqlite_ops.snapshot + SES and CMP tables
 
     async def crash(self) -> None:
         """The process died: pending events and queued writes are gone; commits stay.
@@ -363,3 +364,24 @@ class AsyncSqliteStore:
 
     async def live_background(self) -> frozenset[str]:
         return await self._hop(lanes.live_background)
+
+    # -- CMP-5, CMP-6: compaction (hermes_ref/shell/sqlite_compaction.py) ---------------------
+    async def take_compression_lock(self, session_id: str, holder: str, now: float,
+                                    ttl_s: float) -> bool:
+        return await self._write(compaction.take_compression_lock, session_id, holder, now,
+                                 ttl_s, self._holder_alive)
+
+    async def release_compression_lock(self, session_id: str, holder: str, now: float) -> None:
+        await self._write(compaction.release_compression_lock, session_id, holder, now)
+
+    async def compact_session(self, session_id: str, lease_token: int,
+                              messages: tuple[Message, ...], child: SessionRecord | None,
+                              at: float, flush: tuple[Message, ...] = ()) -> Compacted:
+        done = await self._write(compaction.compact_session, session_id, lease_token, messages,
+                                 child, at, flush, self.clock())
+        if done.rows:
+            self._watermark = max(self._watermark, done.rows[-1].row_id or 0)
+        return done
+
+    async def compression_tip(self, session_id: str) -> SessionRecord | None:
+        return await self._hop(compaction.compression_tip, session_id)

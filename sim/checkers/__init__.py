@@ -28,6 +28,7 @@ from sim.checkers import (
     lane_restarts,  # SES-7
     lease,  # LEASE, CTX-9
     loop_fire,  # LOOP-4/5/6/8, FIN-1, FIN-4: the loop under fire
+    rotation,  # CMP-5, CMP-6, LEASE-1 per lineage
     sessions,  # SES
     streaming,  # DEL-1, DEL-2, FIN-2
     tool_limits,  # TOOL-5, TOOL-7: workers, gate, deadline, spills
@@ -51,6 +52,6 @@ from sim.checkers.wire import align_request
 __all__ = [
     "CHECKERS", "Check", "Checker", "Observation", "Violation", "admission", "align_request",
     "checker", "context", "delivery", "finalizer", "intake", "lane_restarts", "lease",
-    "loop_fire", "run_all",
+    "loop_fire", "rotation", "run_all",
     "sessions", "streaming", "tool_limits", "tools", "transcript", "turn", "wire", "wire_cache",
 ]

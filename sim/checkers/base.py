@@ -16,6 +16,7 @@ from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
+from sim.checkers import lineage  # CMP-5: a rotated turn is one turn
 from sim.world import CallRecord, Intervention, LeaseStep, TurnRun
 
 
@@ -92,8 +93,10 @@ class Observation:
         """Every turn the world ran or the record mentions, in first-seen order."""
         views: dict[tuple[str, str], TurnView] = {}
         by_id: dict[str, tuple[str, str]] = {}
+        root, copied = lineage.roots(self.record), self.copied_row_ids  # CMP-5: one turn
 
         def view(session_id: str, turn_id: str, run: TurnRun | None = None) -> TurnView:
+            session_id = root.get(session_id, session_id)
             key = (session_id, turn_id)
             if key not in views:
                 views[key] = TurnView(session_id, turn_id, run)
@@ -103,8 +106,8 @@ class Observation:
         for run in self.runs or ():
             if run.turn_id is not None:
                 view(run.session_id, run.turn_id, run)
-        for stored in self.record.messages:
-            if stored.message.turn_id is not None:
+        for stored in lineage.written(self.record):  # live and archived rows, in row order
+            if stored.message.turn_id is not None and stored.message.row_id not in copied:
                 view(stored.session_id, stored.message.turn_id).rows.append(stored.message)
         for call in self.calls:
             view(call.session_id, call.turn_id).calls.append(call)
@@ -137,8 +140,16 @@ class Observation:
     def events(self, kind: str) -> list[Event]:
         return [e for e in self.record.events if e.kind == kind]
 
+    @cached_property
+    def copied_row_ids(self) -> frozenset[int]:
+        """CMP-5: rows a compaction copied in (not written again by their turns)."""
+        return lineage.copied_row_ids(self.record)
+
     def rows_of_turn(self, turn_id: str) -> list[Message]:
-        return [m.message for m in self.record.messages if m.message.turn_id == turn_id]
+        copied = self.copied_row_ids
+        return [m.message for m in lineage.written(self.record)
+                if m.message.turn_id == turn_id and m.message.row_id not in copied]
+
 
     def calls_of_turn(self, turn_id: str) -> list[CallRecord]:
         return [c for c in self.calls if c.turn_id == turn_id]

@@ -114,8 +114,8 @@ def nudge_counters_follow_the_record(obs: Observation) -> list[Violation]:
     for session_id in obs.record.session_ids():
         users = _turn_openers(obs.record.transcript(session_id))
         for ordinal, row in enumerate(users, start=1):
-            if row.turn_id is None:
-                continue  # a seeded message: it counts, but no turn of this engine wrote it
+            if row.turn_id is None or row.row_id in obs.copied_row_ids:
+                continue  # seeded or a compaction's copy: it counts, but no turn wrote it here
             event = started.get((session_id, row.turn_id))
             problem = _count_problem(obs, _started_record(event), ordinal,
                                      turn_calls.get(row.turn_id, []))

@@ -31,6 +31,7 @@ from itertools import pairwise
 from hermes_ref.lease import holder_fields
 from hermes_ref.models import EventKind, Message, Role
 from hermes_ref.ports import LeaseGrantRow
+from sim.checkers import lineage
 from sim.checkers.base import Observation, Violation, checker
 from sim.world import LeaseStep
 
@@ -286,13 +287,16 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
     granted_at = {(s.session_id, s.token): s.seq for s in _steps(obs, "granted")}
     asks = Asks.of(obs)
     blocked: dict[tuple[str, str], list[str]] = defaultdict(list)
+    root = lineage.roots(obs.record)  # CMP-5: an ask for a rotated session waits on its tip
     for ask in _steps(obs, "busy"):
+        asked = root.get(ask.session_id, ask.session_id)
         held = [g for g in obs.record.lease_grants
-                if g.session_id == ask.session_id and g.acquired_at <= ask.at + EPSILON_S
+                if root.get(g.session_id, g.session_id) == asked
+                and g.acquired_at <= ask.at + EPSILON_S
                 and granted_at.get((g.session_id, g.token), -1) < ask.seq]
         if not held:
             continue
-        grant = max(held, key=lambda g: g.token)
+        grant = max(reversed(held), key=lambda g: g.token)  # a carried grant is the later
         pid, died = _death_of(grant.holder, deaths)
         if _after_loss(grant, ask.at):
             problem = f"its grant (token {grant.token}) had ended"

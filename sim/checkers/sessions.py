@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from hermes_ref.models import EventKind, Role
 from hermes_ref.session import Route, SessionSource
+from sim.checkers import lineage  # CMP-5: a route healed to its lineage's tip
 from sim.checkers.base import Observation, Violation, checker
 
 _ID = re.compile(r"^(\d{8}_\d{6})_[0-9a-f]{8}$")
@@ -35,7 +36,7 @@ def _pairs(obs: Observation) -> list[tuple[Route | None, Route]]:
     last: dict[str, Route] = {}
     out: list[tuple[Route | None, Route]] = []
     for route in sorted(obs.record.routes, key=lambda r: (r.key, r.revision)):
-        out.append((last.get(route.key), route))
+        out.append((lineage.healed(obs.record, last.get(route.key), route), route))
         last[route.key] = route
     return out
 

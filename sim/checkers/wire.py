@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_ref.models import WIRE_MESSAGE_KEYS, Message, Role
+from sim.checkers import lineage
 from sim.checkers.base import (
     Observation,
     Violation,
@@ -80,9 +81,8 @@ def requests_match_record(obs: Observation) -> list[Violation]:
 
 def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
     """The session's rows that were committed when ``call`` was made."""
-    return [m.message for m in obs.record.messages  # a hidden row never goes out (LOOP-4)
-            if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark
-            and not m.message.hidden]
+    rows = lineage.rows_at(obs.record, call.session_id, call.watermark)  # CMP-5: archives
+    return [m for m in rows if not m.hidden]  # a hidden row never goes out (LOOP-4)
 
 
 def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset()) -> bool:

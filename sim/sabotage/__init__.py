@@ -24,6 +24,7 @@ from sim.sabotage import (
     loop_fire,  # LOOP-4/5/6/8, FIN-1, FIN-4: the loop under fire
     paths,
     prologue,
+    rotation,  # CMP-5, CMP-6, LEASE-1 per lineage
     sessions,  # SES
     streaming,  # DEL-2, FIN-2
     tool_limits,  # TOOL-5, TOOL-7
@@ -33,6 +34,6 @@ from sim.sabotage import (
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
 __all__ = ["SABOTAGES", "Sabotage", "admission", "finalizer", "intake", "lease", "loop", "loop_fire",
-           "paths", "prologue",
+           "paths", "prologue", "rotation",
            "sabotage", "sessions", "streaming", "tool_limits",
            "tool_round", "wire_cache"]

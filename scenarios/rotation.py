@@ -1,0 +1,206 @@
+"""Stories of the durable side of compaction: rotation, in place, the lock, the lineage tip.
+
+The compaction in these stories is the story's own (``sim.rotation_story``): a summary row
+and the last few messages, committed between the prologue and the first model call, so
+each story knows exactly what the record must hold afterwards.
+"""
+
+from __future__ import annotations
+
+from hermes_ref.effects import TakeCompressionLock
+from hermes_ref.lease import holder_identity
+from hermes_ref.models import SessionRecord
+from hermes_ref.session import SessionSource
+from sim.harness import Story, scenario
+from sim.provider import text, tool_calls
+from sim.rotation_story import (
+    SUMMARY_PREFIX,
+    compaction_turn,
+    keep_last,
+    run_all,
+    start_compaction_turn,
+)
+
+
+def _tip(s: Story, session: str = "s-1") -> SessionRecord:
+    tip = s.world.store.compression_tip(session)
+    s.expect(tip is not None, f"{session} has a lineage tip")
+    assert tip is not None
+    return tip
+
+
+def _live(s: Story) -> list[str]:
+    return [r.id for r in s.world.store.snapshot().sessions if r.ended_at is None]
+
+
+@scenario("A rotation ends the session with reason compression, and the next turn finds the "
+          "lineage's tip", invariants=("CMP-5", "LEASE-1"), stage="compaction")
+def rotation_ends_the_parent_and_the_next_turn_finds_the_tip(s: Story) -> None:
+    s.script(text("one"), text("two"), text("three"), text("four"))
+    s.turn("first")
+    s.turn("second")
+    compaction_turn(s, "third", keep_last(3))
+    tip = _tip(s)
+    parent = s.world.store.get_session("s-1")
+    s.expect(tip.parent_session_id == "s-1", "the child names its parent")
+    s.expect(parent is not None and parent.end_reason == "compression",
+             "the parent ended with reason compression")
+    s.turn("fourth")
+    rows = s.transcript(tip.id)
+    s.expect(rows[0].content is not None and rows[0].content.startswith(SUMMARY_PREFIX),
+             "the child opens with the summary")
+    s.expect([m.content for m in rows[-2:]] == ["fourth", "four"],
+             "the next turn, asked for the parent, ran on the tip")
+    s.expect(_live(s) == [tip.id], "one live session: the tip")
+
+
+@scenario("Compaction in place archives the old rows and keeps the session id",
+          invariants=("CMP-5",), stage="compaction")
+def compaction_in_place_keeps_the_session(s: Story) -> None:
+    s.limits(compression_in_place=True)
+    s.script(text("one"), text("two"), text("three"))
+    s.turn("first")
+    s.turn("second")
+    compaction_turn(s, "third", keep_last(2))
+    record = s.world.store.snapshot()
+    s.expect(_tip(s).id == "s-1" and _live(s) == ["s-1"], "no child: the same session lives on")
+    s.expect(len(record.archived) == 5, "the five rows before it are archived, not deleted")
+    rows = s.transcript()
+    s.expect([m.content for m in rows][-2:] == ["third", "three"], "the turn went on in place")
+    s.expect(rows[0].content is not None and rows[0].content.startswith(SUMMARY_PREFIX),
+             "the live rows open with the summary")
+
+
+@scenario("A compression lock held by another process leaves the messages unchanged",
+          invariants=("CMP-6",), stage="compaction")
+def lock_held_elsewhere_leaves_messages_unchanged(s: Story) -> None:
+    s.script(text("one"), text("two"))
+    s.turn("first")
+    other = s.process()
+    holder = holder_identity(s.world.holder_of(other.pid), "compactor", "cli")
+    now = s.world.clock.now()
+    async def take() -> bool:
+        return await TakeCompressionLock("s-1", holder, now, 300.0)
+
+    taken = other.driver.run(take())
+    s.expect(taken is True, "the other process holds the lock")
+    before = [m.content for m in s.transcript()]
+    result = compaction_turn(s, "second", keep_last(1))
+    s.expect(result is not None and result.final_response == "two", "the turn still answered")
+    s.expect([m.content for m in s.transcript()] == [*before, "second", "two"],
+             "nothing was compacted: the rows are all there, in order")
+    s.expect(_live(s) == ["s-1"] and not s.world.store.snapshot().compactions,
+             "no rotation, no compaction")
+
+
+@scenario("Two processes compacting one session take turns: one rotation each, one live tip",
+          invariants=("CMP-5", "CMP-6", "LEASE-1"), stage="compaction")
+def two_processes_compact_one_session(s: Story) -> None:
+    s.script(text("one"), text("two"), text("three"))
+    s.turn("first")
+    other = s.process()
+    s.delay_reply(2, 5.0)  # the first compactor's model call takes a while: the other waits
+    start_compaction_turn(s, "from one", keep_last(2))
+    start_compaction_turn(s, "from two", keep_last(2), process=other)
+    run_all(s)
+    record = s.world.store.snapshot()
+    s.expect(len(record.compactions) == 2, "both compacted, one after the other")
+    s.expect(len(_live(s)) == 1 and _live(s) == [_tip(s).id], "one live tip")
+    chain = [c.child_id for c in record.compactions]
+    s.expect(record.compactions[1].session_id == chain[0],
+             "the second compacted the first's child, not the ended parent")
+
+
+@scenario("A rotation keeps a tool call with its result, and the next turn answers from the "
+          "child", invariants=("CMP-5",), stage="compaction")
+def rotation_keeps_the_tool_group(s: Story) -> None:
+    s.files({"a.txt": "alpha"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})), text("It says alpha."), text("ok"))
+    s.turn("What does a.txt say?")
+    compaction_turn(s, "Thanks.", keep_last(3))  # the last three start at the tool result
+    rows = s.transcript(_tip(s).id)
+    s.expect([m.role.value for m in rows] == ["user", "assistant", "tool", "assistant", "user",
+                                              "assistant"],
+             "summary, then the call with its result, the answer, and the new turn")
+
+
+@scenario("A rotation whose write fails changes nothing, and the turn goes on uncompacted",
+          invariants=("CMP-5", "CMP-6"), stage="compaction")
+def failed_rotation_changes_nothing(s: Story) -> None:
+    s.script(text("one"), text("two"))
+    s.turn("first")
+    s.faults(fail_writes={"rotate": 1})
+    result = compaction_turn(s, "second", keep_last(1))
+    s.expect(result is not None and result.final_response == "two", "the turn still answered")
+    record = s.world.store.snapshot()
+    s.expect(not record.compactions and _live(s) == ["s-1"], "no rotation happened")
+    s.expect([m.content for m in s.transcript()] == ["first", "one", "second", "two"],
+             "every row is where it was")
+    s.expect([g.end_reason for g in record.compression_locks] == ["released"],
+             "the lock was given back")
+
+
+def _crash_and_recover(s: Story, point: str, *, rotated: bool) -> None:
+    s.script(text("one"), text("two"), text("after"))
+    s.turn("first")
+    s.turn("second")
+    before = {m.content for m in s.transcript()}
+    s.faults(crash=point)
+    result = compaction_turn(s, "third", keep_last(3))
+    s.expect(result is None, f"the process died at {point}")
+    s.faults()
+    s.restart()
+    s.turn("again")
+    tip = _tip(s)
+    s.expect((tip.id != "s-1") == rotated, "the rotation is all there or not at all")
+    s.expect(len(_live(s)) == 1, "exactly one live tip")
+    kept = {m.message.content for m in s.world.store.snapshot().messages}
+    s.expect(before <= kept, "no message was lost")
+    s.expect(s.transcript(tip.id)[-1].content == "after", "the next turn ran on the tip")
+
+
+@scenario("A crash before the rotation's commit leaves the session as it was; the next turn "
+          "goes on there", invariants=("CMP-5", "CMP-6"), stage="compaction")
+def crash_before_rotation(s: Story) -> None:
+    _crash_and_recover(s, "before:rotate", rotated=False)
+
+
+@scenario("A crash right after the rotation's commit leaves one live tip; the next turn finds "
+          "it and takes its dead holder's lease", invariants=("CMP-5", "LEASE-1"),
+          stage="compaction")
+def crash_after_rotation(s: Story) -> None:
+    _crash_and_recover(s, "after:rotate", rotated=True)
+
+
+@scenario("A crash holding the compression lock: a later compaction takes the dead holder's "
+          "lock", invariants=("CMP-5", "CMP-6"), stage="compaction")
+def crash_holding_the_compression_lock(s: Story) -> None:
+    s.script(text("one"), text("two"))
+    s.turn("first")
+    s.faults(crash="after:compression_lock")
+    s.expect(compaction_turn(s, "second", keep_last(2)) is None, "the process died holding it")
+    s.faults()
+    s.restart()
+    compaction_turn(s, "second again", keep_last(2))
+    record = s.world.store.snapshot()
+    s.expect([g.end_reason for g in record.compression_locks] == ["holder_dead", "released"],
+             "the dead holder's lock was taken over, then released")
+    s.expect(len(record.compactions) == 1 and len(_live(s)) == 1, "one rotation, one live tip")
+
+
+@scenario("A routed message for a rotated incarnation heals the route to the lineage's tip",
+          invariants=("CMP-5", "SES-2"), stage="compaction")
+def route_heals_to_the_tip(s: Story) -> None:
+    source = SessionSource(platform="telegram", chat_id="c42")
+    s.script(text("one"), text("two"), text("three"))
+    s.message(source, "first")
+    route = s.route_of(source)
+    assert route is not None
+    compaction_turn(s, "second", keep_last(2), session=route.session_id)
+    tip = _tip(s, route.session_id)
+    s.message(source, "third")
+    healed = s.route_of(source)
+    s.expect(healed is not None and healed.session_id == tip.id,
+             "the route now names the tip")
+    s.expect(s.transcript(tip.id)[-1].content == "three", "the message ran on the tip")
+

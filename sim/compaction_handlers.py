@@ -1,0 +1,80 @@
+"""The simulator's side of compaction (CMP-5, CMP-6): the lock, the rotation, the tip.
+
+Theory of operation
+-------------------
+``CompactionHandlers`` is the part of ``SimDriver`` that performs ``hermes_ref.rotation``'s
+effects. The lock and the compaction are store writes of the process (they carry its
+pending events, and a planned store failure at their site fails them before they reach
+the store); ``LoadTip`` is a read. Each is narrated as one line, so a snapshot shows who
+took the lock, what a compaction moved where, and who was refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from hermes_ref import effects as fx
+from hermes_ref.effects import Site
+from hermes_ref.errors import LeaseLost
+from hermes_ref.lease import holder_fields
+from hermes_ref.models import Compacted
+
+if TYPE_CHECKING:
+    from sim.world import World
+
+
+class CompactionHandlers:
+    """Mixed into ``SimDriver``; relies on its ``world``, ``_write`` and ``_fail_if_planned``."""
+
+    world: World
+
+    _write: Callable[..., Any]  # SimDriver's (declared here, defined there)
+    _fail_if_planned: Callable[[Site], None]
+
+    def compaction_handlers(self) -> dict[type[Any], Callable[[Any], Any]]:
+        store = self.world.store
+        return {
+            fx.TakeCompressionLock: self._take_lock,
+            fx.ReleaseCompressionLock: self._release_lock,
+            fx.CompactSession: self._compact,
+            fx.LoadTip: lambda e: store.compression_tip(e.session_id),
+        }
+
+    def _take_lock(self, effect: fx.TakeCompressionLock) -> bool:
+        self._fail_if_planned(Site.COMPRESSION_LOCK)
+        taken: bool = self._write(self.world.store.take_compression_lock, effect.session_id,
+                                  effect.holder, effect.now, effect.ttl_s)
+        self.world.timeline.add("lock", f"{effect.session_id} "
+                                f"{'taken by' if taken else 'REFUSED to'} {_who(effect.holder)}")
+        return taken
+
+    def _release_lock(self, effect: fx.ReleaseCompressionLock) -> None:
+        self._fail_if_planned(Site.COMPRESSION_UNLOCK)
+        self._write(self.world.store.release_compression_lock, effect.session_id,
+                    effect.holder, effect.now)
+        self.world.timeline.add("unlock", f"{effect.session_id} by {_who(effect.holder)}")
+
+    def _compact(self, effect: fx.CompactSession) -> Compacted:
+        self._fail_if_planned(effect.site)
+        try:
+            done: Compacted = self._write(
+                self.world.store.compact_session, effect.session_id, effect.lease_token,
+                effect.messages, effect.child, effect.at, effect.flush)
+        except LeaseLost:
+            self.world.timeline.add("FENCED", f"{effect.site} write with token "
+                                    f"{effect.lease_token} refused: the lease is gone")
+            raise
+        if effect.rotate:
+            text = (f"{effect.session_id} -> {done.session.id} ({len(done.rows)} rows; "
+                    f"{effect.session_id} ended compression, lease token {done.lease.token} "
+                    "carried)")
+        else:
+            text = f"{effect.session_id} in place ({len(done.rows)} rows, the rest archived)"
+        self.world.timeline.add(str(effect.site), text)
+        return done
+
+
+def _who(holder: str) -> str:
+    fields = holder_fields(holder)
+    return f"pid={fields.get('pid', '?')} {fields.get('turn', holder)}"

@@ -1,0 +1,87 @@
+"""Broken compaction durability: a rotation that leaves its parent live, a lock taken as a
+hint, a turn that goes on writing to the rotated parent, a route that does not walk to the
+tip, and a lease that stays with the session it was granted on."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+from unittest import mock
+
+from hermes_ref import rotation, router
+from hermes_ref.context import TurnContext
+from hermes_ref.effects import TakeCompressionLock
+from hermes_ref.models import Compacted, SessionRecord
+from hermes_ref.session import Route
+from hermes_ref.transcript import Transcript
+from sim.sabotage.base import sabotage
+
+# ---- CMP-5: the child is created, the parent is not ended ------------------------------------
+
+
+def _parent_left_live() -> list[AbstractContextManager[Any]]:
+    def not_yet(parent: SessionRecord, at: float) -> SessionRecord:
+        return parent  # "the parent is ended when its turn ends"
+    return [mock.patch.object(rotation, "ended_by_rotation", not_yet)]
+
+
+sabotage("rotation_leaves_the_parent_live", ("CMP-5",),
+         "a rotation creates the child but leaves the parent session live")(_parent_left_live)
+
+
+# ---- CMP-6: a refused lock is taken as a hint --------------------------------------------------
+
+
+def _lock_as_hint() -> list[AbstractContextManager[Any]]:
+    async def hint(ctx: TurnContext, session_id: str, holder: str, now: float) -> bool:
+        await TakeCompressionLock(session_id, holder, now, ctx.limits.compression_lock_ttl_s)
+        return True  # "the lock only says someone else might be compacting"
+    return [mock.patch.object(rotation, "_take_lock", hint)]
+
+
+sabotage("compression_lock_ignored", ("CMP-6",),
+         "a compaction goes ahead when another holder has the session's compression lock")(
+    _lock_as_hint)
+
+
+# ---- CMP-5: after a rotation the turn keeps writing to the parent ----------------------------
+
+
+def _stay_on_parent() -> list[AbstractContextManager[Any]]:
+    def half_switch(ctx: TurnContext, done: Compacted) -> None:
+        ctx.lease = done.lease  # the session id is left as it was
+        ctx.transcript = Transcript(done.rows)
+    return [mock.patch.object(rotation, "switch_to", half_switch)]
+
+
+sabotage("turn_stays_on_the_rotated_parent", ("CMP-5",),
+         "after a rotation the rest of the turn writes to the parent, not the child")(
+    _stay_on_parent)
+
+
+# ---- CMP-5: a route to a rotated incarnation is decided on it, not on its tip ----------------
+
+
+def _no_tip_walk() -> list[AbstractContextManager[Any]]:
+    async def same(current: Route, record: SessionRecord) -> tuple[Route, SessionRecord]:
+        return current, record
+    return [mock.patch.object(router, "_tip_of", same)]
+
+
+sabotage("route_does_not_walk_the_tip", ("CMP-5",),
+         "the router decides on the rotated incarnation itself, so the lane starts over")(
+    _no_tip_walk)
+
+
+# ---- LEASE-1: the lease stays with the session it was granted on ------------------------------
+
+
+def _lease_per_session() -> list[AbstractContextManager[Any]]:
+    def never(end_reason: str | None) -> bool:
+        return False  # "a lease is per session"
+    return [mock.patch.object(rotation, "lease_follows_tip", never)]
+
+
+sabotage("lease_stays_on_the_rotated_parent", ("LEASE-1",),
+         "a turn waiting on a rotated session gets that session's lease, not its tip's")(
+    _lease_per_session)
