@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hermes_ref.compression import CompressionState  # CMP
 from hermes_ref.effects import AppendMessages, Site
 from hermes_ref.errors import InvariantBroken, LeaseLost, PersistenceError
 from hermes_ref.limits import Limits
@@ -117,7 +118,8 @@ class SessionCache:
     history: Transcript = field(default_factory=Transcript)
     last_lease_token: int = 0
     nudges: NudgeCounters = field(default_factory=NudgeCounters)
-
+    # CMP-4, CTX-5, CTX-6: cooldown, anti-thrash count and this turn's passes (compression.py)
+    compression: CompressionState = field(default_factory=CompressionState)
 
     def replace_system_prompt(self, record: SessionRecord) -> None:
         """CTX-3: the one way the cached prompt changes; only compression calls it.

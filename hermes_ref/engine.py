@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from hermes_ref import finalizer, loop, prologue
 from hermes_ref.context import SessionCache
+from hermes_ref.errors import BadInput
 from hermes_ref.limits import Limits
 from hermes_ref.models import ToolSpec
 from hermes_ref.outcomes import TurnResult
@@ -45,6 +46,18 @@ class Engine:
         self.holder = holder
         self.phase_observer = phase_observer
         self.caches: dict[str, SessionCache] = {}
+
+    def request_compaction(self, session_id: str) -> None:
+        """CMP-4: a manual compaction of ``session_id`` before its next turn's first call.
+
+        It runs even in the cooldown after a failed summary, and after ineffective passes;
+        only a session this engine has already served can be asked for.
+        """
+        cache = self.caches.get(session_id)
+        if cache is None:
+            raise BadInput(f"session {session_id!r} has had no turn in this process: "
+                           "there is nothing to compact")
+        cache.compression.manual_pending = True
 
     async def run_turn(self, inp: TurnInput) -> TurnResult:
         tracker = PhaseTracker(self.phase_observer)

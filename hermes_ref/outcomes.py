@@ -35,6 +35,7 @@ class ExitReason(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     INTERRUPTED = "interrupted"
     COMPRESSION_TIMEOUT = "context_compression_timeout"
+    COMPRESSION_EXHAUSTED = "context_compression_exhausted"  # CMP-7: failed closed, not sent
     GUARDRAIL_HALT = "guardrail_halt"
     PERSISTENCE_FAILED = "session_persistence_failed"
     EMPTY_RESPONSE_EXHAUSTED = "empty_response_exhausted"
@@ -57,15 +58,16 @@ FAILED_EXITS = frozenset({
     ExitReason.TRUNCATED_TOOL_CALL,
     ExitReason.LEASE_TIMEOUT,
     ExitReason.COMPRESSION_TIMEOUT,
+    ExitReason.COMPRESSION_EXHAUSTED,
 })
 
 # Failures caused by context pressure: FIN-5 adds no boundary row after these.
-CONTEXT_PRESSURE_EXITS = frozenset({ExitReason.COMPRESSION_TIMEOUT})
+CONTEXT_PRESSURE_EXITS = frozenset({ExitReason.COMPRESSION_TIMEOUT, ExitReason.COMPRESSION_EXHAUSTED})
 
-# Reasons LOOP-3 names whose paths are not built yet (compaction, guardrails): no engine
-# path records them, and a test keeps this list true.
+# Reasons LOOP-3 names whose paths are not built yet (guardrails): no engine path records
+# them, and a test keeps this list true.
 EXITS_NOT_YET_PRODUCED = frozenset({
-    ExitReason.COMPRESSION_TIMEOUT, ExitReason.GUARDRAIL_HALT,
+    ExitReason.GUARDRAIL_HALT,
 })
 
 

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
+from hermes_ref.effects import Now
 from hermes_ref.errors import BadInput, IllegalTransition
 from hermes_ref.limits import Limits
 from hermes_ref.loop import cleared_to_send, dropped_call, handle_reply
@@ -276,12 +277,23 @@ def test_past_the_bound_a_narrated_dropped_call_is_the_answer() -> None:
 
 
 def test_a_request_preflight_refuses_costs_nothing() -> None:
-    """A refused request gives back its budget unit and counts no API call (LOOP-2, CMP-7)."""
+    """A refused request gives back its budget unit and counts no API call (LOOP-2, CMP-7).
+
+    Over the threshold, preflight reads the clock to decide on compaction; one user row is
+    nothing to compact, so the turn fails closed.
+    """
     ctx = _turn_context(context_window_tokens=5)
     assert ctx.state.budget.consume()
-    assert _settle(cleared_to_send(ctx)) is False
+    step = cleared_to_send(ctx)
+    assert isinstance(step.send(None), Now)
+    try:
+        step.send(1_767_225_600.0)
+    except StopIteration as done:
+        assert done.value is False
+    else:
+        raise AssertionError("preflight awaited another effect")
     assert (ctx.state.budget.used, ctx.state.api_calls) == (0, 0)
-    assert ctx.ending.reason is ExitReason.TERMINAL_PROVIDER_ERROR
+    assert ctx.ending.reason is ExitReason.COMPRESSION_EXHAUSTED
 
 
 def test_a_request_that_fits_costs_one_unit_and_one_call() -> None:

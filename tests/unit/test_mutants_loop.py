@@ -107,11 +107,11 @@ def test_auth_failures_get_exactly_the_allowed_refreshes() -> None:
 
 
 def test_context_overflow_fails_closed_without_a_retry() -> None:
-    """A context overflow ends the turn as a failed terminal provider error, sent once."""
+    """A context overflow with nothing to compact fails the turn closed: sent once, never again."""
     rig, ctx = run([ContextOverflow("too long"), text("never sent")])
     assert len(requests(rig)) == 1
-    assert (ctx.ending.reason, ctx.ending.detail, ctx.ending.failed) == (
-        ExitReason.TERMINAL_PROVIDER_ERROR, "context_overflow: too long", True)
+    assert (ctx.ending.reason, ctx.ending.failed) == (ExitReason.COMPRESSION_EXHAUSTED, True)
+    assert ctx.ending.detail.startswith("context_overflow: too long; compaction could not relieve")
 
 
 def test_arguments_cut_by_the_length_limit_end_the_turn_unrecorded() -> None:
@@ -208,7 +208,7 @@ def test_a_request_preflight_refuses_costs_no_budget_and_no_call() -> None:
     rig, ctx = run([text("never sent")], Limits(context_window_tokens=5))
     assert rig.of(fx.CallProvider) == []
     assert (ctx.state.api_calls, ctx.state.budget.used) == (0, 0)
-    assert ctx.ending.reason is ExitReason.TERMINAL_PROVIDER_ERROR
+    assert ctx.ending.reason is ExitReason.COMPRESSION_EXHAUSTED
 
 
 def test_a_dropped_call_that_narrates_is_re_prompted_with_its_narration() -> None:

@@ -35,14 +35,15 @@ def test_a_request_that_exactly_fits_is_sent() -> None:
 
 
 def test_a_request_over_the_window_fails_the_turn_closed() -> None:
-    """One token over: no call, a failed terminal exit that says the sizes."""
+    """One token over, nothing to compact: no call, a failed context-pressure exit that says
+    the sizes."""
     ctx = context((USER,), phase=Phase.PROLOGUE)
     size = preflight.request_tokens(ctx)
     ctx = context((USER,), phase=Phase.PROLOGUE, limits=Limits(context_window_tokens=size - 1))
     rig = Rig([ProviderReply(content="never sent")])
     assert rig.run(preflight.check(ctx)) is False
     assert rig.of(fx.CallProvider) == []
-    assert (ctx.ending.reason, ctx.ending.failed) == (ExitReason.TERMINAL_PROVIDER_ERROR, True)
+    assert (ctx.ending.reason, ctx.ending.failed) == (ExitReason.COMPRESSION_EXHAUSTED, True)
     assert ctx.ending.detail == (
         f"context_overflow: request of {size} tokens exceeds the {size - 1}-token window "
         "and compaction cannot relieve it")
