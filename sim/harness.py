@@ -241,6 +241,13 @@ class Story:
         self.check()
         return result
 
+    def request_compaction(self, session: str = "s-1") -> None:
+        """CMP-4: the user asks for a manual compaction, run before the next turn's first
+        call; the world keeps a note of it (a checker excuses it from the cooldown)."""
+        self.engine.request_compaction(session)
+        self.world.manual_compactions.append((session, self.world.effects_performed))
+        self.world.timeline.add("compact", f"{session} manual compaction asked for")
+
     def restart(self) -> None:
         """Start a new process on the same world (the old one is dead)."""
         self.world.restart()
@@ -271,8 +278,10 @@ class Story:
                               acks=tuple(world.acks), lease_log=tuple(world.lease_log),
                               deaths=world.deaths(), stalls=tuple(world.stalls),
                               death_seqs=world.death_seqs(),
+                              interventions=tuple(world.interventions),  # LOOP-4/5, FIN-4
                               clients=tuple(world.clients),  # DEL-2
-                              interventions=tuple(world.interventions))  # LOOP-4/5, FIN-4
+                              summary_calls=tuple(world.summary_calls),  # CMP
+                              manual_compactions=tuple(world.manual_compactions))
         found = run_all(obs)
         known = {str(v) for v in self.violations}
         fresh = [v for v in found if str(v) not in known]

@@ -82,6 +82,7 @@ from hermes_ref.errors import (
 from hermes_ref.models import Message, ProviderReply, Role, StreamDelta, ToolCall, ToolSpec, Usage
 from hermes_ref.tokens import count_text
 from hermes_ref.wire import ProviderRequest
+from sim.summarizer import COMPRESSION_PURPOSE, Summarizer  # CMP-2
 
 
 class ScriptError(AssertionError):
@@ -255,9 +256,12 @@ class _FakeBase:
         self._ids_issued = 0
         self._lock = threading.Lock()
         self.prompt_cache = PromptCache()
+        self.summarizer = Summarizer()  # CMP-2: the auxiliary model answers compaction's requests
 
     def complete(self, request: ProviderRequest) -> ProviderReply:
         with self._lock:
+            if request.purpose == COMPRESSION_PURPOSE:  # never a step of the turn's script
+                return self.summarizer.complete(request)
             self.requests.append(request)
             reply = self._reply(request)  # a request that fails leaves nothing cached
             return self._finish(reply, request, self.prompt_cache.observe(request))
@@ -540,6 +544,7 @@ def _call_from_json(raw: object, where: str) -> ToolCall:
         raise BadInput(f"{where}: 'arguments' must be an object or a string")
     arguments = args if isinstance(args, str) else json.dumps(args)
     return ToolCall(id=str(raw.get("id") or ""), name=name, arguments=arguments)
+
 
 # ---- streaming: a reply as the deltas a streaming server sends -----------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import pairwise
 
-from hermes_ref.errors import ProviderAuthError, ProviderError
+from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderError
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
@@ -230,6 +230,8 @@ PROVIDER_ERRORS = _error_classes(ProviderError)
 def error_kind(name: str) -> str:
     """'transient', 'auth' or 'terminal', by the error class the call log names."""
     cls = PROVIDER_ERRORS.get(name, ProviderError)
+    if issubclass(cls, ContextOverflow):
+        return "overflow"
     if issubclass(cls, ProviderAuthError):
         return "auth"
     return "transient" if cls.transient else "terminal"
@@ -265,6 +267,8 @@ def _retry_problems(limits: Limits, records: list[CallRecord], reason: object) -
         if record.error is None or whole_answer(record) is not None:  # FIN-2: an answer
             continue
         kind = error_kind(record.error)
+        if kind == "overflow":
+            continue  # back to preflight: overflow_goes_back_to_preflight judges it (CMP-7)
         tally[kind] += 1
         failed = sum(1 for r in records[:index + 1] if r.error is not None)
         final = tally[kind] > caps[kind] or failed >= limits.outer_loop_errors_max

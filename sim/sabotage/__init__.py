@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from sim.sabotage import (
     admission,
+    compaction,  # CMP-1..4, CMP-7, CTX-5..7, LOOP-5's overflow branch
     finalizer,
     intake,
     lease,  # LEASE, CTX-9
@@ -33,7 +34,7 @@ from sim.sabotage import (
 )
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
-__all__ = ["SABOTAGES", "Sabotage", "admission", "finalizer", "intake", "lease", "loop", "loop_fire",
-           "paths", "prologue", "rotation",
-           "sabotage", "sessions", "streaming", "tool_limits",
-           "tool_round", "wire_cache"]
+__all__ = ["SABOTAGES", "Sabotage", "admission", "compaction", "finalizer", "intake", "lease", "loop", "loop_fire",
+           "paths", "prologue",
+           "rotation", "sabotage", "sessions", "streaming", "tool_limits", "tool_round",
+           "wire_cache"]
