@@ -212,6 +212,8 @@ JUDGES: dict[ExitReason, Judge] = {
     ExitReason.LEASE_TIMEOUT: _lease_timeout,
     ExitReason.INTERRUPTED: _interrupted,
     ExitReason.LOCAL_PROCESSING_ERROR: _local_processing_error,
+    ExitReason.COMPRESSION_EXHAUSTED: _compression_exhausted,  # CMP-7
+    ExitReason.COMPRESSION_TIMEOUT: _compression_timeout,
 }
 
 
