@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from hermes_ref.compaction import COMPRESSION_PURPOSE, SUMMARIZER_PROMPT  # CMP-2
 from hermes_ref.errors import (
     BadInput,
     ContextOverflow,
@@ -93,7 +94,16 @@ def request_from_wire(body: object) -> ProviderRequest:
         prompt_tokens=count_wire_messages([m.wire for m in messages]),
         max_tokens=max_tokens,
         stream=body.get("stream") is True,
+        purpose=_purpose(messages),
     )
+
+
+def _purpose(messages: tuple[Message, ...]) -> str:
+    """CMP-2: the wire carries no purpose; compaction's summary request is known by its own
+    system prompt, so a served fake hands it to its summarizer as the in-process one does."""
+    first = messages[0]
+    return COMPRESSION_PURPOSE if first.role is Role.SYSTEM \
+        and first.content == SUMMARIZER_PROMPT else "turn"
 
 
 def _message_from_wire(raw: object, where: str) -> Message:
