@@ -213,6 +213,12 @@ def _idle_due(obs: Observation, call: CallRecord) -> bool | None:
         return False
     gap = (own[-1].created_at or 0.0) - (earlier[-1].created_at or 0.0)
     floor = int(threshold_tokens(limits) * min(0.80, max(0.10, limits.compression_target_ratio)))
+    lineage = _lineage(obs)
+    root = lineage.get(call.session_id, call.session_id)
+    before = [p for p in passes(obs) if p.done.first_row_id <= call.watermark
+              and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id]
+    if before:  # the floor rises by what the last compaction left
+        floor += before[-1].tokens_after
     return gap >= limits.idle_compact_after_s and _pre_tokens(obs, call) > floor
 
 
