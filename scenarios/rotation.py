@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hermes_ref.effects import TakeCompressionLock
 from hermes_ref.lease import holder_identity
-from hermes_ref.models import SessionRecord
+from hermes_ref.models import Message, Role, SessionRecord
 from hermes_ref.session import SessionSource
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
@@ -204,3 +204,26 @@ def route_heals_to_the_tip(s: Story) -> None:
              "the route now names the tip")
     s.expect(s.transcript(tip.id)[-1].content == "three", "the message ran on the tip")
 
+
+@scenario("The engine's own compaction rotates the session; the next turn, asked for the "
+          "parent, runs on the tip", invariants=("CMP-5", "CMP-6", "LEASE-1"),
+          stage="compaction")
+def engine_compaction_rotates_and_the_next_turn_finds_the_tip(s: Story) -> None:
+    s.limits(context_window_tokens=2_000)  # a small window: a few turns reach its threshold
+    filler = "tell me more about the plan " * 5
+    history = [m for k in range(19) for m in (
+        Message(role=Role.USER, content=f"Question {k}: {filler}"),
+        Message(role=Role.ASSISTANT, content=f"Answer {k}: " + "noted. " * 20))]
+    s.script(text("Noted."), text("The review is next."), text("Then the release."))
+    s.turn("Here is where we are.", history=history)
+    s.turn("Question 19, a long one: " + "what about the next step of the plan " * 10)
+    record = s.world.store.snapshot()
+    s.expect(len(record.compactions) == 1 and record.compactions[0].child_id is not None,
+             "the engine compacted once, by rotation")
+    tip = _tip(s)
+    s.expect(s.world.store.get_session("s-1") is not None and tip.id != "s-1",
+             "the parent was rotated away")
+    s.turn("And after that?")
+    s.expect(s.transcript(tip.id)[-1].content == "Then the release.",
+             "the next turn ran on the tip")
+    s.expect(_live(s) == [tip.id], "one live tip")
