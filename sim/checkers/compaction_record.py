@@ -1,0 +1,200 @@
+"""What the record says about compaction, read for the compaction checkers (CMP, CTX-5..7).
+
+Theory of operation
+-------------------
+The figures are computed here from the settings by the catalog's arithmetic, never asked
+of the engine (``threshold_tokens``: 0.75 under 512K, the window minus ``max_tokens``, the
+64,000 floor and the 0.85 rule). ``passes`` reads every committed compaction as the rows it
+replaced and the rows it inserted, from the store's own log (a story's own compactions,
+``sim.rotation_story``, are left out). ``attempts`` counts a turn's summary calls and
+compactions between two of its calls, ordered by the world's effect counter and the
+store's row ids (virtual time does not move within a turn). The checkers themselves are
+``sim.checkers.compaction`` (when compaction runs) and ``sim.checkers.compaction_shape``
+(what it may write and send).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hermes_ref.limits import Limits
+from hermes_ref.models import Message
+from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
+from hermes_ref.tokens import count_message, count_wire_messages
+from sim.checkers.base import Observation, TurnView
+from sim.checkers.lineage import roots
+from sim.checkers.rotation import CompactionRun  # a story's own compaction, not judged here
+from sim.checkers.wire import sent_messages
+from sim.world import CallRecord
+
+SUMMARY_PREFIX = "[Summary of the earlier conversation, written when it was compacted]\n"
+PRUNED_PREFIX = "[tool output pruned to save context: "
+STAGED_PREFIX = "[Summary of earlier conversation]"  # sim.rotation_story's own compactions
+
+
+# ---- the figures, by the catalog's arithmetic ---------------------------------------------
+
+
+def threshold_tokens(limits: Limits) -> int:
+    """CMP-1: 0.75 under 512K, window minus max_tokens, the 64,000 floor and the 0.85 rule."""
+    context = limits.context_window_tokens
+    ratio = limits.compression_threshold
+    if context < limits.compression_small_window_tokens:
+        ratio = max(ratio, limits.compression_small_window_threshold)
+    window = context
+    if limits.max_tokens and context - limits.max_tokens > 0:
+        window = context - limits.max_tokens
+    value = max(int(window * ratio), 64_000)
+    return min(int(window * 0.85), window - 1) if value >= window else value
+
+
+def tail_tokens(limits: Limits) -> int:
+    ratio = min(0.80, max(0.10, limits.compression_target_ratio))
+    return int(threshold_tokens(limits) * ratio)
+
+
+def sent_tokens(call: CallRecord) -> int | None:
+    sent = sent_messages(call)
+    return None if isinstance(sent, str) else count_wire_messages(sent)
+
+
+def is_summary(message: Message) -> bool:
+    return (message.content or "").startswith(SUMMARY_PREFIX)
+
+
+def tokens_of(rows: list[Message]) -> int:
+    return sum(count_message(m.wire) for m in rows)
+
+
+def turn_of(holder: str) -> str | None:
+    for part in holder.split(":"):
+        if part.startswith("turn="):
+            return part[len("turn="):]
+    return None
+
+
+# ---- what each compaction replaced and kept ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One committed compaction, as the record shows it."""
+
+    done: CompactionRow
+    turn: str | None
+    before: list[Message]   # the live rows it replaced
+    after: list[Message]    # the rows it inserted
+    system_tokens: int
+
+    @property
+    def progress(self) -> bool:
+        """CTX-6: fewer messages, or tokens under 95 % of before."""
+        return len(self.after) < len(self.before) or \
+            tokens_of(self.after) < tokens_of(self.before) * 0.95
+
+    @property
+    def tokens_after(self) -> int:
+        return self.system_tokens + tokens_of(self.after)
+
+
+def _every(record: DurableRecord) -> list[StoredMessage]:
+    return sorted((*record.messages, *record.archived), key=lambda m: m.message.row_id or 0)
+
+
+def passes(obs: Observation) -> list[Pass]:
+    record = obs.record
+    prompts = {s.id: s.system_prompt for s in record.sessions}
+    every = _every(record)
+    staged = {r.turn_id for r in obs.runs or () if isinstance(r, CompactionRun)}
+    out = []
+    for done in record.compactions:
+        if turn_of(done.holder) in staged:
+            continue  # a story's own compaction (sim.rotation_story), not the engine's
+        target = done.child_id or done.session_id
+        earlier = [c.first_row_id for c in record.compactions if c.first_row_id < done.first_row_id
+                   and (c.child_id or c.session_id) == done.session_id]
+        floor = max(earlier, default=0)
+        before = [m.message for m in every if m.session_id == done.session_id
+                  and floor <= (m.message.row_id or 0) < done.first_row_id]
+        last = done.first_row_id + done.rows_after
+        after = [m.message for m in every if m.session_id == target
+                 and done.first_row_id <= (m.message.row_id or 0) < last]
+        if any((m.content or "").startswith(STAGED_PREFIX) for m in after):
+            continue  # the story wrote this set itself, before its runs are marked as such
+        system = count_message({"role": "system", "content": prompts.get(done.session_id, "")})
+        out.append(Pass(done, turn_of(done.holder), before, after, system))
+    return out
+
+
+def lineage_of(obs: Observation) -> dict[str, str]:
+    root = roots(obs.record)
+    return {s.id: root.get(s.id, s.id) for s in obs.record.sessions}
+
+
+def summary_calls_of(obs: Observation) -> list[CallRecord]:
+    return list(obs.summary_calls or ())
+
+
+def attempts(obs: Observation, turn: str, before: CallRecord | None = None,
+              after: CallRecord | None = None) -> int:
+    """The turn's compaction attempts (summary calls, committed compactions) between two of
+    its calls: ordered by the world's effect counter and the store's row ids, not by time."""
+    count = 0
+    for c in summary_calls_of(obs):
+        if c.turn_id == turn and (before is None or c.seq < before.seq) \
+                and (after is None or c.seq > after.seq):
+            count += 1
+    for p in passes(obs):
+        if p.turn == turn and (before is None or p.done.first_row_id <= before.watermark) \
+                and (after is None or p.done.first_row_id > after.watermark):
+            count += 1
+    return count
+
+
+def window_tokens(limits: Limits, model: str | None = None) -> int:
+    """The window of the route a request went to (LOOP-6: a fallback has its own)."""
+    for route in getattr(limits, "fallback_providers", ()):
+        if route.model == model:
+            return int(route.window_in_estimate)
+    return limits.context_window_tokens
+
+
+def smallest_window(limits: Limits) -> int:
+    routes = [int(r.window_in_estimate) for r in getattr(limits, "fallback_providers", ())]
+    return min([limits.context_window_tokens, *routes])
+
+
+def limits_for(limits: Limits, model: str) -> Limits:
+    window = window_tokens(limits, model)
+    if window == limits.context_window_tokens:
+        return limits
+    return limits.model_copy(update={"context_window_tokens": window})
+
+
+def excused_early(obs: Observation, view: TurnView | None, call: CallRecord) -> str | None:
+    """Why a summary call under the threshold was due anyway: manual, or after an overflow."""
+    lineage = lineage_of(obs)
+    root = lineage.get(call.session_id, call.session_id)
+    if any(lineage.get(s, s) == root and seq < call.seq for s, seq in obs.manual_compactions):
+        return "manual"
+    turn_calls = view.calls if view is not None else []
+    if any(c.error == "ContextOverflow" and c.seq < call.seq for c in turn_calls):
+        return "overflow"
+    return None
+
+
+def pre_tokens(obs: Observation, call: CallRecord) -> int:
+    """The request the turn would have sent when it asked for the summary: the system
+    prompt and the session's rows committed by then."""
+    prompt = next((s.system_prompt for s in obs.record.sessions if s.id == call.session_id), "")
+    rows = [m.message for m in obs.record.messages
+            if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
+    return count_message({"role": "system", "content": prompt}) + tokens_of(rows)
+
+
+def summary_of(obs: Observation, step: Pass) -> CallRecord | None:
+    """The successful summary call of the compaction's turn whose text its summary row holds."""
+    texts = {(m.content or "")[len(SUMMARY_PREFIX):] for m in step.after if is_summary(m)}
+    made = [c for c in summary_calls_of(obs) if c.turn_id == step.turn and c.reply is not None
+            and (c.reply.content or "").strip() in texts]
+    return made[-1] if made else None

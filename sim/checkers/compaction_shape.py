@@ -1,0 +1,311 @@
+"""Checkers of what compaction writes and sends: its shape, no orphans, the window, the
+overflow branch, the turn's own message, no boundary row after context pressure (CMP-2,
+CMP-3, CMP-7, LOOP-5, CTX-7, FIN-5). When it runs is ``sim.checkers.compaction``; the
+readings both share are ``sim.checkers.compaction_record``.
+"""
+
+from __future__ import annotations
+
+from hermes_ref.limits import Limits
+from hermes_ref.models import Message, Role
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS
+from hermes_ref.tokens import count_message
+from sim.checkers.base import Observation, Violation, checker
+from sim.checkers.compaction_record import (
+    PRUNED_PREFIX,
+    SUMMARY_PREFIX,
+    Pass,
+    attempts,
+    excused_early,
+    is_summary,
+    passes,
+    sent_tokens,
+    smallest_window,
+    summary_of,
+    tail_tokens,
+    threshold_tokens,
+    tokens_of,
+    window_tokens,
+)
+from sim.checkers.wire import sent_messages
+
+# ---- CMP-2: prune first, head and tail kept, the middle summarized, the summary updated -----
+
+
+def _key(m: Message) -> tuple[object, ...]:
+    return (m.role, m.content, m.tool_call_id, tuple(c.id for c in m.tool_calls))
+
+
+
+def _tail_start(rows: list[Message], budget: int, floor: int) -> int:
+    start, spent = len(rows), 0
+    while start > 0:
+        cost = count_message(rows[start - 1].wire)
+        if len(rows) - start >= floor and spent + cost > budget:
+            break
+        spent += cost
+        start -= 1
+    return start
+
+
+def _prunable_saving(step: Pass, limits: Limits) -> int:
+    """Tokens pruning old tool outputs (after the head, before the tail, neither splitting a
+    tool group) would have saved, each replaced by its placeholder."""
+    rows = step.before
+    head = 0 if any(is_summary(m) for m in rows) else min(limits.compression_protect_first,
+                                                           len(rows))
+    while head < len(rows) and rows[head].role is Role.TOOL:
+        head += 1
+    start = _tail_start(rows, tail_tokens(limits), limits.compression_tail_floor_messages)
+    while 0 < start < len(rows) and rows[start].role is Role.TOOL:
+        start -= 1
+    saved = 0
+    for row in rows[head:start]:
+        text = row.content or ""
+        placeholder = f"{PRUNED_PREFIX}{len(text)} characters]"
+        if row.role is Role.TOOL and len(text) > len(placeholder) \
+                and not text.startswith(PRUNED_PREFIX):
+            saved += count_message(row.wire) - count_message({**row.wire, "content": placeholder})
+    return saved
+
+
+@checker("compaction_shape", ("CMP-2",),
+         "a compaction keeps the protected head and a tail of at least [8] messages, replaces "
+         "the middle with one summary the auxiliary model wrote (updating an earlier one), and "
+         "summarizes only when pruning old tool outputs would not have been enough")
+def compaction_shape(obs: Observation) -> list[Violation]:
+    limits, limit = obs.limits, threshold_tokens(obs.limits)
+    out: list[Violation] = []
+
+    def bad(step: Pass, message: str) -> None:
+        out.append(Violation("compaction_shape", "CMP-2",
+                             f"compaction of {step.done.session_id} by {step.turn}: {message}"))
+
+    for step in passes(obs):
+        before, after = step.before, step.after
+        if len(after) >= len(before):
+            continue  # nothing was dropped: pruning only, nothing to summarize
+        summaries = [m for m in after if is_summary(m)]
+        call = summary_of(obs, step)
+        said = (call.reply.content or "").strip() if call is not None and call.reply else None
+        if len(summaries) != 1 or said is None or \
+                (summaries[0].content or "")[len(SUMMARY_PREFIX):] != said:
+            bad(step, f"dropped {len(before) - len(after)} rows without exactly one summary "
+                "written by the auxiliary model")
+            continue
+        floor = min(len(before), limits.compression_tail_floor_messages)
+        if [_key(m) for m in after[-floor:]] != [_key(m) for m in before[-floor:]]:
+            bad(step, f"did not keep the last {floor} messages as they were")
+        if not any(is_summary(m) for m in before):
+            head = before[:limits.compression_protect_first]
+            if [_key(m) for m in after[:len(head)]] != [_key(m) for m in head]:
+                bad(step, f"did not keep the first {len(head)} messages as they were")
+        previous = [m for m in before if is_summary(m)]
+        asked = call.request.messages[-1].content or "" if call is not None else ""
+        if previous and (previous[-1].content or "")[len(SUMMARY_PREFIX):].strip() not in asked:
+            bad(step, "started a new summary instead of updating the earlier one")
+        pre = step.system_tokens + tokens_of(before)
+        if pre >= limit and call is not None and pre - _prunable_saving(step, limits) < limit \
+                and excused_early(obs, obs.turns.get((call.session_id, call.turn_id)), call) is None:
+            bad(step, f"summarized {pre} tokens though pruning old tool outputs would have "
+                f"brought them under {limit}")
+    return out
+
+
+# ---- CMP-3: no orphans --------------------------------------------------------------------
+
+
+def _orphans(messages: list[dict[str, object]]) -> str | None:
+    """The first orphan of a sent request: a result before/without its call, a call without
+    a result after it."""
+    called: set[object] = set()
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    for index, message in enumerate(messages):
+        if message.get("role") == "tool" and message.get("tool_call_id") not in called:
+            return f"message {index} answers {message.get('tool_call_id')} with no call before it"
+        for call in message.get("tool_calls") or ():  # type: ignore[attr-defined]
+            called.add(call.get("id"))
+            if call.get("id") not in answered:
+                return f"message {index} calls {call.get('id')} and no result follows"
+    return None
+
+
+def _calls_in(text: str) -> tuple[set[str], set[str]]:
+    """Call ids a summary request rendered as calls, and as results (``name#id``)."""
+    calls, results = set(), set()
+    for line in text.splitlines():
+        if line.startswith("[tool ") and "#" in line:
+            results.add(line.split("#", 1)[1].split("]", 1)[0])
+        elif " calls] " in line:
+            for part in line.split(" calls] ", 1)[1].split("), "):
+                if "#" in part:
+                    calls.add(part.split("#", 1)[1].split("(", 1)[0])
+    return calls, results
+
+
+@checker("no_orphans", ("CMP-3",),
+         "no request and no compacted transcript holds a tool result without its call or a call "
+         "without its result; a compaction keeps or summarizes a call with all its results")
+def no_orphans(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for call in obs.calls:
+        sent = sent_messages(call)
+        problem = None if isinstance(sent, str) else _orphans(sent)
+        if problem is not None:
+            out.append(Violation("no_orphans", "CMP-3",
+                                 f"call at effect {call.seq} (turn {call.turn_id}): {problem}"))
+    for step in passes(obs):
+        kept = [m.wire for m in step.after]
+        pending = {c.id for m in step.before for c in m.tool_calls} - {
+            m.tool_call_id for m in step.before if m.role is Role.TOOL}
+        problem = _orphans([m for m in kept if not any(
+            c.get("id") in pending for c in m.get("tool_calls") or ())])
+        where = f"compaction of {step.done.session_id} by {step.turn}"
+        if problem is not None:
+            out.append(Violation("no_orphans", "CMP-3", f"{where}: {problem}"))
+            continue
+        summary = summary_of(obs, step)
+        if summary is None or len(step.after) >= len(step.before):
+            continue
+        calls, results = _calls_in(summary.request.messages[-1].content or "")
+        kept_calls = {c.id for m in step.after for c in m.tool_calls}
+        for m in step.before:
+            for c in m.tool_calls:
+                if c.id in kept_calls or c.id in pending:
+                    continue
+                if c.id not in calls or c.id not in results:
+                    out.append(Violation("no_orphans", "CMP-3",
+                                         f"{where}: call {c.id} went without all of its own: "
+                                         f"summarized call {c.id in calls}, result {c.id in results}"))
+    return out
+
+
+# ---- CMP-7 and LOOP-5: every request fits, an overflow goes back to preflight ---------------
+
+
+@checker("requests_fit_the_window", ("CMP-7",),
+         "every request sent fits the context window; a request the provider refused as too "
+         "long is never sent again; a fail-closed exit had a request that did not fit; rows go "
+         "only into a summary the auxiliary model wrote, so a failed summary loses none")
+def requests_fit_the_window(obs: Observation) -> list[Violation]:
+    window = obs.limits.context_window_tokens
+    out: list[Violation] = []
+    refused: set[tuple[str, bytes]] = set()
+    for call in obs.calls:
+        tokens = sent_tokens(call)
+        window = window_tokens(obs.limits, call.request.model)
+        if tokens is not None and tokens > window:
+            out.append(Violation("requests_fit_the_window", "CMP-7",
+                                 f"call at effect {call.seq} (turn {call.turn_id}) sent {tokens} "
+                                 f"tokens into a {window}-token window"))
+        key = (call.turn_id, call.body)
+        if key in refused:
+            out.append(Violation("requests_fit_the_window", "CMP-7",
+                                 f"call at effect {call.seq} (turn {call.turn_id}) sent again "
+                                 "a request the provider had refused as too long"))
+        if call.error == "ContextOverflow":
+            refused.add(key)
+    for view in obs.ended_turns():
+        line = view.exit
+        if line is None or line.reason not in CONTEXT_PRESSURE_EXITS:
+            continue
+        if view.calls and view.calls[-1].error == "ContextOverflow":
+            continue
+        prompt = next((s.system_prompt for s in obs.record.sessions if s.id == view.session_id), "")
+        rows = [m.message for m in obs.record.messages if m.session_id == view.session_id]
+        unsent = count_message({"role": "system", "content": prompt}) + tokens_of(rows)
+        if unsent <= smallest_window(obs.limits):
+            out.append(Violation("requests_fit_the_window", "CMP-7",
+                                 f"turn {view.key} failed closed ({line.reason.value}) though its "
+                                 f"request of {unsent} tokens fit the "
+                                 f"{smallest_window(obs.limits)}-token window"))
+    for step in passes(obs):
+        if len(step.after) < len(step.before) and summary_of(obs, step) is None:
+            out.append(Violation("requests_fit_the_window", "CMP-7",
+                                 f"compaction of {step.done.session_id} by {step.turn} dropped "
+                                 f"{len(step.before) - len(step.after)} rows with no summary "
+                                 "from the auxiliary model (a failed summary must lose nothing)"))
+    return out
+
+
+@checker("overflow_goes_back_to_preflight", ("LOOP-5",),
+         "a provider-proven overflow is followed by a compaction and a smaller request, or the "
+         "turn fails closed with a context-pressure exit; never the same request, never terminal")
+def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for view in obs.ended_turns():
+        for index, call in enumerate(view.calls):
+            if call.error != "ContextOverflow":
+                continue
+            after = view.calls[index + 1] if index + 1 < len(view.calls) else None
+            tag = f"turn {view.key}: the overflow at effect {call.seq}"
+            if after is None:
+                line = view.exit
+                if line is not None and line.reason not in CONTEXT_PRESSURE_EXITS:
+                    out.append(Violation("overflow_goes_back_to_preflight", "LOOP-5",
+                                         f"{tag} ended the turn as {line.reason.value}, not "
+                                         "through preflight's fail-closed exit"))
+                continue
+            smaller = (sent_tokens(after) or 0) < (sent_tokens(call) or 0)
+            compacted = attempts(obs, view.turn_id, before=after, after=call) > 0
+            if not (smaller and compacted):
+                out.append(Violation("overflow_goes_back_to_preflight", "LOOP-5",
+                                     f"{tag} was followed at effect {after.seq} by a request that "
+                                     f"was {'smaller' if smaller else 'not smaller'} and "
+                                     f"{'' if compacted else 'not '}compacted"))
+    return out
+
+
+# ---- CTX-7: the turn's own user message ---------------------------------------------------
+
+
+@checker("own_user_message_kept", ("CTX-7",),
+         "a compaction a turn runs keeps that turn's own user row, and every request of the "
+         "turn carries its text")
+def own_user_message_kept(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for step in passes(obs):
+        own = [m for m in step.before if m.role is Role.USER and m.turn_id == step.turn
+               and not is_summary(m)]
+        if own and not any((m.role, m.content, m.turn_id) == (Role.USER, own[-1].content, step.turn)
+                           for m in step.after):
+            out.append(Violation("own_user_message_kept", "CTX-7",
+                                 f"compaction of {step.done.session_id} by {step.turn} dropped "
+                                 "the turn's own user row"))
+    for run in obs.runs or ():
+        if run.turn_id is None:
+            continue
+        for call in obs.calls:
+            sent = sent_messages(call) if call.turn_id == run.turn_id else None
+            if not isinstance(sent, list):
+                continue
+            if not any(m.get("role") == "user" and (
+                    m.get("content") == run.text
+                    or str(m.get("content") or "").startswith(run.text + "\n\n")) for m in sent):
+                out.append(Violation("own_user_message_kept", "CTX-7",
+                                     f"call at effect {call.seq} of turn {run.turn_id} does not "
+                                     "carry the turn's own message"))
+    return out
+
+
+# ---- FIN-5's exemption: context pressure leaves the tail as it is --------------------------
+
+BOUNDARY_PREFIX = "[turn ended without an answer:"  # the finalizer's failure boundary row
+
+
+@checker("context_pressure_keeps_its_tail", ("FIN-5",),
+         "a turn that failed on context pressure (it failed closed) adds no boundary row: "
+         "the row would only make the request that did not fit larger")
+def context_pressure_keeps_its_tail(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    for view in obs.ended_turns():
+        line = view.exit
+        if line is None or line.reason not in CONTEXT_PRESSURE_EXITS:
+            continue
+        added = [m for m in view.rows if m.role is Role.ASSISTANT and not m.tool_calls
+                 and (m.content or "").startswith(BOUNDARY_PREFIX)]
+        if added:
+            out.append(Violation("context_pressure_keeps_its_tail", "FIN-5",
+                                 f"turn {view.key} failed closed ({line.reason.value}) and still "
+                                 f"wrote the boundary row #{added[-1].row_id}"))
+    return out
