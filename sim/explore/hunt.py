@@ -1,0 +1,77 @@
+"""Hunting sabotages: can a blind sweep find each broken engine that ``invariants verify`` knows?
+
+For each registered sabotage the hunt applies it and runs seeds 0, 1, 2, ... of the
+default plan (nothing tells a seed where the sabotage is) until one fails, at most
+``seeds_max``. A seed counts only if it passes on the intact engine: a seed that fails
+anyway proves nothing about the sabotage. The hunt reports, per sabotage, the number of
+seeds to the first failure, the ids that failure broke, and whether one of them is an id
+the sabotage is registered for (the causal credit ``invariants verify`` demands too).
+
+A sabotage of a path the explored world never takes (session lanes, path resolution, the
+caller's history list) is not found; the report says so, which is how the workload
+learns what it still leaves out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.explore.plan import FaultMix, generate
+from sim.explore.run import RunReport, Verdict, run_plan
+
+
+@dataclass
+class Hunt:
+    sabotage: str
+    invariants: tuple[str, ...]
+    seeds_tried: int = 0
+    found_at: int | None = None  # the seed, if one failed
+    broke: list[str] = field(default_factory=list)
+    causal: bool = False
+
+    def as_json(self) -> dict[str, object]:
+        return {"sabotage": self.sabotage, "invariants": list(self.invariants),
+                "seeds_to_first_failure": None if self.found_at is None else self.seeds_tried,
+                "seed": self.found_at, "broke": self.broke, "causal": self.causal}
+
+
+class Baseline:
+    """Verdicts of the intact engine, computed once per seed and kept."""
+
+    def __init__(self, mix: FaultMix) -> None:
+        self.mix = mix
+        self._passed: dict[int, bool] = {}
+
+    def passes(self, seed: int) -> bool:
+        if seed not in self._passed:
+            report = run_plan(generate(seed, self.mix), trace=False)
+            self._passed[seed] = report.verdict is Verdict.PASSED
+        return self._passed[seed]
+
+
+def hunt(name: str, *, seeds_max: int, baseline: Baseline) -> Hunt:
+    from sim.sabotage import SABOTAGES
+
+    sab = SABOTAGES[name]
+    found = Hunt(name, sab.invariants)
+    for seed in range(seeds_max):
+        if not baseline.passes(seed):
+            continue
+        found.seeds_tried += 1
+        with sab.applied():
+            report: RunReport = run_plan(generate(seed, baseline.mix), trace=False)
+        if report.verdict is not Verdict.PASSED:
+            found.found_at = seed
+            found.broke = report.invariants or [report.verdict.value]
+            found.causal = bool(set(report.invariants) & set(sab.invariants))
+            break
+    return found
+
+
+def hunt_all(names: list[str] | None = None, *, seeds_max: int = 1000,
+             mix: FaultMix | None = None) -> list[Hunt]:
+    from sim.sabotage import SABOTAGES
+
+    baseline = Baseline(mix or FaultMix())
+    return [hunt(name, seeds_max=seeds_max, baseline=baseline)
+            for name in (names or sorted(SABOTAGES))]

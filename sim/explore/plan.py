@@ -1,0 +1,331 @@
+"""A world plan: everything one explored run does, drawn from a seed, small enough to read.
+
+A plan is data, not code: the processes, the sessions and their principals, the steps of
+the faulty phase on the virtual clock (submissions, drain claims, kills, stalls, clock
+jumps) and the faults (provider replies by call number, a crash point, store write
+failures). ``generate`` draws one from a seed, one seeded sub-stream per part, so that
+changing how faults are drawn does not change the workload a seed gives. ``run`` in
+``sim.explore.run`` executes a plan; the shrinker edits plans; ``render`` writes one
+as a scenario file. The same plan always gives the same run.
+"""
+
+from __future__ import annotations
+
+import random
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from hermes_ref.effects import Site
+from hermes_ref.errors import BadInput
+from hermes_ref.models import Frozen
+from sim.faults import CrashPoint
+
+
+class FaultKind(StrEnum):
+    """Every kind of fault a plan can hold; a sweep reports which of them fired."""
+
+    KILL = "kill"                      # a process dies wherever its actors are
+    STALL = "stall"                    # a process freezes (its lease may lapse meanwhile)
+    CLOCK_JUMP = "clock_jump"          # the virtual clock leaps forward
+    CRASH_POINT = "crash_point"        # the process performing a site dies before/after it
+    CRASH_AT_EFFECT = "crash_at_effect"  # the process performing the world's n-th effect dies
+    WRITE_FAILURE = "write_failure"    # the store refuses a write at a site
+    EMPTY_REPLY = "empty_reply"        # the model answers nothing
+    RATE_LIMIT = "rate_limit"          # 429 with Retry-After
+    SERVER_ERROR = "server_error"      # 5xx
+    DROPPED_CALL = "dropped_call"      # finish_reason tool_calls with no calls
+    SLOW_REPLY = "slow_reply"          # the answer arrives late
+    TOOL_ERROR = "tool_error"          # the model asks for a file that is not there
+    BAD_ARGUMENTS = "bad_arguments"    # a tool call whose arguments are not JSON
+    UNKNOWN_TOOL = "unknown_tool"      # a call to a tool nobody offered
+
+
+REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
+                FaultKind.DROPPED_CALL, FaultKind.SLOW_REPLY, FaultKind.TOOL_ERROR,
+                FaultKind.BAD_ARGUMENTS, FaultKind.UNKNOWN_TOOL)
+# kinds that also come in bursts of calls in a row (the loop's bounds are about runs of them)
+BURST_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.DROPPED_CALL, FaultKind.BAD_ARGUMENTS,
+                FaultKind.UNKNOWN_TOOL)
+# sites a crash point or a write failure may be aimed at: every durable write of a turn
+# and of the door (an in-turn refresher write, a lease poll and the event flush are left
+# to the scheduled kills, which land anywhere)
+CRASH_SITES = (Site.LEASE, Site.USER, Site.TOOL_CALLS, Site.TOOLS, Site.TOOL_RESULTS,
+               Site.FINAL, Site.RELEASE, Site.ADMIT, Site.CLAIM, Site.SETTLE)
+WRITE_SITES = (Site.USER, Site.TOOL_CALLS, Site.TOOL_RESULTS, Site.FINAL)
+
+
+class Submit(Frozen):
+    op: Literal["submit"] = "submit"
+    at_s: float = Field(ge=0)
+    process: int = Field(ge=0)  # index into the plan's processes, 0-based
+    principal: str
+    session: str
+    request_id: str
+    text: str
+    claims: dict[str, str] = Field(default_factory=dict)  # payload fields that claim authority
+
+
+class Drain(Frozen):
+    op: Literal["drain"] = "drain"
+    at_s: float = Field(ge=0)
+    process: int = Field(ge=0)
+    session: str
+
+
+class Kill(Frozen):
+    op: Literal["kill"] = "kill"
+    at_s: float = Field(ge=0)
+    process: int = Field(ge=0)
+
+
+class Stall(Frozen):
+    op: Literal["stall"] = "stall"
+    at_s: float = Field(ge=0)
+    process: int = Field(ge=0)
+    seconds: float = Field(gt=0)
+
+
+class ClockJump(Frozen):
+    op: Literal["clock_jump"] = "clock_jump"
+    at_s: float = Field(ge=0)
+    seconds: float = Field(gt=0)
+
+
+Step = Annotated[Submit | Drain | Kill | Stall | ClockJump, Field(discriminator="op")]
+
+
+class ReplyFault(Frozen):
+    """What the model does on the world's ``call``-th request (1-based) instead of answering."""
+
+    call: int = Field(ge=1)
+    kind: FaultKind
+    seconds: float = Field(default=0.0, ge=0)  # SLOW_REPLY: the delay; RATE_LIMIT: Retry-After
+
+
+class WorldPlan(Frozen):
+    """One explored world: who runs, what they submit, and what goes wrong."""
+
+    seed: int
+    processes: int = Field(ge=1, le=8)
+    sessions: dict[str, str]  # session id -> its principal
+    members: dict[str, str] = Field(default_factory=dict)  # more principals -> their session
+    max_iterations: int | None = Field(default=None, ge=1)  # a tight iteration budget
+    files: dict[str, str] = Field(default_factory=dict)
+    steps: tuple[Step, ...] = ()
+    replies: tuple[ReplyFault, ...] = ()
+    crash: CrashPoint | None = None
+    crash_at_effect: int | None = Field(default=None, ge=1)
+    write_failures: dict[Site, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorldPlan:
+        """Every step names a process of the plan and a session of the plan."""
+        for number, step in enumerate(self.steps):
+            process = getattr(step, "process", None)
+            if process is not None and process >= self.processes:
+                raise ValueError(f"step {number} ({step.op}) names process {process}, but the "
+                                 f"plan has {self.processes} (0 to {self.processes - 1})")
+            session = getattr(step, "session", None)
+            if session is not None and session not in self.sessions:
+                raise ValueError(f"step {number} ({step.op}) names session {session!r}, which "
+                                 f"is not among the plan's sessions")
+        unknown = sorted(s for s in self.members.values() if s not in self.sessions)
+        if unknown:
+            raise ValueError(f"members are bound to unknown session(s) {', '.join(unknown)}")
+        if any(n < 0 for n in self.write_failures.values()):
+            raise ValueError("write_failures counts must be 0 or more")
+        return self
+
+    def fault_kinds(self) -> set[FaultKind]:
+        """The fault kinds this plan holds (not all need fire: a kill after the end does not)."""
+        kinds = {FaultKind(s.op) for s in self.steps if s.op in {"kill", "stall", "clock_jump"}}
+        kinds |= {r.kind for r in self.replies}
+        if self.crash is not None:
+            kinds.add(FaultKind.CRASH_POINT)
+        if self.crash_at_effect is not None:
+            kinds.add(FaultKind.CRASH_AT_EFFECT)
+        if any(self.write_failures.values()):
+            kinds.add(FaultKind.WRITE_FAILURE)
+        return kinds
+
+    @property
+    def size(self) -> tuple[int, int, int, int, int]:
+        """What the shrinker makes smaller, most important first."""
+        faults = (len(self.replies) + (self.crash is not None) + (self.crash_at_effect is not None)
+                  + sum(self.write_failures.values())
+                  + sum(1 for s in self.steps if s.op in {"kill", "stall", "clock_jump"}))
+        turns = sum(1 for s in self.steps if s.op == "submit")
+        return (self.processes, len(self.sessions), turns, faults, len(self.steps))
+
+
+def load_plan(text: str, where: str = "plan") -> WorldPlan:
+    """A plan from its JSON, or ``BadInput`` naming what is wrong."""
+    try:
+        return WorldPlan.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise BadInput(f"{where}: {loc}: {first['msg']}") from error
+
+
+# ---- drawing a plan from a seed -------------------------------------------------------------
+
+
+class FaultMix(Frozen):
+    """Which fault kinds a sweep may draw, and how often (``--faults``)."""
+
+    kinds: frozenset[FaultKind] = frozenset(FaultKind)
+    reply_fault_share: float = 0.25  # of the calls of the faulty phase
+    process_fault_chance: float = 0.5  # per process: a kill, a stall or nothing
+
+    @classmethod
+    def parse(cls, text: str | None) -> FaultMix:
+        """``all``, ``none`` or a comma list of kinds, e.g. ``kill,empty_reply``."""
+        if text is None or text == "all":
+            return cls()
+        if text == "none":
+            return cls(kinds=frozenset())
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in FaultKind.__members__.values()]
+        if unknown:
+            known = ", ".join(k.value for k in FaultKind)
+            raise BadInput(f"unknown fault kind(s) {', '.join(unknown)} (known: {known}, "
+                           "or all, none)")
+        return cls(kinds=frozenset(FaultKind(n) for n in names))
+
+
+def _rng(seed: int, part: str) -> random.Random:
+    """One sub-stream per part of the plan: the workload does not move when faults do."""
+    return random.Random(f"{seed}:{part}")
+
+
+def _request_text(rng: random.Random, session: str, n: int, files: list[str]) -> str:
+    pick = rng.random()
+    if pick < 0.1 and len(files) > 1:
+        return f"Read {files[0]} and {files[1]}."
+    if pick < 0.35 and files:
+        return f"Read {rng.choice(files)}."
+    if pick < 0.6:
+        return f"Write note {n} to {session}-out-{n}.txt."
+    return f"Say hello {n}."
+
+
+def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
+    """The plan the seed decides: 1-3 processes, 1-3 sessions, 2-6 submissions each."""
+    mix = mix or FaultMix()
+    shape = _rng(seed, "shape")
+    processes = shape.randint(1, 3)
+    sessions = {f"s-{i}": f"p-{i}" for i in range(1, shape.randint(1, 3) + 1)}
+    files = {f"notes-{i}.txt": f"note {i} of seed {seed}" for i in range(1, 3)}
+    work = _rng(seed, "workload")
+    steps: list[Submit | Drain | Kill | Stall | ClockJump] = []
+    turns = 0
+    for session, principal in sessions.items():
+        for n in range(1, work.randint(2, 6) + 1):
+            at = round(work.uniform(0.0, 120.0), 1)
+            steps.append(Submit(at_s=at, process=work.randrange(processes), principal=principal,
+                                session=session, request_id=f"r-{n}",
+                                text=_request_text(work, session, n, sorted(files))))
+            steps.append(Drain(at_s=round(at + work.uniform(0.5, 30.0), 1),
+                               process=work.randrange(processes), session=session))
+            turns += 1
+    members, iterations = _more_requests(seed, sessions, steps, processes)
+    faults = _rng(seed, "faults")
+    kinds = mix.kinds
+    # how faulty this world is, drawn per seed around the mix's figures: some worlds are
+    # nearly calm, some are storms
+    process_chance = min(1.0, mix.process_fault_chance * faults.uniform(0.0, 2.0))
+    reply_share = min(0.9, mix.reply_fault_share * faults.uniform(0.0, 2.0))
+    for index in range(processes):
+        if faults.random() >= process_chance:
+            continue
+        chosen: list[FaultKind] = [k for k in (FaultKind.KILL, FaultKind.STALL) if k in kinds]
+        if not chosen:
+            break
+        kind = faults.choice(chosen)
+        at = round(faults.uniform(1.0, 150.0), 1)
+        if kind is FaultKind.KILL:
+            steps.append(Kill(at_s=at, process=index))
+        else:
+            steps.append(Stall(at_s=at, process=index,
+                               seconds=float(faults.choice((30, 200, 400, 900)))))
+    if FaultKind.CLOCK_JUMP in kinds and faults.random() < 0.2:
+        steps.append(ClockJump(at_s=round(faults.uniform(1.0, 150.0), 1),
+                               seconds=float(faults.choice((60, 400, 3600)))))
+    replies = _reply_faults(faults, kinds, reply_share, calls=turns * 2)
+    crash = None
+    if FaultKind.CRASH_POINT in kinds and faults.random() < 0.4:
+        crash = CrashPoint(when=faults.choice(("before", "after")), site=faults.choice(CRASH_SITES),
+                        occurrence=faults.randint(1, 3))
+    failures: dict[Site, int] = {}
+    if FaultKind.WRITE_FAILURE in kinds and faults.random() < 0.3:
+        failures[faults.choice(WRITE_SITES)] = 1
+    at_effect = None
+    if FaultKind.CRASH_AT_EFFECT in kinds and faults.random() < 0.2:
+        at_effect = faults.randint(1, 40 * turns)  # a turn is some 20-60 effects
+    steps.sort(key=lambda s: s.at_s)
+    return WorldPlan(seed=seed, processes=processes, sessions=sessions, members=members,
+                     max_iterations=iterations, files=files, steps=tuple(steps),
+                     replies=tuple(replies), crash=crash, crash_at_effect=at_effect,
+                     write_failures=failures)
+
+
+def _reply_faults(faults: random.Random, kinds: frozenset[FaultKind], share: float,
+                  calls: int) -> list[ReplyFault]:
+    """Faulted model calls among the first ``calls`` (about two a turn), and now and then a
+    burst of one kind four calls in a row."""
+    reply_kinds = [k for k in REPLY_FAULTS if k in kinds]
+    replies: list[ReplyFault] = []
+    if not reply_kinds:
+        return replies
+    for call in range(1, calls + 1):
+        if faults.random() < share:
+            kind = faults.choice(reply_kinds)
+            seconds = {FaultKind.SLOW_REPLY: float(faults.choice((5, 90, 400))),
+                       FaultKind.RATE_LIMIT: float(faults.choice((1, 20)))}.get(kind, 0.0)
+            replies.append(ReplyFault(call=call, kind=kind, seconds=seconds))
+    bursts = [k for k in BURST_FAULTS if k in kinds]
+    if bursts and faults.random() < 0.15:  # a run of one kind, as bounds are about runs
+        kind, first = faults.choice(bursts), faults.randint(1, calls)
+        taken = {r.call for r in replies}
+        replies += [ReplyFault(call=c, kind=kind) for c in range(first, first + 4)
+                    if c not in taken]
+        replies.sort(key=lambda r: r.call)
+    return replies
+
+
+def _more_requests(seed: int, sessions: dict[str, str], steps: list[Step],
+                   processes: int) -> tuple[dict[str, str], int | None]:
+    """The door's hard cases, on their own sub-stream: a second member of a session reusing
+    request ids, duplicate and conflicting resubmissions, payloads claiming authority, a
+    stranger nobody bound; and, for some worlds, a tight iteration budget."""
+    more = _rng(seed, "requests")
+    members: dict[str, str] = {}
+    submits = [s for s in steps if isinstance(s, Submit)]
+    for session in sessions:
+        if more.random() < 0.3:
+            member = f"q-{session[2:]}"
+            members[member] = session
+            for old in [s for s in submits if s.session == session][:2]:
+                steps.append(old.model_copy(update={
+                    "principal": member, "at_s": round(old.at_s + more.uniform(0.1, 10.0), 1),
+                    "text": f"Say hello {old.request_id[2:]} from {member}."}))
+    for old in submits:
+        roll = more.random()
+        later = round(old.at_s + more.uniform(0.1, 20.0), 1)
+        if roll < 0.12:  # the same request again: one admission
+            steps.append(old.model_copy(update={"at_s": later}))
+        elif roll < 0.2:  # the same id with another payload: a conflict
+            steps.append(old.model_copy(update={"at_s": later, "text": "Say hello 99."}))
+        elif roll < 0.28:  # a payload that claims to be the operator
+            steps.append(old.model_copy(update={"at_s": later, "request_id": old.request_id + "x",
+                                                "claims": {"role": "operator"}}))
+    if more.random() < 0.15:
+        session = more.choice(sorted(sessions))
+        steps.append(Submit(at_s=round(more.uniform(0.0, 120.0), 1),
+                            process=more.randrange(processes), principal="stranger",
+                            session=session, request_id="r-1", text="Say hello 1."))
+    iterations = more.choice((1, 2, 3)) if more.random() < 0.2 else None
+    return members, iterations

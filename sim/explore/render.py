@@ -1,0 +1,102 @@
+"""A plan written as a scenario: plain ``Story`` calls a reader can follow line by line.
+
+The file makes the very calls ``sim.explore.run.stage`` makes, in the same order, then the
+calm phase, so running the scenario replays the explored run exactly (a test compares the
+two timelines). Once the bug it found is fixed, the file joins ``scenarios/`` as a
+regression test: it declares the invariant ids the run broke and expects every admission
+to reach a terminal state.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sim.explore.plan import ClockJump, Drain, Kill, Stall, Submit, WorldPlan
+from sim.explore.run import RunReport
+
+_NAMES = ("one", "two", "three", "four", "five", "six", "seven", "eight")
+
+
+def scenario_name(plan: WorldPlan) -> str:
+    return f"explored_seed_{plan.seed}"
+
+
+def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> str:
+    """The Python source of a scenario module that replays ``plan``."""
+    ids = report.invariants or ["ADM-5"]
+    found = report.violations[0] if report.violations else (
+        f"stuck: {', '.join(report.stuck)}" if report.stuck else report.verdict.value)
+    summary = re.sub(r"\s+", " ", found)
+    title = title or f"Explored seed {plan.seed}, shrunk: {summary[:90]}"
+    names = _NAMES[:plan.processes]
+    lines = [
+        f'"""Seed {plan.seed} of `hermes-ref explore`, shrunk to {plan.processes} process(es), '
+        f"{len(plan.sessions)} session(s), {plan.size[2]} turn(s) and {plan.size[3]} fault(s).",
+        "",
+        "What the run found:",
+        f"    {summary}",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from sim.explore.model import ExploreModel",
+        "from sim.explore.plan import FaultKind, ReplyFault",
+        "from sim.explore.run import calm_phase, jump_clock",
+        "from sim.harness import Story, scenario",
+        "",
+        "",
+        f"@scenario({title!r},",
+        f"          invariants={tuple(ids)!r}, stage=\"explore\")",
+        f"def {scenario_name(plan)}(s: Story) -> None:",
+    ]
+    body = [f"s.seed = {plan.seed}  # the world's seed: it draws the interleaving",
+            f"s.use_provider(ExploreModel(({_replies(plan)})))"]
+    if plan.files:
+        body.append(f"s.files({dict(plan.files)!r})")
+    if plan.max_iterations is not None:
+        body.append(f"s.limits(max_iterations={plan.max_iterations})")
+    for session, principal in plan.sessions.items():
+        body.append(f"s.bind({principal!r}, session={session!r})")
+        body.append(f"s.bind({'op-' + session!r}, session={session!r}, role=\"operator\", "
+                    "kind=\"operator\")")
+    for member, session in plan.members.items():
+        body.append(f"s.bind({member!r}, session={session!r})")
+    body.append(f"{', '.join(names)} = "
+                + ", ".join(["s.main_process()"] + ["s.process()"] * (plan.processes - 1)))
+    for fault in plan.replies:
+        if fault.kind.value == "slow_reply":
+            body.append(f"s.delay_reply({fault.call}, {fault.seconds!r})")
+    if plan.crash is not None or plan.crash_at_effect is not None or plan.write_failures:
+        crash = repr(plan.crash.name) if plan.crash else "None"
+        writes = {s.value: n for s, n in plan.write_failures.items()}
+        body.append(f"s.faults(crash={crash}, crash_at_effect={plan.crash_at_effect!r}, "
+                    f"fail_writes={writes!r})")
+    for step in plan.steps:
+        body.append(_step(step, names))
+    body += ["s.run_all()",
+             "stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done",
+             's.expect(not stuck, f"every admission reached a terminal state: {stuck}")']
+    return "\n".join(lines + ["    " + line for line in body]) + "\n"
+
+
+def _replies(plan: WorldPlan) -> str:
+    parts = [f"ReplyFault(call={r.call}, kind=FaultKind.{r.kind.name}"
+             + (f", seconds={r.seconds!r})" if r.seconds else ")") for r in plan.replies]
+    return "".join(p + ", " for p in parts)
+
+
+def _step(step: object, names: tuple[str, ...]) -> str:
+    if isinstance(step, Submit):
+        payload = {"text": step.text, **step.claims}
+        return (f"s.start_submit({names[step.process]}, {step.principal!r}, "
+                f"{step.request_id!r}, {payload!r}, session={step.session!r}, "
+                f"after_s={step.at_s!r})")
+    if isinstance(step, Drain):
+        return f"s.start_drain({names[step.process]}, {step.session!r}, after_s={step.at_s!r})"
+    if isinstance(step, Kill):
+        return f"s.kill({names[step.process]}, after_s={step.at_s!r})"
+    if isinstance(step, Stall):
+        return f"s.stall({names[step.process]}, {step.seconds!r}, after_s={step.at_s!r})"
+    if isinstance(step, ClockJump):
+        return f"jump_clock(s, {step.seconds!r}, after_s={step.at_s!r})"
+    raise TypeError(f"unknown step {step!r}")

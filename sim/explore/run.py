@@ -1,0 +1,240 @@
+"""Run one plan: a faulty phase, then a calm phase that must converge; judge both.
+
+Theory of operation
+-------------------
+A plan runs through the same ``Story`` a scenario uses, so every checker runs after every
+step exactly as in ``scenarios/``. The faulty phase hands every step of the plan to its
+process at its virtual time (submissions and drain claims as actors; kills, stalls and
+clock jumps as timers) with the plan's faults armed, and runs the world until every actor
+has ended. The calm phase disarms every fault and plays the operator: a new process
+starts, recovers (a started admission whose owner died becomes ``unknown``), reconciles
+each unknown admission explicitly, and drains every session until nothing is queued,
+within a bounded number of rounds.
+
+The verdict, in order of gravity:
+
+* ``engine_crash``: the run raised something other than a simulated crash (an engine bug);
+* ``safety``: a checker found a violation in either phase;
+* ``liveness``: after the calm phase some admission is still not terminal;
+* ``passed``.
+
+The run's digest hashes the timeline and the durable record, so two runs of one plan can
+be compared byte for byte (``determinism``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from hermes_ref.admission import AdmissionStatus
+from sim.explore.model import ExploreModel
+from sim.explore.plan import ClockJump, Drain, FaultKind, Kill, Stall, Submit, WorldPlan
+from sim.harness import Story
+from sim.processes import ProcessHandle
+from sim.world import World
+
+CALM_ROUNDS_MAX = 4  # drain passes of the calm phase before a queue counts as stuck
+
+
+class Verdict(StrEnum):
+    PASSED = "passed"
+    SAFETY = "safety"
+    LIVENESS = "liveness"
+    ENGINE_CRASH = "engine_crash"
+
+
+EXIT_CODES = {Verdict.PASSED: 0, Verdict.SAFETY: 1, Verdict.LIVENESS: 3,
+              Verdict.ENGINE_CRASH: 4}
+NONDETERMINISM_EXIT = 5
+
+
+@dataclass
+class RunReport:
+    """What one run of a plan came to."""
+
+    seed: int
+    verdict: Verdict
+    violations: list[str] = field(default_factory=list)
+    invariants: list[str] = field(default_factory=list)  # ids of the violations, sorted
+    stuck: list[str] = field(default_factory=list)  # admissions not terminal after the calm
+    error: str | None = None
+    fired: set[FaultKind] = field(default_factory=set)
+    crash_points: set[str] = field(default_factory=set)
+    digest: str = ""
+    timeline: str = ""
+    entries: list[tuple[float, str, str, int | None]] = field(default_factory=list)
+    admissions: int = 0
+    turns: int = 0
+    steps: int = 0  # effects performed by every process
+
+    def as_json(self) -> dict[str, object]:
+        return {"seed": self.seed, "verdict": self.verdict.value, "violations": self.violations,
+                "invariants": self.invariants, "stuck": self.stuck, "error": self.error,
+                "fired": sorted(k.value for k in self.fired),
+                "crash_points": sorted(self.crash_points), "digest": self.digest,
+                "admissions": self.admissions, "turns": self.turns, "steps": self.steps}
+
+
+def run_plan(plan: WorldPlan, *, store_kind: str = "memory", trace: bool = True,
+             workdir: Path | None = None) -> RunReport:
+    """Run ``plan`` on a fresh world of ``store_kind`` and judge it."""
+    if workdir is not None:
+        return _run(plan, store_kind, trace, workdir)
+    with tempfile.TemporaryDirectory(prefix="hermes-ref-explore-") as tmp:
+        return _run(plan, store_kind, trace, Path(tmp))
+
+
+def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunReport:
+    story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace)
+    model = ExploreModel(plan.replies)
+    fired: set[FaultKind] = set()
+    points: set[str] = set()
+    error: str | None = None
+    try:
+        _faulty_phase(story, plan, model, fired, points)
+        calm_phase(story)
+    except Exception as exc:  # an engine bug, not a simulated crash: report it
+        error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
+        story.world.timeline.add("ENGINE", f"{type(exc).__name__}: {exc}")
+    world = story.world
+    fired |= {r.kind for r in model.fired}
+    if world.write_failures:
+        fired.add(FaultKind.WRITE_FAILURE)
+    rows = world.store.snapshot().admissions
+    left = stuck(story)
+    violations = [str(v) for v in story.violations]
+    verdict = (Verdict.ENGINE_CRASH if error is not None else Verdict.SAFETY if violations
+               else Verdict.LIVENESS if left else Verdict.PASSED)
+    timeline = world.timeline.render()
+    record = world.store.snapshot().model_dump_json()
+    digest = hashlib.sha256(f"{timeline}\n{record}".encode()).hexdigest()
+    report = RunReport(
+        seed=plan.seed, verdict=verdict, violations=violations,
+        invariants=sorted({v.invariant for v in story.violations}), stuck=left, error=error,
+        fired=fired, crash_points=points, digest=digest, timeline=timeline,
+        entries=list(world.timeline.entries),
+        admissions=len(rows), turns=len(world.runs), steps=world.effects_performed)
+    world.store.close()
+    return report
+
+
+def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
+                  fired: set[FaultKind], points: set[str]) -> None:
+    world = story.world
+    story.use_provider(model)
+
+    def on_crash(point: str) -> None:
+        if point.startswith("effect#"):
+            fired.add(FaultKind.CRASH_AT_EFFECT)
+            return
+        fired.add(FaultKind.CRASH_POINT)
+        points.add(point)
+    world.on_crash = on_crash
+    stage(story, plan)
+    story.run_all()
+    world.on_crash = None
+    if any(point == "SIGKILL" for _, point in world.death_points):
+        fired.add(FaultKind.KILL)  # a scheduled kill landed on a live process
+    jumped = sum(len(entries) for entries in _jump_stalls(world))
+    if len(world.stalls) > jumped:
+        fired.add(FaultKind.STALL)  # a stall began (a clock jump's pauses are not stalls)
+    if world.clock_jumps:
+        fired.add(FaultKind.CLOCK_JUMP)
+
+
+def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
+    """Set the world of ``plan`` up and hand every step out; ``run_all`` then runs it.
+
+    A rendered scenario (``sim.explore.render``) makes exactly these calls, in this order.
+    """
+    story.files(dict(plan.files))
+    if plan.max_iterations is not None:
+        story.limits(max_iterations=plan.max_iterations)
+    for session, principal in plan.sessions.items():
+        story.bind(principal, session=session)
+        story.bind(f"op-{session}", session=session, role="operator", kind="operator")
+    for member, session in plan.members.items():
+        story.bind(member, session=session)
+    handles: list[ProcessHandle] = [story.main_process()]
+    handles += [story.process() for _ in range(plan.processes - 1)]
+    for fault in plan.replies:
+        if fault.kind is FaultKind.SLOW_REPLY:
+            story.delay_reply(fault.call, fault.seconds)
+    if plan.crash is not None or plan.crash_at_effect is not None or plan.write_failures:
+        story.faults(crash=plan.crash.name if plan.crash else None,
+                     crash_at_effect=plan.crash_at_effect,
+                     fail_writes={site.value: n for site, n in plan.write_failures.items()})
+    for step in plan.steps:
+        if isinstance(step, Submit):
+            story.start_submit(handles[step.process], step.principal, step.request_id,
+                               {"text": step.text, **step.claims}, session=step.session,
+                               after_s=step.at_s)
+        elif isinstance(step, Drain):
+            story.start_drain(handles[step.process], step.session, after_s=step.at_s)
+        elif isinstance(step, Kill):
+            story.kill(handles[step.process], after_s=step.at_s)
+        elif isinstance(step, Stall):
+            story.stall(handles[step.process], step.seconds, after_s=step.at_s)
+        elif isinstance(step, ClockJump):
+            jump_clock(story, step.seconds, after_s=step.at_s)
+    return handles
+
+
+def jump_clock(story: Story, seconds: float, *, after_s: float) -> None:
+    """``after_s`` from now the virtual clock leaps ``seconds`` ahead: to every live
+    process that is a pause of the whole world (recorded as a stall of each)."""
+    world = story.world
+
+    def jump() -> None:
+        now = world.clock.now()
+        paused = [(p.pid, now, now + seconds) for p in world.processes.values() if p.alive]
+        world.stalls.extend(paused)
+        _jump_stalls(world).append(paused)
+        world.clock_jumps.append((now, seconds))
+        world.clock.advance(seconds)
+        world.timeline.add("FAULT", f"the clock jumps {seconds:g} s")
+    world.scheduler.at(world.clock.now() + after_s, jump)
+
+
+def _jump_stalls(world: World) -> list[list[tuple[int, float, float]]]:
+    """The pauses each clock jump entered in ``world.stalls`` (kept beside the world)."""
+    kept: list[list[tuple[int, float, float]]] = world.__dict__.setdefault("_jump_stalls", [])
+    return kept
+
+
+def calm_phase(story: Story) -> list[str]:
+    """Faults off; a new process recovers, reconciles the unknown and drains until done.
+
+    Returns the admissions still not terminal afterwards (liveness: there must be none).
+    """
+    world = story.world
+    if isinstance(world.provider, ExploreModel):
+        world.provider.calm = True
+    world.provider_delays_s.clear()
+    story.faults()
+    world.timeline.add("calm", "faults off: a new process recovers and drains")
+    story.restart()
+    story.recover()
+    for _ in range(CALM_ROUNDS_MAX):
+        for row in story.world.store.snapshot().admissions:
+            if row.status is AdmissionStatus.UNKNOWN:
+                story.reconcile(f"op-{row.session_id}", row.admission_id, session=row.session_id)
+        waiting = sorted({r.session_id for r in story.world.store.snapshot().admissions
+                          if r.status is AdmissionStatus.QUEUED})
+        if not waiting:
+            break
+        for session in waiting:
+            story.drain(session)
+    return stuck(story)
+
+
+def stuck(story: Story) -> list[str]:
+    """Admissions that are not terminal, as ``session/admission status``."""
+    return [f"{r.session_id}/{r.admission_id} {r.status.value}"
+            for r in story.world.store.snapshot().admissions
+            if r.status is not AdmissionStatus.TERMINAL]

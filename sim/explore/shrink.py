@@ -1,0 +1,159 @@
+"""Shrinking: the smallest plan that still fails the same way.
+
+A failing plan is reduced greedily, one candidate edit at a time, keeping an edit when the
+smaller plan still fails with the same verdict and still breaks one of the same invariant
+ids (so a shrink never wanders off to a different bug). The edits, biggest first:
+
+1. drop a process (its steps move to the first one);
+2. drop a session with its principal and steps; drop a second member with its requests;
+   lift a tight iteration budget;
+3. drop one step (a submission, a drain claim, a kill, a stall, a clock jump);
+4. drop one reply fault, the crash point, the crash at an effect, a write failure;
+5. round the times of steps down to whole seconds.
+
+Passes repeat until none of them changes the plan, or the budget of runs is spent. The
+result is ordered by ``WorldPlan.size``: fewest processes, then sessions, turns, faults and
+steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from sim.explore.plan import Step, WorldPlan
+from sim.explore.run import RunReport, Verdict, run_plan
+
+RUNS_MAX = 400
+
+
+@dataclass
+class Shrunk:
+    plan: WorldPlan
+    report: RunReport
+    runs: int
+
+
+def same_failure(first: RunReport) -> Callable[[RunReport], bool]:
+    """The same bug: the same verdict and one of the same invariant ids; for an engine crash
+    the same exception and message, for a liveness failure the same stuck statuses."""
+    wanted = set(first.invariants)
+    error = _first_line(first.error)
+    statuses = {line.rsplit(" ", 1)[-1] for line in first.stuck}
+
+    def still(report: RunReport) -> bool:
+        if report.verdict is not first.verdict:
+            return False
+        if first.verdict is Verdict.ENGINE_CRASH:
+            return _first_line(report.error) == error
+        if first.verdict is Verdict.LIVENESS:
+            return {line.rsplit(" ", 1)[-1] for line in report.stuck} == statuses
+        return not wanted or bool(wanted & set(report.invariants))
+    return still
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").splitlines()[0] if text else ""
+
+
+def shrink(plan: WorldPlan, *, runs_max: int = RUNS_MAX,
+           still_fails: Callable[[RunReport], bool] | None = None) -> Shrunk:
+    """Reduce ``plan`` while it keeps failing; ``plan`` itself must fail."""
+    report = run_plan(plan, trace=False)
+    if report.verdict is Verdict.PASSED:
+        raise ValueError(f"seed {plan.seed}: the plan passes, there is nothing to shrink")
+    state = _State(plan, report, still_fails or same_failure(report), runs_max)
+    changed = True
+    while changed and state.runs < runs_max:
+        before = state.plan
+        for edit in (_fewer_processes, _fewer_sessions):
+            for candidate in edit(state.plan):
+                state.attempt(candidate)
+        state.drop_chunks("steps")
+        state.drop_chunks("replies")
+        if state.plan.crash is not None:
+            state.attempt(state.plan.model_copy(update={"crash": None}))
+        if state.plan.crash_at_effect is not None:
+            state.attempt(state.plan.model_copy(update={"crash_at_effect": None}))
+        if state.plan.max_iterations is not None:
+            state.attempt(state.plan.model_copy(update={"max_iterations": None}))
+        for member in list(state.plan.members):
+            state.attempt(state.plan.model_copy(update={
+                "members": {m: s for m, s in state.plan.members.items() if m != member},
+                "steps": tuple(s for s in state.plan.steps
+                               if getattr(s, "principal", None) != member)}))
+        for site in list(state.plan.write_failures):
+            state.attempt(state.plan.model_copy(update={"write_failures": {
+                s: n for s, n in state.plan.write_failures.items() if s != site}}))
+        for candidate in _simpler_times(state.plan):
+            state.attempt(candidate)
+        changed = state.plan != before
+    final = run_plan(state.plan, trace=True)
+    if not state.keep(final):  # a plan is one run: the narrated rerun fails the same way
+        raise AssertionError(f"seed {plan.seed}: the shrunk plan no longer fails when rerun")
+    return Shrunk(state.plan, final, state.runs)
+
+
+@dataclass
+class _State:
+    plan: WorldPlan
+    report: RunReport
+    keep: Callable[[RunReport], bool]
+    runs_max: int
+    runs: int = 1
+
+    def attempt(self, candidate: WorldPlan) -> bool:
+        """Run ``candidate``; keep it when it still fails the same way."""
+        if self.runs >= self.runs_max or candidate == self.plan or candidate.size > self.plan.size:
+            return False
+        self.runs += 1
+        tried = run_plan(candidate, trace=False)
+        if self.keep(tried):
+            self.plan, self.report = candidate, tried
+            return True
+        return False
+
+    def drop_chunks(self, name: str) -> None:
+        """Remove runs of ``name`` items, halves first, then quarters, down to single items
+        (the core of delta debugging, without its complement step)."""
+        items: tuple[object, ...] = getattr(self.plan, name)
+        size = max(1, len(items) // 2)
+        while items and self.runs < self.runs_max:
+            start = 0
+            while start < len(items) and self.runs < self.runs_max:
+                kept = items[:start] + items[start + size:]
+                if not self.attempt(self.plan.model_copy(update={name: kept})):
+                    start += size
+                items = getattr(self.plan, name)
+            if size == 1:
+                break
+            size = max(1, size // 2)
+
+
+def _fewer_processes(plan: WorldPlan) -> Iterator[WorldPlan]:
+    if plan.processes <= 1:
+        return
+    last = plan.processes - 1
+    moved: list[Step] = []
+    for step in plan.steps:
+        on_last = getattr(step, "process", None) == last
+        if on_last and step.op in {"kill", "stall"}:
+            continue  # the process is gone, and its faults with it
+        moved.append(step.model_copy(update={"process": 0}) if on_last else step)
+    yield plan.model_copy(update={"processes": last, "steps": tuple(moved)})
+
+
+def _fewer_sessions(plan: WorldPlan) -> Iterator[WorldPlan]:
+    if len(plan.sessions) <= 1:
+        return
+    for session in plan.sessions:
+        yield plan.model_copy(update={
+            "sessions": {k: v for k, v in plan.sessions.items() if k != session},
+            "steps": tuple(s for s in plan.steps if getattr(s, "session", None) != session)})
+
+
+def _simpler_times(plan: WorldPlan) -> Iterator[WorldPlan]:
+    """Every time rounded down to a whole second, in one candidate (readability only)."""
+    rounded = tuple(s.model_copy(update={"at_s": float(int(s.at_s))}) for s in plan.steps)
+    if rounded != plan.steps:
+        yield plan.model_copy(update={"steps": rounded})

@@ -1,0 +1,258 @@
+"""The explorer: the seed decides, shards split a sweep exactly, replay and render agree."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from hermes_ref.effects import Site
+from hermes_ref.errors import BadInput
+from sim.cli import main
+from sim.explore.plan import (
+    ClockJump,
+    Drain,
+    FaultKind,
+    FaultMix,
+    Kill,
+    Stall,
+    Submit,
+    WorldPlan,
+    generate,
+    load_plan,
+)
+from sim.explore.render import render, scenario_name
+from sim.explore.run import Verdict, run_plan
+from sim.explore.sweep import Shard, SweepReport, first_difference, merge, sweep
+from sim.explore.swimlane import lanes_of, render_html, rows_of
+from sim.faults import CrashPoint
+from sim.harness import REGISTRY, run_scenario
+
+# a stalled holder whose lease runs out while its model call is slow: a small world with
+# one lease loss, used wherever a test needs a run with a fault in it
+STALLED = WorldPlan(
+    seed=7, processes=2, sessions={"s-1": "p-1"}, files={"notes-1.txt": "one"},
+    steps=(Submit(at_s=0.0, process=0, principal="p-1", session="s-1", request_id="r-1",
+                  text="Read notes-1.txt."),
+           Submit(at_s=1.0, process=1, principal="p-1", session="s-1", request_id="r-2",
+                  text="Say hello 2."),
+           Drain(at_s=2.0, process=1, session="s-1"),
+           Drain(at_s=3.0, process=0, session="s-1"),
+           Stall(at_s=2.5, process=1, seconds=30.0)),
+)
+
+
+def test_one_seed_gives_one_record_byte_for_byte() -> None:
+    first, second = run_plan(generate(11)), run_plan(generate(11))
+    assert first.digest == second.digest
+    assert first.timeline == second.timeline
+
+
+def test_two_seeds_give_two_records() -> None:
+    digests = {run_plan(generate(seed), trace=False).digest for seed in range(6)}
+    assert len(digests) == 6
+
+
+def test_the_workload_does_not_move_when_the_faults_do() -> None:
+    """Each part of a plan has its own sub-stream: fewer fault kinds, same submissions."""
+    every, none = generate(5), generate(5, FaultMix.parse("none"))
+    assert [s for s in every.steps if s.op == "submit"] == [
+        s for s in none.steps if s.op == "submit"]
+    assert none.fault_kinds() == set()
+
+
+def test_a_plan_without_faults_passes_and_converges() -> None:
+    for seed in range(8):
+        report = run_plan(generate(seed, FaultMix.parse("none")), trace=False)
+        assert report.verdict is Verdict.PASSED, (seed, report.violations, report.stuck)
+        assert report.admissions > 0 and not report.stuck
+
+
+def test_shards_cover_a_range_exactly_once() -> None:
+    shards = [Shard.parse(f"{k}/3").seeds(10, 20) for k in (1, 2, 3)]
+    flat = sorted(s for shard in shards for s in shard)
+    assert flat == list(range(10, 30))
+    assert all(set(a).isdisjoint(b) for a in shards for b in shards if a is not b)
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "x/2", "2", "1/0"])
+def test_a_bad_shard_is_refused(text: str) -> None:
+    with pytest.raises(BadInput, match="--shard"):
+        Shard.parse(text)
+
+
+def test_merged_shards_equal_the_whole_sweep() -> None:
+    whole = sweep(0, 12).as_json()
+    parts = [sweep(0, 12, shard=Shard(k, 3)).as_json() for k in (1, 2, 3)]
+    merged = merge(parts)
+    for key in ("seeds", "passed", "fired", "crash_points", "failures", "steps",
+                "first_seed", "last_seed", "exit_code"):
+        assert merged[key] == whole[key], key
+
+
+def test_a_report_that_is_no_report_is_refused() -> None:
+    with pytest.raises(BadInput, match="report 1 is not a sweep report"):
+        merge([{"seeds": 3}])
+
+
+def test_a_declared_fault_that_never_fired_fails_the_sweep() -> None:
+    report = SweepReport(declared=["kill", "stall"])
+    report.fired.update({"kill": 2})
+    assert report.unfired == ["stall"] and report.exit_code == 6
+
+
+def test_an_unknown_fault_kind_is_named() -> None:
+    with pytest.raises(BadInput, match=r"unknown fault kind.*meteor"):
+        FaultMix.parse("kill,meteor")
+
+
+def test_a_broken_plan_file_gets_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match=r"plan\.json: processes"):
+        load_plan('{"seed": 1, "processes": 0, "sessions": {}}', where="plan.json")
+    with pytest.raises(BadInput, match=r"plan\.json"):
+        load_plan("not json", where="plan.json")
+
+
+def test_first_difference_names_the_line() -> None:
+    assert first_difference("a\nb\nc", "a\nx\nc") == "line 2: b | x"
+    assert first_difference("a", "a") is None
+
+
+def test_a_rendered_scenario_replays_the_run(tmp_path: Path) -> None:
+    """The scenario file makes the plan's calls in the plan's order: the same timeline."""
+    report = run_plan(STALLED)
+    source = render(STALLED, report)
+    namespace: dict[str, object] = {"__name__": "explored_test_module"}
+    exec(compile(source, "explored.py", "exec"), namespace)
+    try:
+        outcome = run_scenario(REGISTRY[scenario_name(STALLED)], seed=STALLED.seed)
+    finally:
+        REGISTRY.pop(scenario_name(STALLED), None)
+    ran = outcome.timeline.splitlines()
+    assert ran[:len(report.timeline.splitlines())] == report.timeline.splitlines()
+    assert outcome.passed == (report.verdict is Verdict.PASSED)
+
+
+def test_a_clock_jump_pauses_every_live_process() -> None:
+    plan = STALLED.model_copy(update={"steps": (*STALLED.steps[:4],
+                                                ClockJump(at_s=2.2, seconds=400.0))})
+    report = run_plan(plan)
+    assert FaultKind.CLOCK_JUMP in report.fired
+    assert "the clock jumps 400 s" in report.timeline
+
+
+class _Cells(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.heads: list[str] = []
+        self.marked_rows = 0
+        self._in_head = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "tr" and found.get("class") == "marked":
+            self.marked_rows += 1
+        self._in_head = tag == "th" and found.get("class") is None
+
+    def handle_data(self, data: str) -> None:
+        if self._in_head and data.strip():
+            self.heads.append(data.strip())
+            self._in_head = False
+
+
+def test_the_swimlane_has_a_lane_per_process_and_marks_the_faults() -> None:
+    report = run_plan(STALLED)
+    page = render_html(STALLED, report, report.entries)
+    cells = _Cells()
+    cells.feed(page)
+    assert cells.heads == ["world", "pid 1", "pid 2", "provider", "store", "tools"]
+    assert cells.marked_rows >= 1  # the stall
+    assert "<script" not in page and "http" not in page.split("<body>")[1]
+
+
+def test_repeated_lines_fold_into_one_row() -> None:
+    entries = [(1.0, "write", "claim s-1 busy", 2), (2.0, "write", "claim s-1 busy", 2),
+               (3.0, "call", "primary -> stop", 2)]
+    rows = rows_of(entries)
+    assert [(r[1], r[4]) for r in rows] == [("write", 2), ("call", 1)]
+    assert lanes_of(rows) == ["world", "provider", "store", "tools"]
+
+
+def test_the_command_line_sweeps_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                             ) -> None:
+    code = main(["explore", "--seeds", "4", "--faults", "none", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["seeds"] == 4 and data["passed"] == 4
+    page = tmp_path / "seed.html"
+    code = main(["explore", "--replay", "3", "--faults", "none", "--html", str(page)])
+    out = capsys.readouterr().out
+    assert code == 0 and "seed 3: passed" in out and page.read_text().startswith("<!DOCTYPE")
+
+
+def test_the_command_line_refuses_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explore", "--seeds", "3", "--shard", "5/2"]) == 2
+    assert main(["explore", "--plan", "/nonexistent/plan.json"]) == 2
+    assert "hermes-ref:" in capsys.readouterr().err
+
+
+def test_a_one_process_plan_renders_a_scenario_that_runs() -> None:
+    plan = STALLED.model_copy(update={"processes": 1, "steps": tuple(
+        s.model_copy(update={"process": 0}) for s in STALLED.steps)})
+    report = run_plan(plan)
+    namespace: dict[str, object] = {"__name__": "explored_one_process"}
+    exec(compile(render(plan, report), "explored.py", "exec"), namespace)
+    try:
+        outcome = run_scenario(REGISTRY[scenario_name(plan)])  # its seed is in the file
+    finally:
+        REGISTRY.pop(scenario_name(plan), None)
+    assert outcome.error is None or "expectation" in outcome.error, outcome.error
+    assert outcome.timeline.splitlines()[:len(report.timeline.splitlines())] == \
+        report.timeline.splitlines()
+
+
+def test_a_fault_counts_as_fired_only_when_it_lands() -> None:
+    """A kill or a stall scheduled after the world went quiet never happens; a clock jump's
+    pauses are not stalls; a crash point is not a kill."""
+    late = STALLED.model_copy(update={
+        "steps": (*STALLED.steps[:4], Kill(at_s=5000.0, process=0),
+                  Stall(at_s=5000.0, process=1, seconds=10.0), ClockJump(at_s=2.2, seconds=60.0)),
+        "crash": CrashPoint(when="before", site=Site.FINAL)})
+    report = run_plan(late)
+    assert FaultKind.CLOCK_JUMP in report.fired and FaultKind.CRASH_POINT in report.fired
+    assert FaultKind.KILL not in report.fired and FaultKind.STALL not in report.fired
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"steps": [{"op": "drain", "at_s": 1, "process": 5, "session": "s-1"}]}, "names process 5"),
+    ({"steps": [{"op": "drain", "at_s": 1, "process": 0, "session": "s-9"}]}, "session 's-9'"),
+    ({"steps": [{"op": "stall", "at_s": -1, "process": 0, "seconds": 3}]}, "greater than or equal"),
+    ({"replies": [{"call": 0, "kind": "empty_reply"}]}, "greater than or equal to 1"),
+])
+def test_a_plan_that_names_what_is_not_there_is_bad_input(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object],
+        says: str) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"seed": 1, "processes": 2, "sessions": {"s-1": "p-1"}, **change}))
+    assert main(["explore", "--plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_merge_checks_each_report() -> None:
+    good = sweep(0, 2, mix=FaultMix.parse("none")).as_json()
+    with pytest.raises(BadInput, match=r"report 2 is not a sweep report: failures"):
+        merge([good, {**good, "failures": "abc"}])
+    with pytest.raises(BadInput, match=r"fired\.kill"):
+        merge([{**good, "fired": {"kill": "many"}}])
+
+
+def test_the_kept_plan_of_the_frozen_holder_passes() -> None:
+    """The plan the explorer shrank (fixtures/explore/frozen-holder.json) is kept as data:
+    before the driver asked the store, it broke LEASE-4."""
+    plan = load_plan((Path(__file__).parents[2] / "fixtures/explore/frozen-holder.json")
+                     .read_text(encoding="utf-8"))
+    report = run_plan(plan)
+    assert report.verdict is Verdict.PASSED, report.violations
+    assert "model call with token 1 refused: the lease is gone" in report.timeline
