@@ -27,7 +27,7 @@ some effect has.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -239,11 +239,19 @@ class AppendMessages(Effect[tuple[Message, ...]]):
 
 @dataclass(frozen=True, slots=True)
 class CallProvider(Effect[ProviderReply]):
-    """One model call. Raises a ``ProviderError`` subclass on failure."""
+    """One model call. Raises a ``ProviderError`` subclass on failure.
+
+    ``lease_token`` is the turn's fencing token (0: no lease to check). The store cannot
+    fence a model call, so the driver asks it first whether a write with that token would
+    be accepted; if not, the lease is gone (expired while the process was frozen, or taken)
+    and the call raises ``TurnInterrupted`` instead of going out (LEASE-4). ``ExecuteTools``
+    is vouched for the same way, with its own token.
+    """
 
     request: ProviderRequest
     session_id: str = ""
     turn_id: str = ""
+    lease_token: int = 0
     kind: ClassVar[str] = "call_provider"
 
 
@@ -296,7 +304,8 @@ class ExecuteTools(Effect[tuple[ToolResult, ...]]):
     session_id: str
     calls: tuple[ToolCall, ...]
     parallel: bool
-    bounds: BatchBounds = BatchBounds()  # the turn's Limits; the catalog's figures by default
+    # the turn's Limits; the catalog's figures by default
+    bounds: BatchBounds = field(default_factory=BatchBounds)
     kind: ClassVar[str] = "execute_tools"
 
     @property

@@ -13,8 +13,9 @@ classifies failures (LOOP-5):
 * transient (429 honouring Retry-After, 5xx, timeout, a cut stream): back off on the
   virtual clock with seeded jitter and retry the same call, ``transient_retries_max`` times;
 * auth: renew the credentials through the port (``RefreshCredentials``), once, then again;
-* context overflow: the turn fails closed and the request is not sent again; once
-  compaction exists (CMP-7) this is where it hands back to preflight;
+* context overflow: back to preflight (``compaction.after_overflow``): a forced
+  compaction pass, then the rebuilt request; one compaction cannot relieve fails the
+  turn closed, and the refused request is never sent again (CMP-7);
 * any other provider error: terminal;
 * retries spent on a transient or auth error: the next provider of ``fallback_providers``
   (LOOP-6, ``routes``): the iteration starts over, so preflight and the request are
@@ -42,7 +43,16 @@ from __future__ import annotations
 import json
 import math
 
-from hermes_ref import ladder, preflight, redirect, reply_intake, routes, streaming, tool_round
+from hermes_ref import (
+    compaction,
+    ladder,
+    preflight,
+    redirect,
+    reply_intake,
+    routes,
+    streaming,
+    tool_round,
+)
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import CallProvider, Jitter, RefreshCredentials, Sleep
 from hermes_ref.errors import (
@@ -107,7 +117,7 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
     while True:
         failure: ProviderError | None = None
         try:
-            reply = await CallProvider(request, ctx.session_id, ctx.turn_id)
+            reply = await CallProvider(request, ctx.session_id, ctx.turn_id, ctx.token)
         except StreamCut as broken:  # FIN-2: a stream that already held a whole answer is kept
             recovered = streaming.recover(broken)
             failure = broken if recovered is None else None
@@ -121,9 +131,12 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
             reply = reply_intake.admit_reply(reply)  # an id per call; then its deltas (DEL-1)
             await streaming.publish(ctx.session_id, ctx.turn_id, ctx.state.api_calls, reply)
             return reply
-        if isinstance(failure, ContextOverflow):
-            ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"context_overflow: {failure}", failed=True)
-            return None
+        if isinstance(failure, ContextOverflow):  # LOOP-5: back to preflight (CMP-7)
+            rebuilt = await compaction.after_overflow(ctx, request, failure)
+            if rebuilt is None:  # failed closed: the refused request is never sent again
+                return None
+            request, attempt = rebuilt, 0
+            continue
         kind = type(failure).__name__
         ctx.state.provider_errors += 1
         if ctx.state.provider_errors >= ctx.limits.outer_loop_errors_max:
@@ -145,7 +158,6 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
             return None  # the iteration starts over: preflight and the request, for the fallback
         ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"{kind}: {failure}", failed=True)
         return None
-
 
 
 def _loop_may_continue(ctx: TurnContext) -> bool:

@@ -40,6 +40,7 @@ from hermes_ref.errors import (
     RateLimited,
     TurnInterrupted,
 )
+from hermes_ref.lease import LOST_REASON
 from hermes_ref.models import EventKind, Lease
 from hermes_ref.outcomes import ExitLine
 from sim.compaction_handlers import CompactionHandlers  # CMP-5, CMP-6
@@ -49,6 +50,7 @@ from sim.lane_handlers import LaneHandlers  # SES
 from sim.lease_actor import LeaseHandlers
 from sim.scheduler import Actor, Wait
 from sim.stream_driver import StreamHandlers  # DEL, FIN-2
+from sim.summarizer import COMPRESSION_PURPOSE  # CMP-2
 from sim.tool_batch import run_segment  # TOOL-5
 from sim.world import CallRecord, SimProcess, World
 
@@ -121,6 +123,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
 
     def advance(self, actor: Actor) -> None:
         """Perform the actor's next effect (the scheduler chose it)."""
+        self.world.timeline.pid = self.process.pid  # whose lane the lines it adds go to
         try:
             coro = actor.coro
             effect = coro.send(actor.value) if actor.error is None else coro.throw(actor.error)
@@ -142,6 +145,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         """The actor's wait is over: compute its answer (it may wait again)."""
         wait, effect = actor.wait, actor.pending
         assert wait is not None
+        self.world.timeline.pid = self.process.pid
         self.world.scheduler.retire(actor)
         self._perform(actor, effect, wait.then)
 
@@ -239,6 +243,10 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         if self.world.fault_state.write_fails(site):
             cause = self.world.faults.write_failure_cause
             self.world.write_failures += 1
+            turn_id = self.current.turn_id if self.current is not None else None
+            if turn_id is not None:  # whose write it was, for turns that run side by side
+                failed = self.world.write_failures_by_turn
+                failed[turn_id] = failed.get(turn_id, 0) + 1
             self.world.timeline.add("FAULT", f"write at {site} fails ({cause})")
             raise PersistenceError(f"simulated store failure at {site}", cause=cause)
 
@@ -256,7 +264,17 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
                 self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} {_describe(row)}")
         return rows
 
+    def _vouch(self, what: str, session_id: str, lease_token: int) -> None:
+        """LEASE-4 for acts the store cannot fence: refuse one the lease no longer covers."""
+        if lease_token and not self.world.store.lease_holds(session_id, lease_token):
+            self.world.timeline.add("FENCED", f"{what} with token {lease_token} refused: "
+                                    "the lease is gone")
+            raise TurnInterrupted(f"{LOST_REASON} (gone before the {what})")
+
     def _call_provider(self, effect: fx.CallProvider) -> Any:
+        self._vouch("model call", effect.session_id, effect.lease_token)
+        if effect.request.purpose == COMPRESSION_PURPOSE:  # CMP-2: the auxiliary model
+            return self._call_summarizer(effect)
         world = self.world
         provider = world.providers.get(effect.request.model, world.provider)  # LOOP-6: per route
         label = "primary" if provider is world.provider else effect.request.model
@@ -276,7 +294,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             world.timeline.add("call", f"{label} -> {type(failure).__name__}: {failure}")
             raise
         if effect.request.stream:  # DEL-1 / FIN-2: as deltas, maybe cut (sim/stream_driver.py)
-            reply = self._streamed(effect, reply, watermark, at, body, "primary")
+            reply = self._streamed(effect, reply, watermark, at, body, label)
         world.calls.append(CallRecord(self.effects_performed, effect.session_id, effect.turn_id,
                                       effect.request, reply, None, watermark, at, None, body))
         if world.timeline.enabled:
@@ -294,6 +312,31 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         if actor is not None:  # a slow reply streams meanwhile: a correction may cut it (LOOP-4)
             world.streaming[actor.seq] = reply
         return Wait(delay_s, lambda: reply)
+
+    def _call_summarizer(self, effect: fx.CallProvider) -> Any:
+        """A compaction summary request: the provider's summarizer answers, and the world
+        logs it in ``summary_calls``, apart from the turn's calls (CMP-2, CMP-4)."""
+        world = self.world
+        watermark, at = world.store.watermark(), world.clock.now()
+        body = effect.request.wire_body()
+        summarizer = getattr(world.provider, "summarizer", None)
+        try:
+            if summarizer is None:
+                raise ProviderRejected("this provider has no summarizer for compaction")
+            reply = summarizer.complete(effect.request)
+        except Exception as failure:  # logged like any call, then raised into the engine
+            world.summary_calls.append(CallRecord(self.effects_performed, effect.session_id,
+                                                  effect.turn_id, effect.request, None,
+                                                  type(failure).__name__, watermark, at, None,
+                                                  body))
+            world.timeline.add("call", f"summarizer -> {type(failure).__name__}: {failure}")
+            raise
+        world.summary_calls.append(CallRecord(self.effects_performed, effect.session_id,
+                                              effect.turn_id, effect.request, reply, None,
+                                              watermark, at, None, body))
+        world.timeline.add("call", f"summarizer -> {_short(reply.content)}")
+        delay_s: float = getattr(summarizer, "delay_s", 0.0)  # a slow summarizer (a crash story)
+        return Wait(delay_s, lambda: reply) if delay_s > 0 else reply
 
     def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:
         """LOOP-5: the world renews the route's credentials and keeps a note of it."""
@@ -337,6 +380,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         The batch moves from instant to instant as ``Wait``s, so other actors (a lease
         refresher) get their turns while a long batch is in flight.
         """
+        self._vouch("tool run", effect.session_id, effect.lease_token)
         return run_segment(self.world, effect, hung_s=self.world.tool_batch_deadline_s)
 
     def _flush_events(self, effect: fx.FlushEvents) -> None:

@@ -152,6 +152,9 @@ class SqliteStore:
     def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
         return self._write(ops.refresh_lease, lease, now, ttl_s, self._now())
 
+    def lease_holds(self, session_id: str, lease_token: int) -> bool:
+        return ops.lease_holds(self._conn, session_id, lease_token, self._now())
+
     def _now(self) -> float | None:
         return self._clock() if self._clock is not None else None
 
@@ -171,7 +174,6 @@ class SqliteStore:
     def events_after(self, session_id: str, turn_id: str, after_seq: int) -> tuple[Event, ...]:
         """DEL-2: the committed events of one turn numbered after ``after_seq``."""
         return ops.events_after(self._conn, session_id, turn_id, after_seq)
-
 
     # -- world operations -----------------------------------------------------------------
     def snapshot(self) -> DurableRecord:

@@ -99,6 +99,14 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
             start -= 1
         return tuple(rows[start:])
 
+    def lease_holds(self, session_id: str, lease_token: int) -> bool:
+        """Would a write with ``lease_token`` be accepted now (LEASE-4)? Reads only."""
+        try:
+            self._check_fence(session_id, lease_token)
+        except LeaseLost:
+            return False
+        return True
+
     def _check_fence(self, session_id: str, lease_token: int) -> None:
         lease = self._leases.get(session_id)
         now = self._clock() if self._clock is not None else None
@@ -267,7 +275,6 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
         committed = (e.model_copy(update={"seq": seq}) for seq, e in self._events
                      if e.session_id == session_id and e.turn_id == turn_id)
         return replay(committed, session_id, turn_id, after_seq)
-
 
     def take_pending_events(self) -> list[Event]:
         """Hand back the events no write has committed yet (a process keeps its own)."""

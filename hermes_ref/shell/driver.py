@@ -52,7 +52,7 @@ from hermes_ref import delivery  # DEL-2
 from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.admission import Ack, Refusal
-from hermes_ref.errors import OperatingError
+from hermes_ref.errors import OperatingError, TurnInterrupted
 from hermes_ref.models import Event, EventKind, ToolResult
 from hermes_ref.outcomes import ExitLine
 from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
@@ -293,8 +293,21 @@ class AsyncDriver:
     # -- handlers -------------------------------------------------------------------------
     def _call_provider(self, effect: fx.CallProvider) -> Awaitable[Any]:
         provider = self.providers.get(effect.request.model, self.provider)  # LOOP-6
-        return turn_tasks.interruptible(turn_tasks.CURRENT.get(),
-                                        provider.complete(effect.request))
+        return turn_tasks.interruptible(turn_tasks.CURRENT.get(), self._vouched(
+            "model call", effect.session_id, effect.lease_token,
+            lambda: provider.complete(effect.request)))
+
+    async def _vouched(self, what: str, session_id: str, lease_token: int,
+                       act: Callable[[], Awaitable[T]]) -> T:
+        """LEASE-4 for acts the store cannot fence: ask the store first whether a write with
+        the turn's token would be accepted; if not (the lease expired while this process
+        was stalled, or another holder took it), the act is refused and the turn stops.
+        ``act`` is only called once the store has vouched, so nothing of it has begun."""
+        if lease_token and not await self.store.lease_holds(session_id, lease_token):
+            self.log.warning("%s with lease token %s refused: the lease of %s is gone",
+                             what, lease_token, session_id)
+            raise TurnInterrupted(f"{lease_rules.LOST_REASON} (gone before the {what})")
+        return await act()
 
     async def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:
         """LOOP-5: a provider that can renew its credentials does (``refresh_credentials``);
@@ -363,7 +376,8 @@ class AsyncDriver:
         return tuple(None for _ in effect.paths)
 
     async def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
-        return await turn_tasks.interruptible(turn_tasks.CURRENT.get(), self._run_tools(effect))
+        return await turn_tasks.interruptible(turn_tasks.CURRENT.get(), self._vouched(
+            "tool run", effect.session_id, effect.lease_token, lambda: self._run_tools(effect)))
 
     async def _run_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
         """TOOL-5 in ``hermes_ref.shell.tool_pool``: the turn's bounds, tightened by this

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 from hermes_ref import delivery  # DEL-2: the replay bound
-from hermes_ref.errors import PersistenceError
+from hermes_ref.errors import LeaseLost, PersistenceError
 from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
 from hermes_ref.ports import DurableRecord, StoredMessage
 from hermes_ref.shell import sqlite_leases as leases
@@ -294,6 +294,17 @@ def _insert_messages(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> i
     last: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
     return last - len(rows) + 1
 
+
+
+def lease_holds(conn: sqlite3.Connection, session_id: str, lease_token: int,
+                now: float | None) -> bool:
+    """LEASE-4 for acts the store cannot fence (a model call, a tool run): would a write
+    with ``lease_token`` be accepted now? Reads only."""
+    try:
+        leases.check_fence(conn, session_id, lease_token, now, session_required=False)
+    except LeaseLost:
+        return False
+    return True
 
 
 def _check_fence(

@@ -272,6 +272,10 @@ class AsyncSqliteStore:
     async def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
         return await self._write(ops.refresh_lease, lease, now, ttl_s, self.clock())
 
+    async def lease_holds(self, session_id: str, lease_token: int) -> bool:
+        """LEASE-4: would a write with ``lease_token`` be accepted now? One read."""
+        return bool(await self._hop(ops.lease_holds, session_id, lease_token, self.clock()))
+
     # -- events ---------------------------------------------------------------------------
     async def log_event(self, event: Event) -> None:
         self._pending.append(encode_event(event))
@@ -281,7 +285,6 @@ class AsyncSqliteStore:
         """DEL-2: call ``listener`` with the events each write commits, once it committed."""
         self._commit_listeners.append(listener)
 
-
     async def flush_events(self) -> None:
         if self._pending:
             await self._write(ops.flush_events)
@@ -290,7 +293,6 @@ class AsyncSqliteStore:
                            after_seq: int) -> tuple[Event, ...]:
         """DEL-2: the committed events of one turn numbered after ``after_seq``."""
         return await self._hop(ops.events_after, session_id, turn_id, after_seq)
-
 
     # -- world operations -----------------------------------------------------------------
     async def snapshot(self) -> DurableRecord:

@@ -190,6 +190,34 @@ def nothing_after_the_lease_is_lost(obs: Observation) -> list[Violation]:
     return out
 
 
+@checker("turn_stops_at_the_loss", ("LEASE-4",),
+         "a turn whose refresh failed ends then and there: the loss cuts whatever it waits on "
+         "(a model call, a tool batch, a sleep), so its exit line is stamped at the loss")
+def turn_stops_at_the_loss(obs: Observation) -> list[Violation]:
+    """Judged from the world's lease log (the refresh the store refused, and when) and the
+    turn's exit event as logged: a hard interrupt leaves no time between the two. A turn
+    with no exit event (its process died) is not judged here."""
+    exits = {e.turn_id: e.at for e in obs.events(EventKind.TURN_EXIT) if e.at is not None}
+    out: list[Violation] = []
+    for step in obs.lease_log or ():
+        turn = _turn_of(step.holder)
+        if step.what != "refresh_failed" or turn is None or turn not in exits:
+            continue
+        late = exits[turn] - step.at
+        if late > EPSILON_S:
+            out.append(Violation("turn_stops_at_the_loss", "LEASE-4",
+                                 f"turn {turn} of {step.session_id} lost its lease (token "
+                                 f"{step.token}) at {step.at - obs_start(obs):g} s but went on "
+                                 f"for {late:g} s before its exit line"))
+    return out
+
+
+def obs_start(obs: Observation) -> float:
+    """The earliest time the record shows, so messages give times as the timeline does."""
+    times = [g.acquired_at for g in obs.record.lease_grants]
+    return min(times, default=0.0)
+
+
 def _after_loss(grant: LeaseGrantRow, at: float) -> bool:
     """Is ``at`` past the grant's live span? A release ends it after the holder's last act
     (at the same instant is still in time); an expiry ends it at ``expires_at`` itself,

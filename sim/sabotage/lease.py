@@ -188,3 +188,20 @@ def _refresher_left_running() -> list[AbstractContextManager[Any]]:
 sabotage("refresher_never_stopped", ("LEASE-6",),
          "the finalizer releases the lease and never stops or joins its refresher")(
     _refresher_left_running)
+
+
+# ---- LEASE-4: a model call that goes out on a lease the store no longer vouches for ----------
+
+
+def _call_without_token() -> list[AbstractContextManager[Any]]:
+    from hermes_ref import effects, loop
+
+    def call(request: Any, session_id: str = "", turn_id: str = "",
+             lease_token: int = 0) -> effects.CallProvider:
+        return effects.CallProvider(request, session_id, turn_id)  # the token left behind
+    return [mock.patch.object(loop, "CallProvider", call)]
+
+
+sabotage("model_call_without_its_token", ("LEASE-4",),
+         "the model call is built without the turn's fencing token, so nothing asks the "
+         "store whether the lease still holds before the request goes out")(_call_without_token)

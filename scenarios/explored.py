@@ -1,0 +1,36 @@
+"""Stories the explorer found (``hermes-ref explore``), shrunk and kept as regression tests.
+
+Each one began as a failing seed of a blind sweep; ``hermes-ref explore --shrink SEED``
+reduced it to the few steps that still broke an invariant, and the engine was fixed. The
+calls are the explorer's own (``sim.explore.run.stage``), so each story replays the run
+it came from exactly, then the calm phase, which must leave every admission terminal.
+"""
+
+from __future__ import annotations
+
+from sim.explore.model import ExploreModel
+from sim.explore.plan import FaultKind, ReplyFault
+from sim.explore.run import calm_phase
+from sim.harness import Story, scenario
+
+
+@scenario("A holder frozen past its lease's expiry sends no model call when it wakes "
+          "(explored seed 291)", invariants=("LEASE-4", "ADM-5"), stage="explore")
+def frozen_holder_sends_nothing_after_expiry(s: Story) -> None:
+    """The turn is rate limited (Retry-After 20 s) and its process stalls 900 s in the
+    backoff sleep; the 300 s lease is long gone when it wakes. The store cannot fence a
+    model call, so the driver asks it first: the call is refused and the turn ends
+    interrupted (the run found the call going out, and only the final write fenced)."""
+    s.seed = 291  # the world's seed: it draws the interleaving of the explored run
+    s.use_provider(ExploreModel((ReplyFault(call=1, kind=FaultKind.RATE_LIMIT, seconds=20.0),)))
+    s.files({"notes-1.txt": "note 1 of seed 291", "notes-2.txt": "note 2 of seed 291"})
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one, two = s.main_process(), s.process()
+    s.start_submit(one, "p-1", "r-2", {"text": "Say hello 2."}, session="s-1", after_s=24.0)
+    s.start_drain(two, "s-1", after_s=35.0)
+    s.stall(two, 900.0, after_s=38.0)
+    s.run_all()
+    s.expect(len(s.world.calls) == 1, "the woken turn sent no second model call")
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

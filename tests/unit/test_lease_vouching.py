@@ -1,0 +1,111 @@
+"""LEASE-4 for acts the store cannot fence: the asyncio driver asks the store before a model
+call or a tool run goes out under a turn's lease, and refuses it once the lease is gone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes_ref.effects import CallProvider, ExecuteTools
+from hermes_ref.errors import TurnInterrupted
+from hermes_ref.models import Message, ProviderReply, Role, SessionRecord, ToolCall, ToolResult
+from hermes_ref.shell.driver import AsyncDriver
+from hermes_ref.shell.sqlite_store import AsyncSqliteStore
+from hermes_ref.wire import ProviderRequest
+
+TTL_S = 300.0
+
+
+class CountingProvider:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ProviderRequest) -> ProviderReply:
+        self.calls += 1
+        return ProviderReply(content="hello", finish_reason="stop")
+
+
+class CountingTools:
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, call: ToolCall) -> ToolResult:
+        self.runs += 1
+        return ToolResult(tool_call_id=call.id, content="ok")
+
+
+REQUEST = ProviderRequest(model="m", messages=(Message(role=Role.USER, content="hi"),),
+                          tools=(), prompt_tokens=1)
+
+
+async def _world(tmp_path: Path) -> tuple[AsyncSqliteStore, list[float], int]:
+    now = [1_000.0]
+    store = await AsyncSqliteStore.open(tmp_path / "vouch.db")
+    store.clock = lambda: now[0]
+    record = SessionRecord(id="s-1", key="agent:main:cli:dm", system_prompt="p",
+                           started_at=now[0])
+    grant = await store.open_turn(record, "pid=1:pidns=x:turn=turn-1:platform=cli", now[0], TTL_S)
+    assert grant.lease is not None
+    return store, now, grant.lease.token
+
+
+async def test_a_model_call_goes_out_while_the_lease_holds(tmp_path: Path) -> None:
+    store, now, token = await _world(tmp_path)
+    provider = CountingProvider()
+    driver = AsyncDriver(store=store, provider=provider, tools=CountingTools(), clock=lambda: now[0])
+    try:
+        now[0] += TTL_S - 1
+        reply = await driver.run(_call(token))
+        assert reply.content == "hello" and provider.calls == 1
+    finally:
+        await store.close()
+
+
+async def test_a_model_call_after_the_expiry_is_refused(tmp_path: Path) -> None:
+    store, now, token = await _world(tmp_path)
+    provider = CountingProvider()
+    driver = AsyncDriver(store=store, provider=provider, tools=CountingTools(), clock=lambda: now[0])
+    try:
+        now[0] += TTL_S + 1  # the process was frozen past its lease
+        with pytest.raises(TurnInterrupted, match="lease lost"):
+            await driver.run(_call(token))
+        assert provider.calls == 0
+    finally:
+        await store.close()
+
+
+async def test_a_tool_run_after_the_expiry_is_refused(tmp_path: Path) -> None:
+    store, now, token = await _world(tmp_path)
+    tools = CountingTools()
+    driver = AsyncDriver(store=store, provider=CountingProvider(), tools=tools,
+                         clock=lambda: now[0], tools_in_thread=False)
+    try:
+        now[0] += TTL_S + 1
+        with pytest.raises(TurnInterrupted, match="lease lost"):
+            await driver.run(_tools(token))
+        assert tools.runs == 0
+    finally:
+        await store.close()
+
+
+async def test_a_call_without_a_lease_is_not_checked(tmp_path: Path) -> None:
+    """Token 0: no lease to vouch for (a call outside any turn's lease)."""
+    store, now, _ = await _world(tmp_path)
+    provider = CountingProvider()
+    driver = AsyncDriver(store=store, provider=provider, tools=CountingTools(), clock=lambda: now[0])
+    try:
+        now[0] += TTL_S * 10
+        await driver.run(_call(0))
+        assert provider.calls == 1
+    finally:
+        await store.close()
+
+
+async def _call(token: int) -> ProviderReply:
+    return await CallProvider(REQUEST, "s-1", "turn-1", token)
+
+
+async def _tools(token: int) -> tuple[ToolResult, ...]:
+    call = ToolCall(id="call_1", name="read_file", arguments='{"path": "a.txt"}')
+    return await ExecuteTools(token, "s-1", (call,), parallel=False)
