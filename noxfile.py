@@ -1,5 +1,6 @@
 """Sessions: tests (default), lint, types, sweep (long property sweeps), bench, mutants,
-hermes_agent (the real Hermes Agent against the served simulator), audit_bench."""
+hermes_agent (the real Hermes Agent against the served simulator), audit_bench,
+explore_long (seed sweeps, the world state machine and the sabotage hunt, at length)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,23 @@ def audit_bench(session: nox.Session) -> None:
     simulator's latency at 20 clients, each beside the calibration of the same run."""
     session.install("-e", ".")
     session.run("python", "-m", "sim.bench.tooling_cli", "--messages", "1000000", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def explore_long(session: nox.Session) -> None:
+    """A long exploration: a 20,000-seed sweep on every core with the determinism
+    self-check on its first 500 seeds, the world state machine with a large budget, and the
+    hunt for every registered sabotage (1,000 seeds each). An hour or more on two cores.
+
+    posargs: the number of seeds of the sweep (default 20000).
+    """
+    session.install("-e", ".[test]")
+    seeds = session.posargs[0] if session.posargs else "20000"
+    workers = str(os.cpu_count() or 1)
+    session.run("hermes-ref", "explore", "--seeds", seeds, "--workers", workers)
+    session.run("hermes-ref", "explore", "--seeds", "500", "--workers", workers,
+                "--check-determinism")
+    session.env["HERMES_MACHINE_EXAMPLES"] = "400"
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider",
+                "tests/properties/test_world_machine.py")
+    session.run("hermes-ref", "explore", "--hunt")

@@ -99,13 +99,13 @@ class Limits(BaseModel):
     empty_retries_max: int = 3
     invalid_json_retries_max: int = 3
     invalid_tool_rounds_max: int = 3
-    # DEL / FIN-2: ask for streamed replies; their deltas become the turn's delta events
-    stream_replies: bool = True
     outer_loop_errors_max: int = 8     # LOOP-5: failed calls of one turn, whatever their kind
     # LOOP-6: the providers a turn falls back to, in order, once the primary is spent
     fallback_providers: tuple[ProviderRoute, ...] = ()
     # FIN-1's gate: an answer after file changes is withheld once while the model verifies
     verify_before_answer: bool = False
+    # DEL / FIN-2: ask for streamed replies; their deltas become the turn's delta events
+    stream_replies: bool = True
 
     # TOOL: the tool round
     tool_workers_max: int = 8
@@ -120,10 +120,8 @@ class Limits(BaseModel):
 
 # Settings of capabilities not built yet: nothing reads them (the catalog id says whose).
 NOT_YET_READ = frozenset({
-    "compression_enabled", "compression_threshold", "compression_target_ratio",  # CMP-1..6
-    "compression_protect_last", "compression_protect_first", "compression_small_window_tokens",
-    "compression_small_window_threshold", "compression_tail_floor_messages",
-    "compression_passes_max", "compression_progress_ratio", "compression_cooldown_s",
-    "compression_ineffective_max", "idle_compact_after_s",
+    # CMP-1's protect-last default: the tail is kept by token budget with a floor of
+    # compression_tail_floor_messages (CMP-2), as Hermes keeps it, so nothing reads it
+    "compression_protect_last",
     "skill_nudge_interval",        # CTX-1: ticked per loop iteration once a skill tool exists
 })

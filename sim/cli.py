@@ -8,6 +8,7 @@
     hermes-ref sim serve --script FILE [--host 127.0.0.1] [--port 0] [--journal FILE]
     hermes-ref fake-provider serve --script FILE ...   (alias; stops when the script ends)
     hermes-ref audit PATH [--schema auto|ref|hermes] [--json] [--strict]
+    hermes-ref explore --seeds N | --replay SEED | --shrink SEED | --plan F | --merge R...
 
 Exit status: 0 when everything held, 1 when a scenario failed, a sabotage went
 uncaught, a served script was not consumed exactly or an audit found a violation, 2 for
@@ -189,6 +190,12 @@ def cmd_audit(args: argparse.Namespace, out: TextIO) -> int:
     return audit_main(args, out)
 
 
+def cmd_explore(args: argparse.Namespace, out: TextIO) -> int:
+    from sim.explore.cli import main as explore_main
+
+    return explore_main(args, out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hermes-ref", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -225,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve_arguments(simulator.add_subparsers(dest="action", required=True).add_parser(
         "serve", help="serve a fault script as a chat-completions server on 127.0.0.1"))
     audit_arguments(sub.add_parser("audit", help="check a transcript database's durable record"))
+    from sim.explore.cli import add_arguments as explore_arguments
+
+    explore_arguments(sub.add_parser(
+        "explore", help="seeded swarm runs: sweep, replay, shrink (docs/explore.md)",
+        formatter_class=argparse.RawDescriptionHelpFormatter))
     return parser
 
 
@@ -240,6 +252,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         ("fake-provider", "serve"): cmd_fake_provider_serve,
         ("sim", "serve"): cmd_fake_provider_serve,
         ("audit", None): cmd_audit,
+        ("explore", None): cmd_explore,
     }
     key = (args.command, getattr(args, "action", None))
     try:

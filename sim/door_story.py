@@ -237,6 +237,8 @@ async def _claim_once(engine: Engine, session: str, current: int, poll_s: float,
 def start_submit(story: Story, handle: ProcessHandle, sub: door.Submission,
                  after_s: float) -> DoorActor | None:
     """Hand ``sub`` to the door on ``handle``'s process, ``after_s`` from now."""
+    if _dead(story, handle, "submit"):
+        return None
     current = epoch(story, handle, check=False)
     if current is None:
         return None
@@ -254,6 +256,8 @@ def start_submit(story: Story, handle: ProcessHandle, sub: door.Submission,
 def start_drain(story: Story, handle: ProcessHandle, session: str, after_s: float,
                 poll_s: float, tries: int) -> DoorActor | None:
     """One drain claim of ``session`` on ``handle``'s process, ``after_s`` from now."""
+    if _dead(story, handle, "drain"):
+        return None
     current = epoch(story, handle, check=False)
     if current is None:
         return None
@@ -263,6 +267,14 @@ def start_drain(story: Story, handle: ProcessHandle, session: str, after_s: floa
     handed = DoorActor(handle.pid, current, session, handle.driver.spawn(coro, name="drain"))
     story._door.pending.append(handed)
     return handed
+
+
+def _dead(story: Story, handle: ProcessHandle, what: str) -> bool:
+    """A dead process starts nothing: what is handed to it is dropped, and said so."""
+    if handle.process.alive:
+        return False
+    story.world.timeline.add(what, f"pid={handle.pid} is dead: nothing handed to it")
+    return True
 
 
 def busy(story: Story) -> bool:
@@ -307,15 +319,22 @@ def _record_drain(story: Story, handed: DoorActor) -> None:
     turn_id = handed.actor.turn_id
     if row is None and turn_id is None:
         return
+    failed = world.write_failures_by_turn.get(turn_id, 0) if turn_id is not None else 0
     world.runs.append(TurnRun(handed.session_id, row.text if row is not None else "", turn_id,
-                              step is None))
+                              step is None, failed))
     if isinstance(step, door.DrainStep) and step.result is not None:
         world.timeline.add("result", f"pid={handed.pid} {step.result.turn_id} "
                            f"{step.result.exit_reason.value}")
 
 
 def _claimed_by(story: Story, handed: DoorActor) -> AdmissionRow | None:
-    """The unsettled admission of the session that this actor's epoch claimed."""
-    return next((r for r in story.world.store.snapshot().admissions
+    """The admission this actor's turn ran (settled under its turn id before a crash after
+    the settle), else the unsettled one of the session that this actor's epoch claimed."""
+    rows = story.world.store.snapshot().admissions
+    turn_id = handed.actor.turn_id
+    ran = next((r for r in rows if turn_id is not None and r.turn_id == turn_id), None)
+    if ran is not None:
+        return ran
+    return next((r for r in rows
                  if r.session_id == handed.session_id and r.owner_epoch == handed.epoch
                  and r.claims and r.settled_tick is None), None)

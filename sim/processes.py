@@ -133,8 +133,10 @@ def _record_ended(story: Story) -> None:
             turn.result = finished(turn.actor)
         except Crashed:
             turn.result = None
-        world.runs.append(TurnRun(turn.session_id, turn.text, turn.actor.turn_id,
-                                  turn.result is None))
+        turn_id = turn.actor.turn_id
+        failed = world.write_failures_by_turn.get(turn_id, 0) if turn_id is not None else 0
+        world.runs.append(TurnRun(turn.session_id, turn.text, turn_id, turn.result is None,
+                                  failed))
         if turn.result is not None:
             answer = turn.result.final_response
             shown = "None" if answer is None else repr(answer[:40])

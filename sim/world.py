@@ -49,10 +49,10 @@ class CallRecord:
     at: float                 # virtual time of the call
     retry_after_s: float | None  # the Retry-After a RateLimited error carried, else None
     wire_body: WireBody       # the request body as sent (``ProviderRequest.wire_body``)
+    cut: str | None = None    # LOOP-4: "redirect" when a correction cut the reply's stream
     # DEL-1 / FIN-2: the deltas a cut stream delivered before it failed (a kept stream's
     # are its reply's ``deltas``)
     delivered: tuple[StreamDelta, ...] = ()
-    cut: str | None = None    # LOOP-4: "redirect" when a correction cut the reply's stream
 
     @property
     def body(self) -> bytes:
@@ -173,6 +173,8 @@ class Timeline:
     enabled: bool = True
     lines: list[str] = field(default_factory=list)
     start_s: float = 0.0
+    pid: int | None = None  # the process whose actor runs now (set by its driver)
+    entries: list[tuple[float, str, str, int | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.start_s = self.clock.now()
@@ -181,6 +183,7 @@ class Timeline:
         if self.enabled:
             elapsed = self.clock.now() - self.start_s
             self.lines.append(f"{elapsed:9.3f}  {kind:<8} {text}")
+            self.entries.append((elapsed, kind, text, self.pid))  # the same line, as data
 
     def phase(self, old: Phase, new: Phase) -> None:
         if self.enabled:
@@ -204,16 +207,21 @@ class World:
     stream: list[Event] = field(default_factory=list)
     subscribers: list[Callable[[Event], None]] = field(default_factory=list)
     calls: list[CallRecord] = field(default_factory=list)
+    summary_calls: list[CallRecord] = field(default_factory=list)  # CMP: compaction's
+    manual_compactions: list[tuple[str, int]] = field(default_factory=list)  # CMP-4: (s, seq)
     batches: list[tuple[str, ...]] = field(default_factory=list)  # call ids run together
     tool_workers_max: int = 8
     crash_seqs: list[int] = field(default_factory=list)
     runs: list[TurnRun] = field(default_factory=list)  # every turn the harness ran, in order
     minted_turns: list[str] = field(default_factory=list)  # turn ids, in minting order
     write_failures: int = 0  # store writes the world failed on purpose, so far
+    write_failures_by_turn: dict[str, int] = field(default_factory=dict)  # turn id -> failed
     on_crash: Callable[[str], None] | None = None  # called first at a crash point
     provider_delays_s: dict[int, float] = field(default_factory=dict)  # call n -> reply delay
     lease_log: list[LeaseStep] = field(default_factory=list)  # what each lease holder did
     stalls: list[tuple[int, float, float]] = field(default_factory=list)  # (pid, from, until)
+    clock_jumps: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
+    death_points: list[tuple[int, str]] = field(default_factory=list)  # (pid, where it died)
     acks: list[AckRecord] = field(default_factory=list)  # ADM: every answer a submitter got
     # DEL / FIN-2: planned stream cuts (world call n -> deltas delivered before the cut),
     # the live feed of committed events, each turn's event numbers, the clients' records
@@ -257,6 +265,7 @@ class World:
         others_live = any(p.alive for p in self.processes.values() if p is not process)
         process.alive = False
         process.died_at, process.died_seq = self.clock.now(), seq
+        self.death_points.append((process.pid, point))
         process.pending_events.clear()
         self.crashes += 1
         self.crash_seqs.append(seq)

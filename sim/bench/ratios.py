@@ -87,6 +87,9 @@ TARGETS: dict[str, Target] = {
     "memory_growth_late_over_early": Target("<=", 1.3, "turn time, late / early, one session"),
     "durable_growth_late_over_early": Target("<=", 1.3, "turn time, late / early, one session"),
     "bytes_late_over_early": Target("<=", 1.1, "SQL bytes written per turn, late / early"),
+    "explore_seeds_per_calibration_turn": Target(
+        ">=", 0.00025,
+        "explore seeds/s on one core / calibration turns/s (50 seeds/s at 200k turns/s)"),
     "durable_sessions_16_over_1": Target(
         ">=", 5.0,
         "aggregate durable turns/s, 16 sessions in flight / 1 session, same rig and rep"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.bench import cache_share, tooling
+from sim.bench import cache_share, compaction, explore, tooling
 
 
 def _fmt(value: float | None) -> str:
@@ -223,5 +223,5 @@ def render(report: dict[str, Any]) -> str:
     """The whole table: header, figures, ratios, what bounds them, durable split, profile."""
     sections = (_header(report), _figures(report), _ratios(report), _memory_bound(report),
                 _breakdown(report), _profile(report), tooling.lines(report),
-                cache_share.lines(report))
+                explore.lines(report), cache_share.lines(report), compaction.lines(report))
     return "\n\n".join("\n".join(section) for section in sections) + "\n"

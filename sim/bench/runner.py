@@ -67,6 +67,8 @@ from sim.bench import (
     boundaries,
     cache_share,
     calibration,
+    compaction,  # CMP: the cost of planning a compaction
+    explore,
     probes,
     profiling,
     rows,
@@ -318,7 +320,9 @@ def measure(sizes: Sizes, progress: TextIO | None = None) -> dict[str, Any]:
         report.update(_scaling_rows(tmp, sizes, progress))
     report.update(_probe_rows(sizes, progress))
     report.update(tooling.rows(sizes, report, progress))
+    report.update(explore.rows(sizes, report, progress))
     report.update(cache_share.rows(sizes, report, progress))
+    report.update(compaction.rows(sizes, report, progress))
     report["memory_bound"] = _memory_bound(report)
     report["ratios"] = judge(report)
     report["machine"] = _machine()

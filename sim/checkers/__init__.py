@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from sim.checkers import (
     admission,
+    compaction,  # CMP-1..4, CMP-7, CTX-5..7, LOOP-5's overflow branch
     context,
     delivery,
     finalizer,
@@ -29,8 +30,8 @@ from sim.checkers import (
     lease,  # LEASE, CTX-9
     loop_fire,  # LOOP-4/5/6/8, FIN-1, FIN-4: the loop under fire
     rotation,  # CMP-5, CMP-6, LEASE-1 per lineage
-    sessions,  # SES
-    streaming,  # DEL-1, DEL-2, FIN-2
+    sessions,
+    streaming,  # DEL-1, DEL-2, FIN-2  # SES
     tool_limits,  # TOOL-5, TOOL-7: workers, gate, deadline, spills
     tools,
     transcript,
@@ -50,8 +51,30 @@ from sim.checkers.base import (
 from sim.checkers.wire import align_request
 
 __all__ = [
-    "CHECKERS", "Check", "Checker", "Observation", "Violation", "admission", "align_request",
-    "checker", "context", "delivery", "finalizer", "intake", "lane_restarts", "lease",
-    "loop_fire", "rotation", "run_all",
-    "sessions", "streaming", "tool_limits", "tools", "transcript", "turn", "wire", "wire_cache",
+    "CHECKERS",
+    "Check",
+    "Checker",
+    "Observation",
+    "Violation",
+    "admission",
+    "align_request",
+    "checker",
+    "compaction",
+    "context",
+    "delivery",
+    "finalizer",
+    "intake",
+    "lane_restarts",
+    "lease",
+    "loop_fire",
+    "rotation",
+    "run_all",
+    "sessions",
+    "streaming",
+    "tool_limits",
+    "tools",
+    "transcript",
+    "turn",
+    "wire",
+    "wire_cache",
 ]

@@ -83,10 +83,13 @@ class Observation:
     death_seqs: tuple[tuple[int, int], ...] = ()  # (pid, world effect count at its death)
     # LEASE-2: stretches when a simulated process was stalled, as (pid, from, until)
     stalls: tuple[tuple[int, float, float], ...] = ()
-    # DEL-2: the simulated clients of the event stream (``sim.stream_client.SimClient``)
-    clients: tuple[Any, ...] = ()
     # LOOP-4/5, FIN-4: interrupts, corrections and credential renewals, as the world saw them
     interventions: tuple[Intervention, ...] = ()
+    # DEL-2: the simulated clients of the event stream (``sim.stream_client.SimClient``)
+    clients: tuple[Any, ...] = ()
+    # CMP: compaction's summary requests, apart from the turn's calls (None: nobody logged them)
+    summary_calls: tuple[CallRecord, ...] | None = None
+    manual_compactions: tuple[tuple[str, int], ...] = ()  # CMP-4: (session, effect count)
 
     @cached_property
     def turns(self) -> dict[tuple[str, str], TurnView]:
@@ -149,7 +152,6 @@ class Observation:
         copied = self.copied_row_ids
         return [m.message for m in lineage.written(self.record)
                 if m.message.turn_id == turn_id and m.message.row_id not in copied]
-
 
     def calls_of_turn(self, turn_id: str) -> list[CallRecord]:
         return [c for c in self.calls if c.turn_id == turn_id]
@@ -254,6 +256,8 @@ def invalid_streak_at_end(obs: Observation, records: list[CallRecord]) -> int:
         return 0
     streak = 0
     for record in reversed(rounds):
+        if not round_landed(obs, record):
+            continue  # asked again unrecorded (malformed arguments, LOOP-9): no round at all
         if not all_invalid(record):
             break
         streak += 1

@@ -201,6 +201,8 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
     if model_of(nxt) != model_of(call):
         return "fallback"
     sent, before = _messages(nxt), _messages(call)
+    if sent == before:  # the very request again (a nudged request retried stays nudged)
+        return "retry"
     if len(sent) >= 2 and sent[-1].get("content") == EMPTY_AFTER_TOOLS_NUDGE \
             and sent[-2].get("content") == EMPTY_SENTINEL:
         return "nudge"
@@ -208,8 +210,6 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
     if sent and thought and sent[-1].get("role") == Role.ASSISTANT.value \
             and sent[-1].get("content") == thought:
         return "prefill"
-    if sent == before:
-        return "retry"
     return "unexplained"
 
 

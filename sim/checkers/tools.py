@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hermes_ref.closure import RECOVERED_CALL_TEXT
+from hermes_ref.closure import RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.ports import LedgerEntry
@@ -78,8 +78,16 @@ def one_result_per_call(obs: Observation) -> list[Violation]:
                 continue
             out.extend(_close_group(session_id, group, open_allowed=False))
             group = {c.id: 0 for c in row.tool_calls} if row.tool_calls else None
-        out.extend(_close_group(session_id, group, open_allowed=not obs.at_rest(session_id)))
+        open_allowed = not obs.at_rest(session_id) or _holder_lost_it(obs, session_id)
+        out.extend(_close_group(session_id, group, open_allowed=open_allowed))
     return out
+
+
+def _holder_lost_it(obs: Observation, session_id: str) -> bool:
+    """The session's last grant ran out under its holder (expired, or its holder died):
+    like a crash, that leaves the holder's open calls to the next turn's prologue."""
+    grants = [g for g in obs.record.lease_grants if g.session_id == session_id]
+    return bool(grants) and grants[-1].end_reason not in (None, "released")
 
 
 def _v3(message: str) -> Violation:
@@ -112,6 +120,10 @@ def tool_error_is_result(obs: Observation) -> list[Violation]:
         session_id, row = found
         if row.turn_id is None or not obs.at_rest(session_id):
             continue
+        if row.content == UNRECORDED_RESULT_TEXT:
+            continue  # its result could not be stored, so it was never sent (TOOL-8)
+        if any(run.turn_id == row.turn_id and run.crashed for run in obs.runs or ()):
+            continue  # its process died after the result: the crash ended the turn, not the error
         later = [c for c in obs.calls_of_turn(row.turn_id) if c.watermark >= (row.row_id or 0)]
         if not later:
             out.append(Violation("tool_error_is_result", "TOOL-6",

@@ -34,7 +34,6 @@ from sim.sabotage import (
 )
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
-__all__ = ["SABOTAGES", "Sabotage", "admission", "compaction", "finalizer", "intake", "lease", "loop", "loop_fire",
-           "paths", "prologue",
-           "rotation", "sabotage", "sessions", "streaming", "tool_limits", "tool_round",
-           "wire_cache"]
+__all__ = ["SABOTAGES", "Sabotage", "admission", "compaction", "finalizer", "intake", "lease",
+           "loop", "loop_fire", "paths", "prologue", "rotation", "sabotage", "sessions",
+           "streaming", "tool_limits", "tool_round", "wire_cache"]
