@@ -332,6 +332,9 @@ class StreamAssembler:
         if not self.done and self._finish is not None:  # said it was done, then just stopped
             raise StreamCut("stream ended without 'data: [DONE]' after its finish chunk",
                             deltas=tuple(self.deltas))
+        if not self.done and self.deltas:  # cut mid-answer, however cleanly it closed
+            raise StreamCut("stream ended without its finish chunk or 'data: [DONE]' after "
+                            f"{len(self.deltas)} deltas", deltas=tuple(self.deltas))
         if not self.done:
             raise MalformedReply("stream ended without 'data: [DONE]'")
         calls = tuple(self._assembled_call(i, p) for i, p in sorted(self._calls.items()))

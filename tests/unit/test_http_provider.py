@@ -17,6 +17,7 @@ from hermes_ref.errors import (
     ProviderServerError,
     ProviderTimeout,
     RateLimited,
+    StreamCut,
 )
 from hermes_ref.models import Message, Role
 from hermes_ref.shell.chat_wire import parse_retry_after
@@ -109,7 +110,7 @@ async def test_malformed_body_names_the_field(body: object, names: str) -> None:
     [
         (["this is not sse", "", "data: [DONE]"], "stream line 1 is not a server-sent-event field"),
         (["data: {not json", "", "data: [DONE]"], "stream event 1 is not JSON"),
-        (['data: {"choices": [{"delta": {"content": "hi"}}]}', ""], "without 'data: [DONE]'"),
+        (["", ""], "without 'data: [DONE]'"),
         (['data: {"choices": {"delta": {}}}', "", "data: [DONE]"],
          "stream event 1: choices is not an array"),
         (['data: {"choices": [{"delta": {"tool_calls": [{"id": "c"}]}}]}', "", "data: [DONE]"],
@@ -324,3 +325,11 @@ async def test_closed_server_is_a_connect_error() -> None:
             await provider.complete(make_request())
     assert caught.value.status is None
 
+
+
+async def test_a_stream_that_closes_mid_answer_is_a_cut_with_its_deltas() -> None:
+    """Closed cleanly, but before its finish chunk and [DONE]: a cut (retried), not malformed."""
+    lines = ['data: {"choices": [{"delta": {"content": "hi"}}]}', ""]
+    with pytest.raises(StreamCut) as caught:
+        await provider_for(sse(*lines)).complete(make_request(stream=True))
+    assert [d.text for d in caught.value.deltas] == ["hi"]

@@ -212,11 +212,14 @@ async def test_a_stream_that_ends_after_its_finish_without_done_is_recovered(
     assert reply is not None and reply.content == "the whole answer"
 
 
-async def test_a_stream_that_just_stops_before_its_finish_is_still_malformed() -> None:
-    """No finish and no [DONE]: not a cut the engine could recover, a malformed stream."""
+async def test_a_stream_that_just_stops_before_its_finish_is_a_cut() -> None:
+    """No finish and no [DONE] after a delta: a cut like a dropped connection, so the engine
+    asks again (it holds no whole answer to recover); the simulator's cuts are the same."""
     def handler(request: httpx.Request) -> httpx.Response:
         body = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        with pytest.raises(MalformedReply):
+        with pytest.raises(StreamCut) as cut:
             await HttpProvider("http://p.test/v1", client=client).complete(_request())
+    assert [d.text for d in cut.value.deltas if d.kind == "text"] == ["hi"]
+    assert streaming.recover(cut.value) is None  # no finish: nothing whole to keep
