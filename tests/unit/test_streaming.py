@@ -12,7 +12,7 @@ import pytest
 
 from hermes_ref import delivery, streaming
 from hermes_ref.engine import Engine
-from hermes_ref.errors import MalformedReply, StreamCut
+from hermes_ref.errors import StreamCut
 from hermes_ref.models import Event, EventKind, Message, ProviderReply, Role, StreamDelta
 from hermes_ref.prologue import TurnInput
 from hermes_ref.reply_intake import accumulate
