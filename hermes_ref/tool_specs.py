@@ -399,12 +399,22 @@ def ledger_outcome(result: ToolResult) -> str:
     return "error" if result.is_error else "applied"
 
 
-def cap_output(text: str, chars_max: int) -> str:
-    """``text`` cut to ``chars_max`` characters, with a note of how much was cut."""
-    if len(text) <= chars_max:
-        return text
-    cut = len(text) - chars_max
-    return f"{text[:chars_max]}\n[output truncated: {cut} of {len(text)} characters cut]"
+def unsaved_output(head: str, tail: str, total_chars: int, why: str, chars_max: int) -> str:
+    """An oversized output whose spill file could not be written, in at most ``chars_max``
+    characters, notes included (TOOL-7): as much of its start (``head``) and of its end
+    (``tail``) as fits around one note of how much was cut and why it was not saved."""
+    why = why[:max(0, min(300, chars_max // 4))]  # a long reason must not crowd out the text
+
+    def note(cut: int) -> str:
+        return (f"\n[output truncated: {cut} of {total_chars} characters cut; the whole "
+                f"output could not be saved: {why}]\n")
+    room = chars_max - len(note(total_chars))  # the cut has at most the total's digits
+    if room <= 0:
+        return note(total_chars).strip("\n")[:max(0, chars_max)]
+    tail_keep = min(len(tail), room // 2)
+    head_keep = min(len(head), room - tail_keep)
+    kept_tail = tail[len(tail) - tail_keep:]
+    return head[:head_keep] + note(total_chars - head_keep - tail_keep) + kept_tail
 
 
 def format_process(output: str, exit_code: int) -> str:
@@ -426,7 +436,8 @@ class GuardedRunner:
     have stopped half-way), and a result longer than ``output_chars_max`` characters is
     spilled (``spill``): the whole text goes to a file and the model gets a summary
     naming it (``hermes_ref.tool_spill``). Only when the file cannot be written is the
-    text cut, with a note saying so.
+    text cut (``unsaved_output``), with a note saying so, and the whole message, note
+    included, still fits the cap.
     """
 
     output_chars_max: int = 50_000
@@ -445,10 +456,11 @@ class GuardedRunner:
             return result
         try:
             path = self._write_spill(call, result.content)
-        except Exception as exc:  # no room for the file: cut, and say why
-            note = f"\n[the whole output could not be saved: {exc}]"
-            return result.model_copy(
-                update={"content": cap_output(result.content, self.output_chars_max) + note})
+        except Exception as exc:  # no room for the file: cut, and say why, within the cap
+            text = result.content
+            cut = unsaved_output(text, text, len(text), str(exc) or repr(exc),
+                                 self.output_chars_max)
+            return result.model_copy(update={"content": cut})
         summary = summarize(path, result.content, self.output_chars_max)
         return result.model_copy(update={"content": summary})
 

@@ -370,6 +370,30 @@ def test_output_over_the_cap_is_spilled_with_a_summary(root: Path) -> None:
     assert spilled_path(read.content) is None
 
 
+class _NoRoom(WorkspaceTools):
+    """A workspace whose spill files cannot be written, for a reason ``why`` long."""
+
+    def __init__(self, root: Path, cap: int, why: str) -> None:
+        super().__init__(root, output_chars_max=cap)
+        self.why = why
+
+    def _write_spill(self, call: ToolCall, text: str) -> str:
+        raise OSError(self.why)
+
+
+@pytest.mark.parametrize(("cap", "why"), [(1_000, "No space left on device"),
+                                          (300, "no room " * 20), (40, "no room " * 20)])
+def test_a_result_that_could_not_be_spilled_fits_the_cap_notes_included(
+        root: Path, cap: int, why: str) -> None:
+    """Cut because the spill failed, the whole message with its notes is at most the cap."""
+    (root / "big.txt").write_text("y" * 3_000)
+    content = run(_NoRoom(root, cap, why), "read_file", path="big.txt").content
+    assert len(content) <= cap, len(content)
+    if cap >= 300:
+        assert content.startswith("     1|yyy") and "could not be saved" in content
+        assert "characters cut" in content
+
+
 def test_ledger_records_executed_calls_with_watermark(ws: WorkspaceTools) -> None:
     """Executed calls (not refused ones) are ledgered with the watermark and time given."""
     write = make_call("write_file", path="a.txt", content="x")
