@@ -11,6 +11,13 @@ until EOF, the process's exit, or the timeout:
   written to it and every further chunk goes straight to the file, while only a rolling
   tail of ``tail_chars`` stays in memory. A 50 MB output thus costs the cap, the tail and
   one 64 KiB read buffer, not 50 MB (and not the several copies ``communicate`` makes).
+  When the spill file cannot be opened or written (a spill directory under a regular
+  file, a full disk), reading goes on all the same: the head and the tail are kept and
+  ``unsaved`` says why the whole output is in no file.
+* **Started means ended.** Once ``Popen`` has returned, any failure while reading ends
+  and reaps the whole tree before ``ProcessLost`` is raised: the command ran, so its
+  effects are unknown, and it does not keep running after the call has answered.
+  Only a failure to start raises ``OSError`` (or ``ValueError``).
 * **Ended whole on timeout.** At the deadline the whole tree is killed: the process
   group, every descendant found through ``/proc`` (a grandchild that called ``setsid``
   has left the group but is still a descendant), and every process still holding the
@@ -49,10 +56,19 @@ class ProcessOutcome:
     total_chars: int
     spilled_to: str | None      # the spill file's name as ``open_spill`` gave it
     exit_code: int | None       # None: it timed out and was killed
+    unsaved: str | None = None  # why the output past the cap is in no file, when it is not
+
+
+class ProcessLost(Exception):
+    """The command started, then reading it failed: its tree was ended, its effects are unknown."""
 
 
 class _Sink:
-    """Head in memory up to the cap; past it, everything to the spill file and a tail."""
+    """Head in memory up to the cap; past it, everything to the spill file and a tail.
+
+    When the spill file cannot be opened or written, the head and the tail are kept all
+    the same and ``unsaved`` says why the whole output is not in a file.
+    """
 
     def __init__(self, cap_chars: int, tail_chars: int,
                  open_spill: Callable[[], tuple[str, TextIO]]) -> None:
@@ -63,56 +79,90 @@ class _Sink:
         self.tail = ""
         self.file: TextIO | None = None
         self.name: str | None = None
+        self.unsaved: str | None = None
 
     def write(self, text: str) -> None:
         if not text:
             return
         self.total += len(text)
-        rest = text
-        if self.file is None:
-            room = self.cap - self.head_chars
+        room = self.cap - self.head_chars
+        if room:
             self.head.append(text[:room])
             self.head_chars += min(room, len(text))
-            if len(text) <= room:
-                return
-            self.name, self.file = self.open_spill()
-            for part in self.head:  # the file holds the whole output, head included
-                self.file.write(part)
-            rest = text[room:]
-        self.file.write(rest)
+        if len(text) <= room:
+            return
         self.tail = (self.tail + text)[-self.tail_max:] if self.tail_max else ""
+        if self.file is None and self.unsaved is None:
+            self._open()
+        if self.file is not None:
+            self._save(text[room:])
+
+    def _open(self) -> None:
+        try:
+            self.name, self.file = self.open_spill()
+        except OSError as exc:
+            self.unsaved = str(exc) or repr(exc)
+            return
+        self._save("".join(self.head))  # the file holds the whole output, head included
+
+    def _save(self, text: str) -> None:
+        assert self.file is not None
+        try:
+            self.file.write(text)
+        except OSError as exc:
+            self._lose(exc)
+
+    def _lose(self, exc: OSError) -> None:
+        """The file cannot hold the whole output: stop writing it and stop naming it."""
+        if self.file is not None:
+            with contextlib.suppress(OSError):
+                self.file.close()
+        self.file, self.name, self.unsaved = None, None, str(exc) or repr(exc)
 
     def close(self) -> None:
         if self.file is not None:
-            self.file.close()
+            try:
+                self.file.close()
+            except OSError as exc:  # the last flush failed: the file is not whole
+                self._lose(exc)
 
 
 def run_process(command: str | list[str], *, shell: bool, cwd: Path, timeout_s: float,
                 cap_chars: int, tail_chars: int,
                 open_spill: Callable[[], tuple[str, TextIO]]) -> ProcessOutcome:
-    """Run ``command``; see the module docstring. Raises ``OSError`` if it cannot start."""
+    """Run ``command``; see the module docstring.
+
+    Raises ``OSError`` or ``ValueError`` only if it cannot start, and ``ProcessLost``
+    if anything fails once it has started (its tree is ended and reaped first).
+    """
+    sink = _Sink(cap_chars, tail_chars, open_spill)
     proc = subprocess.Popen(
         command, shell=shell, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True,
     )
     assert proc.stdout is not None
-    sink = _Sink(cap_chars, tail_chars, open_spill)
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    deadline = time.monotonic() + timeout_s
-    timed_out = False
     try:
-        timed_out = _pump(proc, sink, decoder, deadline)
-        if timed_out:
-            end_tree(proc)
-        else:
-            sink.write(decoder.decode(b"", final=True))
-            proc.wait()
+        exit_code = _collect(proc, sink, timeout_s)
+    except BaseException as exc:
+        end_tree(proc)  # nothing the command started outlives the call
+        if isinstance(exc, Exception):
+            raise ProcessLost(repr(exc)) from exc
+        raise
     finally:
         proc.stdout.close()
         sink.close()
-    head = "".join(sink.head)
-    return ProcessOutcome(head, sink.tail, sink.total, sink.name,
-                          None if timed_out else proc.returncode)
+    return ProcessOutcome("".join(sink.head), sink.tail, sink.total, sink.name, exit_code,
+                          sink.unsaved)
+
+
+def _collect(proc: subprocess.Popen[bytes], sink: _Sink, timeout_s: float) -> int | None:
+    """Read ``proc`` to its end into ``sink``; its exit code, or None when it timed out."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    if _pump(proc, sink, decoder, time.monotonic() + timeout_s):
+        end_tree(proc)
+        return None
+    sink.write(decoder.decode(b"", final=True))
+    return proc.wait()
 
 
 def _pump(proc: subprocess.Popen[bytes], sink: _Sink, decoder: codecs.IncrementalDecoder,

@@ -32,6 +32,10 @@ read as it streams, at most the cap and a bounded tail stay in memory and the re
 straight to the spill file; on timeout the whole tree is killed (the group, every
 descendant, a ``setsid`` grandchild included, and whatever still holds the pipe) and
 reaped, the call returns at its timeout and the result says the effects are unknown.
+When the spill file cannot be written the output is still read to its end and the result
+shows its head and tail, within the cap, with a note of why the whole is in no file; any
+other failure once the process has started ends its tree and the result says the
+effects are unknown (it never says the call could not start).
 The confinement applies to path arguments only: a shell command can reach whatever the
 process can.
 """
@@ -47,7 +51,7 @@ from typing import Any, TextIO
 from hermes_ref.errors import BadInput
 from hermes_ref.models import Disposition, ToolCall, ToolResult
 from hermes_ref.ports import LedgerEntry
-from hermes_ref.shell.process_output import run_process
+from hermes_ref.shell.process_output import ProcessLost, ProcessOutcome, run_process
 from hermes_ref.tool_specs import (
     MEMORY_PATH,
     SEARCH_MATCHES_MAX,
@@ -64,6 +68,7 @@ from hermes_ref.tool_specs import (
     not_found_message,
     ok_result,
     timeout_message,
+    unsaved_output,
     wrote_message,
 )
 from hermes_ref.tool_spill import PREVIEW_CHARS_MAX, preview_chars, spill_name, spill_summary
@@ -348,13 +353,25 @@ class WorkspaceTools(GuardedRunner):
             done = run_process(command, shell=shell, cwd=self.root, timeout_s=timeout_s,
                                cap_chars=cap, tail_chars=PREVIEW_CHARS_MAX,
                                open_spill=lambda: self._open_spill(call))
+        except ProcessLost as exc:  # it ran, then reading it failed: it was ended
+            return error_result(call, f"{call.name} failed while it ran and was ended: {exc}; "
+                                "its effects are unknown", "unknown")
         except (OSError, ValueError) as exc:
             return error_result(call, f"{call.name} could not start: {exc}")
         if done.exit_code is None:
             return error_result(call, timeout_message(call.name, timeout_s), "unknown")
-        if done.spilled_to is None:
-            return ok_result(call, format_process(done.head, done.exit_code))
+        return ok_result(call, _process_text(done, done.exit_code, cap))
+
+
+def _process_text(done: ProcessOutcome, exit_code: int, cap: int) -> str:
+    """A finished process's result text: whole, a spill summary, or cut when unsaved."""
+    if done.spilled_to is not None:
         keep = preview_chars(cap, done.spilled_to)
-        summary = spill_summary(done.spilled_to, done.head[:keep], done.tail[-keep:] if keep else "",
-                                done.total_chars)
-        return ok_result(call, format_process(summary, done.exit_code))
+        return format_process(spill_summary(done.spilled_to, done.head[:keep],
+                                            done.tail[-keep:] if keep else "",
+                                            done.total_chars), exit_code)
+    if done.unsaved is None:
+        return format_process(done.head, exit_code)
+    room = cap - len(format_process("", exit_code)) - 1  # the exit line and its newline
+    return format_process(unsaved_output(done.head, done.tail, done.total_chars, done.unsaved,
+                                         room), exit_code)

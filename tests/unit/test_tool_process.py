@@ -3,8 +3,10 @@ timeout (a ``setsid`` grandchild included), and the call back at its timeout (TO
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hermes_ref.models import ToolCall
+from hermes_ref.shell.process_output import run_process
 from hermes_ref.shell.workspace_tools import WorkspaceTools
 from hermes_ref.tool_spill import spilled_path
 
@@ -127,3 +130,66 @@ def test_own_process_is_never_a_target(tmp_path: Path) -> None:
     """Ending a tree never signals the runner itself (it holds the pipe's read end)."""
     _terminal(WorkspaceTools(tmp_path), "sleep 5", timeout_s=0.3)
     assert _alive(os.getpid())
+
+
+def test_a_spill_file_that_cannot_be_opened_keeps_head_and_tail_and_the_pump(
+        tmp_path: Path) -> None:
+    """With no spill file the output is still read to the end, head and tail shown, and the
+    result says the whole output could not be saved and why (not that nothing started)."""
+    (tmp_path / "plain").write_text("a regular file\n")
+    tools = WorkspaceTools(tmp_path, output_chars_max=1_000, spill_dir=tmp_path / "plain" / "spill")
+    command = "yes x | head -c 5000; printf 'the end'; sleep 0.3; echo done > after.txt"
+    call = ToolCall(id="c1", name="terminal", arguments=json.dumps({"command": command}))
+    result = tools.run(call)
+    assert not result.is_error and result.disposition == "applied", result.content
+    assert (tmp_path / "after.txt").read_text() == "done\n"
+    assert "could not be saved" in result.content and "Not a directory" in result.content
+    assert result.content.startswith("x\nx\n") and "the end" in result.content
+    assert "5007 characters" in result.content and result.content.endswith("[exit code 0]")
+    assert len(result.content) <= 1_000 and spilled_path(result.content) is None
+
+
+class _FullDisk(io.StringIO):
+    """A spill file whose disk fills up at the second write."""
+
+    def write(self, text: str) -> int:
+        if self.tell():
+            raise OSError(28, "No space left on device")
+        return super().write(text)
+
+
+def test_a_spill_file_that_fills_up_is_not_named_and_the_reason_is_kept(
+        tmp_path: Path) -> None:
+    """A spill write that fails drops the file from the outcome and keeps head and tail."""
+    done = run_process("yes x | head -c 5000", shell=True, cwd=tmp_path, timeout_s=5.0,
+                       cap_chars=1_000, tail_chars=100,
+                       open_spill=lambda: ("spill.txt", _FullDisk()))
+    assert done.exit_code == 0 and done.spilled_to is None and done.total_chars == 5_000
+    assert done.unsaved is not None and "No space left" in done.unsaved
+    assert done.head == "x\n" * 500 and done.tail == "x\n" * 50
+
+
+def test_a_failure_after_the_start_ends_the_tree_and_leaves_the_effect_unknown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error while the output is read ends the process tree; the result says unknown."""
+    def broken_spill(call: ToolCall) -> object:
+        raise RuntimeError("the spill broke")
+
+    tools = WorkspaceTools(tmp_path, output_chars_max=1_000)
+    monkeypatch.setattr(tools, "_open_spill", broken_spill)
+    marker = tmp_path / "shell.pid"
+    command = f"echo $$ > {marker}; yes x | head -c 5000; exec sleep 30"
+    call = ToolCall(id="c1", name="terminal", arguments=json.dumps({"command": command}))
+    began = time.monotonic()
+    result = tools.run(call)
+    took_s = time.monotonic() - began
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 1.0
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    survived = _alive(pid)
+    if survived:  # the test leaves nothing behind, whatever it finds
+        os.killpg(pid, signal.SIGKILL)
+    assert result.is_error and result.disposition == "unknown", result.content
+    assert "could not start" not in result.content and "the spill broke" in result.content
+    assert not survived and took_s < 1.5, f"the command {pid} kept running after the failure"
