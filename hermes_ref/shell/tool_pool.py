@@ -16,7 +16,11 @@ rules of ``hermes_ref.tool_batch`` (TOOL-5), with real threads:
   gets its timed-out result in place (``tool_batch.timed_out``: ``unknown`` if it had
   started, ``none`` if not). Its thread cannot be stopped and ends on its own (the
   workspace tools end their processes at their own timeouts); the pool is shut down
-  without waiting for it.
+  without waiting for it. Starting is decided under one lock: a worker marks its call
+  begun under it, and the batch, giving up, takes it to read the marks and to forbid
+  any further start, so a call reported as not started never starts afterwards;
+* a runner that raises (it should not: TOOL-6) gets its own error as the call's
+  result, with disposition ``unknown``, not a timeout.
 
 Results come back in call order (the effect allows any order, and the tool round
 restores call order itself; the simulator hands them back as they finished).
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +42,7 @@ from hermes_ref import tool_batch
 from hermes_ref.models import ToolCall, ToolResult
 from hermes_ref.ports import ToolRunner
 from hermes_ref.tool_batch import BatchBounds
+from hermes_ref.tool_specs import error_result
 
 
 async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tuple[ToolCall, ...],
@@ -49,12 +55,17 @@ async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tupl
     slots = asyncio.Semaphore(width)
     started = [asyncio.Event() for _ in calls]
     began = [False] * len(calls)
+    start_lock = threading.Lock()  # a call starts, or the batch gives up on it: one or the other
+    gave_up = False
     finished: list[tuple[int, ToolResult]] = []
 
-    def work(index: int, call: ToolCall) -> ToolResult:
-        began[index] = True
+    def work(index: int, call: ToolCall) -> ToolResult | None:
+        with start_lock:
+            if gave_up:
+                return None  # reported as not started: it must never start
+            began[index] = True
         loop.call_soon_threadsafe(started[index].set)
-        return tools.run(call, watermark=watermark, at=clock())
+        return _run_one(tools, call, watermark, clock)
 
     async def one(index: int, call: ToolCall) -> None:
         async with slots:  # the call is ready: it holds a worker
@@ -62,20 +73,33 @@ async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tupl
                 with contextlib.suppress(TimeoutError):  # the gate expired: start anyway
                     await asyncio.wait_for(started[index - 1].wait(), bounds.gate_s)
             result = await loop.run_in_executor(pool, work, index, call)
-            finished.append((index, result))
+            if result is not None:
+                finished.append((index, result))
 
     tasks = [asyncio.create_task(one(i, call)) for i, call in enumerate(calls)]
     try:
         await asyncio.wait(tasks, timeout=tool_batch.gives_up_at(bounds))
     finally:
+        with start_lock:
+            gave_up = True
+            had_begun = list(began)
         for task in tasks:
             task.cancel()  # no-op for finished tasks; abandons calls past the deadline
         pool.shutdown(wait=False, cancel_futures=True)
     done = {index for index, _ in finished}
-    cut = {i: tool_batch.timed_out(call, bounds, started=began[i])
+    cut = {i: tool_batch.timed_out(call, bounds, started=had_begun[i])
            for i, call in enumerate(calls) if i not in done}
     ran = dict(finished)
     return tuple(ran[i] if i in ran else cut[i] for i in range(len(calls)))
+
+
+def _run_one(tools: ToolRunner, call: ToolCall, watermark: int,
+             clock: Callable[[], float]) -> ToolResult:
+    """One call; a runner that raises gets its own error as the call's result (TOOL-6)."""
+    try:
+        return tools.run(call, watermark=watermark, at=clock())
+    except Exception as exc:  # the runner broke its promise never to raise: say how
+        return error_result(call, f"{call.name} failed: {exc!r}", "unknown")
 
 
 def run_inline(tools: ToolRunner, clock: Callable[[], float], calls: tuple[ToolCall, ...],
@@ -87,5 +111,5 @@ def run_inline(tools: ToolRunner, clock: Callable[[], float], calls: tuple[ToolC
         if len(results) and time.monotonic() >= deadline:
             results.append(tool_batch.timed_out(call, bounds, started=False))
         else:
-            results.append(tools.run(call, watermark=watermark, at=clock()))
+            results.append(_run_one(tools, call, watermark, clock))
     return tuple(results)

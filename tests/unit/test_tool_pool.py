@@ -6,6 +6,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
 
 from hermes_ref.models import ToolCall, ToolResult
 from hermes_ref.shell import tool_pool
@@ -87,3 +92,55 @@ def test_a_sequential_segment_runs_one_call_at_a_time() -> None:
     asyncio.run(tool_pool.run_segment(tools, time.time, _calls(3), 0, BatchBounds(),
                                       parallel=False))
     assert tools.most_at_once == 1
+
+
+class Raising(Sleepy):
+    """A runner whose every call raises."""
+
+    def run(self, call: ToolCall, *, watermark: int = 0, at: float = 0.0) -> ToolResult:
+        raise RuntimeError(f"the runner broke on {call.id}")
+
+
+def test_a_runner_that_raises_gets_its_own_error_as_the_result() -> None:
+    """A raising runner's call ends with that error as its tool result, not a timeout (TOOL-6)."""
+    began = time.monotonic()
+    results = asyncio.run(tool_pool.run_segment(Raising(0.0), time.time, _calls(2), 0,
+                                                BatchBounds(deadline_s=5.0), parallel=True))
+    assert time.monotonic() - began < 1.0
+    for i, result in enumerate(results):
+        assert result.is_error and result.disposition == "unknown", result.content
+        assert f"the runner broke on c{i}" in result.content and "timed out" not in result.content
+
+
+def test_a_call_a_worker_took_but_had_not_begun_at_the_deadline_never_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that dequeued its call before the deadline, and reaches it only after the
+    batch gave up, must not run it once the call is reported as not started."""
+    took, go = threading.Event(), threading.Event()
+
+    class LateStart(ThreadPoolExecutor):
+        """Each worker, holding its call, waits for ``go`` before it enters the call."""
+
+        def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+            def late(*inner: Any) -> Any:
+                took.set()
+                go.wait(5)
+                return fn(*inner)
+            return super().submit(late, *args, **kwargs)
+
+    monkeypatch.setattr(tool_pool, "ThreadPoolExecutor", LateStart)
+    tools = Sleepy(0.0)
+
+    async def batch_then_release() -> tuple[ToolResult, ...]:
+        try:
+            return await tool_pool.run_segment(
+                tools, time.time, _calls(1), 0, BatchBounds(deadline_s=0.2), parallel=True)
+        finally:
+            go.set()  # the worker goes on while the loop still runs, as in a live driver
+            await asyncio.sleep(0.2)
+
+    results = asyncio.run(batch_then_release())
+    assert took.is_set()
+    reported_started = results[0].disposition == "unknown"
+    assert reported_started or tools.started == [], (
+        f"reported {results[0].content!r}, yet the call then ran")
