@@ -85,9 +85,10 @@ def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
     return [m for m in rows if not m.hidden]  # a hidden row never goes out (LOOP-4)
 
 
-def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset()) -> bool:
+def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset(),
+          by_content: bool = True) -> bool:
     a, b = _shape(sent), _shape(row.wire)
-    if row.row_id in rewritten:  # rewritten since (WIRE-2): the call sent what it said then
+    if not by_content or row.row_id in rewritten:  # rewritten since (WIRE-2): the call sent what it said then
         return a[:3] == b[:3]
     return a[:3] == b[:3] and (a[3] == b[3] or not str(a[3] or "").strip())
 
@@ -102,12 +103,15 @@ Aligned = list[tuple[WireMessage, Message]]
 
 
 def align_request(call: CallRecord, durable: list[Message],
-                  rewritten: frozenset[int] = frozenset()) -> tuple[Aligned, str | None]:
+                  rewritten: frozenset[int] = frozenset(),
+                  by_content: bool = True) -> tuple[Aligned, str | None]:
     """Pair the sent messages (parsed from the body) with durable rows, in order.
 
     Returns the pairs and the problem if the history differs: durable rows must appear in
     order; anything else only after this turn's user row. A body with no messages to
-    read aligns nothing and is WIRE-3's finding.
+    read aligns nothing and is WIRE-3's finding. With ``by_content`` false a row pairs by
+    position, role and tool ids alone, so a row sent with the wrong bytes still pairs and
+    WIRE-1 can judge those bytes (CTX-2 judges the content).
     """
     messages = sent_messages(call)
     if isinstance(messages, str):
@@ -116,7 +120,7 @@ def align_request(call: CallRecord, durable: list[Message],
     in_turn = False
     for message in (m for m in messages if m.get("role") != Role.SYSTEM.value):
         matched = len(pairs)
-        if matched < len(durable) and _same(message, durable[matched], rewritten):
+        if matched < len(durable) and _same(message, durable[matched], rewritten, by_content):
             row = durable[matched]
             in_turn = in_turn or (row.role is Role.USER and row.turn_id == call.turn_id)
             pairs.append((message, row))
@@ -144,7 +148,9 @@ def sidecar_bytes_replayed(obs: Observation) -> list[Violation]:
                                  f"{(row.content or '')[:40]!r} that is not the bare text of its "
                                  "sidecar (the injection leaked into the record)"))
     for call in obs.calls:
-        pairs, _ = align_request(call, _durable_at(obs, call), rewritten_since(obs, call))
+        # paired without reading content: a row sent without its sidecar must still pair
+        pairs, _ = align_request(call, _durable_at(obs, call), rewritten_since(obs, call),
+                                 by_content=False)
         for sent, row in pairs:
             if row.api_content is not None and sent.get("content") != row.api_content:
                 out.append(Violation("sidecar_bytes_replayed", "WIRE-1",

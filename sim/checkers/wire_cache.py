@@ -145,8 +145,8 @@ def _judge_session(obs: Observation, session_id: str, runs: list[CacheShareRun])
         invariant, where = _first_break(measured)
         out.append(_v(invariant, f"session {session_id}: a prefix cache serves {cached} of "
                                  f"{prompt} prompt tokens over {len(runs)} declared turns "
-                                 f"(share {cached / max(prompt, 1):.2f}, declared at least "
-                                 f"{wanted:.2f}); {where}"))
+                                 f"(share {cached / max(prompt, 1):.3f}, declared at least "
+                                 f"{wanted:.3f}); {where}"))
     return out
 
 
