@@ -62,27 +62,66 @@ def deltas_match_the_stream(obs: Observation) -> list[Violation]:
 
 
 def _stream_problem(view: TurnView) -> str | None:
-    """Each call's logged deltas are, in order, those of a stream the world sent; and a turn
-    that ended on a streamed text answer logged that stream's deltas (it cannot be silent).
+    """The logged delta groups are, in order, those of streams the world sent, and every
+    kept reply's stream is among them (a turn cannot drop a reply's deltas silently).
 
-    A stream the world sent need not be logged: a turn interrupted while it arrived, or an
-    attempt that was retried, never kept it. So the logged groups must match a
-    subsequence of the sent streams, in order.
+    Kept is the world's word: a call that got a reply and was not cut (LOOP-4). A stream
+    that was cut yet held a whole answer (FIN-2) may be logged; a cut or failed attempt
+    must not be required. The one reply that may be kept by the world yet never reach the
+    engine is the turn's last, when the turn was stopped while it arrived (interrupted,
+    its lease lost, its write failed), so only that one is excused.
     """
-    sent = [_shown(_sent(c)) for c in view.calls
-            if (c.reply is not None or whole_answer(c) is not None) and c.request.stream]
-    sent = [s for s in sent if s]
+    streamed = [c for c in view.calls if c.request.stream and _shown(_sent(c))
+                and (c.reply is not None or whole_answer(c) is not None)]
+    excused = view.exit is None or view.exit.reason.value in _STOPPED_EXITS
+    last = view.calls[-1] if view.calls else None
+    sent = [(_shown(_sent(c)), _kept(c) and not (excused and c is last)) for c in streamed]
     logged = [[(e.kind.value, str(e.data.get("text", ""))) for e in events]
               for events in _delta_events(view).values()]
-    rest = iter(sent)
-    for n, group in enumerate(logged, 1):
-        if not any(group == candidate for candidate in rest):
-            return f"the deltas logged for its streamed call #{n} are not the ones it was sent"
-    line = view.exit
-    answered = line is not None and line.reason.value == "text_response"
-    if answered and sent and (not logged or logged[-1] != sent[-1]):
-        return "it answered with a streamed reply whose deltas are not in the log"
-    return None
+    missing = _unmatched(sent, logged)
+    if missing is None:
+        return None
+    if missing < 0:
+        return "the deltas logged for one of its streamed calls are not the ones it was sent"
+    call = streamed[missing]
+    return (f"the reply of its call at effect {call.seq} was kept, but its streamed deltas "
+            "are not in the log, in order")
+
+
+_STOPPED_EXITS = frozenset({"interrupted", "session_turn_lease_timeout",
+                            "session_persistence_failed"})
+
+
+def _kept(call: CallRecord) -> bool:
+    return call.reply is not None and call.cut is None
+
+
+Sent = list[tuple[list[tuple[str, str]], bool]]  # each stream's shown deltas, and required
+
+
+def _unmatched(sent: Sent, logged: list[list[tuple[str, str]]]) -> int | None:
+    """None when the logged groups match a subsequence of ``sent`` holding every required
+    stream; else the index of the first required stream no matching can place, or -1 when
+    the logged groups match no subsequence at all."""
+    if _fits(sent, logged):
+        return None
+    for i, (_, required) in enumerate(sent):
+        if required and not _fits([(s, r and k <= i) for k, (s, r) in enumerate(sent)], logged):
+            return i
+    return -1
+
+
+def _fits(sent: Sent, logged: list[list[tuple[str, str]]]) -> bool:
+    """Whether ``logged`` is, group for group, a subsequence of ``sent`` that keeps each
+    required stream (a small table: a turn makes a handful of calls)."""
+    fits = [[False] * (len(logged) + 1) for _ in range(len(sent) + 1)]
+    fits[len(sent)][len(logged)] = True
+    for i in range(len(sent) - 1, -1, -1):
+        stream, required = sent[i]
+        for j in range(len(logged), -1, -1):
+            take = j < len(logged) and logged[j] == stream and fits[i + 1][j + 1]
+            fits[i][j] = take or (not required and fits[i + 1][j])
+    return fits[0][0]
 
 
 @checker("reasoning_never_replayed", ("DEL-1",),

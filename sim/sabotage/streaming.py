@@ -1,6 +1,6 @@
 """Broken streaming and delivery: events handed out before their commit, a replay that
-starts at the last number seen, a recovery that answers with an earlier partial, and
-reasoning shown as text."""
+starts at the last number seen, a recovery that answers with an earlier partial,
+reasoning shown as text, and a tool round's reply that streams nothing."""
 
 from __future__ import annotations
 
@@ -84,3 +84,23 @@ def _reasoning_shown_as_text() -> list[AbstractContextManager[Any]]:
 sabotage("reasoning_shown_as_text", ("DEL-1",),
          "the stream's reasoning deltas are emitted as delta.text events, so a client shows "
          "the model's reasoning as the answer's text")(_reasoning_shown_as_text)
+
+
+# ---- DEL-1: a reply that calls tools is not streamed to the client ------------------------------
+
+
+def _tool_round_deltas_dropped() -> list[AbstractContextManager[Any]]:
+    publish = streaming.publish
+
+    async def answers_only(session_id: str, turn_id: str, call: int,
+                           reply: ProviderReply) -> None:
+        if reply.tool_calls:  # "the client only shows answers; the tool round has its events"
+            return
+        await publish(session_id, turn_id, call, reply)
+    return [mock.patch.object(streaming, "publish", answers_only)]
+
+
+sabotage("tool_round_deltas_dropped", ("DEL-1",),
+         "a kept reply that calls tools emits none of its deltas, so a client never sees the "
+         "text, reasoning or tool-call deltas the provider streamed before a tool round")(
+    _tool_round_deltas_dropped)
