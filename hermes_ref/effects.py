@@ -260,10 +260,13 @@ class RefreshCredentials(Effect[None]):
     """LOOP-5: the provider refused the credentials (401/403): renew them through the port.
 
     The loop asks once per logical call (``auth_refreshes_max``) before it tries again;
-    ``model`` names the route whose credentials are renewed.
+    ``model`` names the route whose credentials are renewed, ``session_id`` and ``turn_id``
+    the turn that asked (the simulator's note of the renewal is keyed by them).
     """
 
     model: str
+    session_id: str = ""
+    turn_id: str = ""
     kind: ClassVar[str] = "refresh_credentials"
 
 

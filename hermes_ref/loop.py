@@ -147,7 +147,8 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
         auth = isinstance(failure, ProviderAuthError)
         if auth and auth_refreshes < ctx.limits.auth_refreshes_max:
             auth_refreshes += 1
-            await RefreshCredentials(request.model)  # once, through the port, then again
+            # once, through the port, then again
+            await RefreshCredentials(request.model, ctx.session_id, ctx.turn_id)
             continue
         if failure.transient and attempt < ctx.limits.transient_retries_max:
             await Sleep(await _backoff_s(ctx, attempt, failure))

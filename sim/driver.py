@@ -340,7 +340,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
 
     def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:
         """LOOP-5: the world renews the route's credentials and keeps a note of it."""
-        self._note("credentials", None, effect.model)
+        self._note("credentials", effect.session_id, effect.model, effect.turn_id)
         self.world.timeline.add("auth", f"credentials of {effect.model} renewed")
 
     def _drain_redirects(self, effect: fx.DrainRedirects) -> tuple[str, ...]:
@@ -351,11 +351,13 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             self.world.timeline.add("redirect", f"{effect.turn_id} takes in {_short(text)}")
         return texts
 
-    def _note(self, what: str, session_id: str | None, text: str) -> None:
+    def _note(self, what: str, session_id: str | None, text: str,
+              turn_id: str | None = None) -> None:
         from sim.world import Intervention
 
         world, actor = self.world, self.current
-        turn_id = actor.turn_id if actor is not None else None
+        if not turn_id:  # the turn the effect named, else the one the actor minted first
+            turn_id = actor.turn_id if actor is not None else None
         world.interventions.append(Intervention(what, session_id or "", turn_id, text,
                                                 world.clock.now(), world.effects_performed))
 

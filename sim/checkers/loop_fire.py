@@ -326,17 +326,23 @@ def _v6(message: str) -> Violation:
 def credentials_renewed_once(obs: Observation) -> list[Violation]:
     out = []
     for view in obs.ended_turns():
-        renewals = [i.seq for i in obs.interventions
-                    if i.what == "credentials" and i.turn_id == view.turn_id]
+        renewals = [i.seq for i in obs.interventions if i.what == "credentials"
+                    and (i.session_id, i.turn_id) == (view.session_id, view.turn_id)]
         calls = view.calls
-        for call, nxt in pairwise(calls):
-            if call.error != "ProviderAuthError" or nxt.request is not call.request:
+        for n, call in enumerate(calls):
+            if call.error != "ProviderAuthError":
+                continue
+            # the next call to the same route, whatever request it carries: a rebuilt
+            # request (the iteration started over) still goes out on those credentials
+            nxt = next((c for c in calls[n + 1:] if model_of(c) == model_of(call)), None)
+            if nxt is None:
                 continue
             between = [s for s in renewals if call.seq <= s < nxt.seq]
             if len(between) != 1:
                 out.append(Violation("credentials_renewed_once", "LOOP-5",
-                                     f"turn {view.key} tried again at effect {nxt.seq} after an "
-                                     f"auth error with {len(between)} credential renewals between"))
+                                     f"turn {view.key} called {model_of(call)!r} again at effect "
+                                     f"{nxt.seq} after an auth error at effect {call.seq} with "
+                                     f"{len(between)} credential renewals between"))
         per_request: dict[int, int] = {}
         for call in calls:
             if call.error == "ProviderAuthError":

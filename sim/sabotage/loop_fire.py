@@ -88,7 +88,7 @@ sabotage("fallback_called_without_preflight", ("LOOP-6",),
 
 
 def _auth_without_refresh() -> list[AbstractContextManager[Any]]:
-    return [mock.patch.object(loop, "RefreshCredentials", lambda model: Sleep(0.0))]
+    return [mock.patch.object(loop, "RefreshCredentials", lambda model, *_: Sleep(0.0))]
 
 
 sabotage("auth_retried_without_refresh", ("LOOP-5",),
