@@ -77,7 +77,8 @@ def _provider_errors(base: type[err.ProviderError]) -> list[type[err.ProviderErr
 
 def _decision(cls: type[BaseException]) -> str:
     if issubclass(cls, err.ContextOverflow):
-        return "back to preflight: compaction rebuilds the request, or the turn fails closed"
+        return ("back to preflight before any count (not one of `outer_loop_errors_max`'s "
+                "failed calls): compaction rebuilds the request, or the turn fails closed")
     if issubclass(cls, err.ProviderAuthError):
         return ("renew the credentials through the port (`RefreshCredentials`), at most "
                 "`auth_refreshes_max` times, then fall back (LOOP-6) or end "
@@ -101,8 +102,9 @@ def _decision(cls: type[BaseException]) -> str:
 
 
 def retry_table() -> str:
-    """Every error a model call meets and the loop's answer; every failed provider call
-    also counts against `outer_loop_errors_max`, past which the turn ends."""
+    """Every error a model call meets and the loop's answer; every failed provider call but
+    a context overflow (it goes back to preflight first) also counts against
+    `outer_loop_errors_max`, past which the turn ends."""
     lines = ["| error | transient | the loop's answer |", "|---|---|---|"]
     classes: list[type[BaseException]] = [
         *_provider_errors(err.ProviderError)[1:], err.LocalProcessingError, err.Redirected,
