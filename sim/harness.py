@@ -581,6 +581,8 @@ def _run_scenario(spec: ScenarioSpec, store_kind: StoreKind, workdir: Path | Non
             error=error, raised=raised,
             timeline=story.world.timeline.render(), transcript=render_transcript(story),
         )
+        for actor in story.world.scheduler.live():
+            actor.coro.close()  # the story is over: actors it left waiting never resume
         story.world.store.close()
         return outcome
 

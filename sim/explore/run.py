@@ -119,6 +119,8 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
         fired=fired, crash_points=points, digest=digest, timeline=timeline,
         entries=list(world.timeline.entries),
         admissions=len(rows), turns=len(world.runs), steps=world.effects_performed)
+    for actor in world.scheduler.live():
+        actor.coro.close()  # the run is over: actors it left waiting never resume
     world.store.close()
     return report
 
