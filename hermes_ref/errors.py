@@ -10,7 +10,7 @@
     │   │   ├── ProviderServerError  5xx, connection failures       (transient)
     │   │   │   └── StreamCut     a stream that failed midway; carries its deltas
     │   │   ├── ProviderTimeout   connect/read timeout               (transient)
-    │   │   ├── ContextOverflow   400 context_length_exceeded        (the turn fails closed)
+    │   │   ├── ContextOverflow   400 context_length_exceeded        (back to preflight, compaction)
     │   │   ├── ProviderAuthError 401/403                            (one refresh, then terminal)
     │   │   ├── ProviderRejected  any other 4xx                      (terminal)
     │   │   └── MalformedReply    a 2xx body that is not a usable completion (terminal)
