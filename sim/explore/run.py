@@ -4,13 +4,13 @@ Theory of operation
 -------------------
 A plan runs through the same ``Story`` a scenario uses, so the checkers run exactly as in
 ``scenarios/``: on the whole durable record once the faulty phase's actors have all ended,
-and after every step of the calm phase (each recovery, reconcile and drain). The faulty phase hands every step of the plan to its
-process at its virtual time (submissions and drain claims as actors; kills, stalls and
-clock jumps as timers) with the plan's faults armed, and runs the world until every actor
-has ended. The calm phase disarms every fault and plays the operator: a new process
-starts, recovers (a started admission whose owner died becomes ``unknown``), reconciles
-each unknown admission explicitly, and drains every session until nothing is queued,
-within a bounded number of rounds.
+and after every step of the calm phase (each recovery, reconcile and drain). The faulty
+phase hands every step of the plan to its process at its virtual time (submissions and
+drain claims as actors; kills, stalls and clock jumps as timers) with the plan's faults
+armed, and runs the world until every actor has ended. The calm phase disarms every
+fault and plays the operator: a new process starts, recovers (a started admission whose
+owner died becomes ``unknown``), reconciles each unknown admission explicitly, and drains
+every session until nothing is queued, within a bounded number of rounds.
 
 The verdict, in order of gravity:
 
