@@ -84,7 +84,17 @@ class LeaseRow(Frozen):
     expires_at: float
 
 
-class LeaseGrantRow(Frozen):
+class _Span(Frozen):
+    """A grant kept after it ends: live until the first of its expiry and its end."""
+
+    expires_at: float
+    ended_at: float | None = None
+
+    def live_until(self) -> float:
+        return self.expires_at if self.ended_at is None else min(self.expires_at, self.ended_at)
+
+
+class LeaseGrantRow(_Span):
     """One grant of a session's turn lease, kept after it ends (LEASE-1..4).
 
     A grant is *live* from ``acquired_at`` until the first of ``expires_at`` (moved on by
@@ -100,11 +110,8 @@ class LeaseGrantRow(Frozen):
     ended_at: float | None = None
     end_reason: str | None = None  # released | expired | holder_dead
 
-    def live_until(self) -> float:
-        return self.expires_at if self.ended_at is None else min(self.expires_at, self.ended_at)
 
-
-class LockGrantRow(Frozen):
+class LockGrantRow(_Span):
     """One ask for a session's compression lock, kept after it ends (CMP-6).
 
     ``granted`` False is a refusal (another live holder had it); a grant is live from
@@ -119,9 +126,6 @@ class LockGrantRow(Frozen):
     expires_at: float
     ended_at: float | None = None
     end_reason: str | None = None  # released | expired | holder_dead
-
-    def live_until(self) -> float:
-        return self.expires_at if self.ended_at is None else min(self.expires_at, self.ended_at)
 
 
 class CompactionRow(Frozen):

@@ -128,16 +128,9 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
                 raise PersistenceError(
                     f"refusing to persist scaffolding ({message.scaffold.value})", cause="scaffolding"
                 )
-        stored: list[Message] = []
-        for message in messages:
-            row = message.model_copy(update={"row_id": self._next_row_id})
-            self._row_index[self._next_row_id] = len(self._messages)
-            self._next_row_id += 1
-            self._messages.append((session_id, row))
-            self._by_session[session_id].append(row)
-            stored.append(row)
+        stored = self._insert(session_id, messages)  # the same insert a compaction uses
         self._commit_events()
-        return tuple(stored)
+        return stored
 
     def rewrite_message(
         self, session_id: str, lease_token: int, row_id: int, content: str
