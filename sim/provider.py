@@ -15,8 +15,9 @@ that signals failure by raising a ``ProviderError`` subclass, exactly as the eng
 
 Every fake records the requests it received and finishes each reply the same way
 (``_FakeBase._finish``): tool calls without an id get ``call_1``, ``call_2``, … counted
-per provider instance; usage is taken from ``request.prompt_tokens`` (the engine's own
-count, never a re-tokenisation) and ``tokens.count_text`` of what the reply says, and
+per provider instance (or drawn from a seeded stream, ``draw_ids_from``); usage is taken
+from ``request.prompt_tokens`` (the engine's own count, never a re-tokenisation) and
+``tokens.count_text`` of what the reply says, and
 ``cached_tokens`` from ``PromptCache``: the leading messages the request shares with an
 earlier one, as a real provider's prompt cache reports them.
 
@@ -83,6 +84,7 @@ from hermes_ref.models import Message, ProviderReply, Role, StreamDelta, ToolCal
 from hermes_ref.tokens import count_text
 from hermes_ref.wire import ProviderRequest
 from sim.summarizer import COMPRESSION_PURPOSE, Summarizer  # CMP-2
+from sim.world import seeded_id
 
 
 class ScriptError(AssertionError):
@@ -254,6 +256,8 @@ class _FakeBase:
     def __init__(self) -> None:
         self.requests: list[ProviderRequest] = []
         self._ids_issued = 0
+        self._id_stream: random.Random | None = None  # set: call ids drawn, not counted
+        self._ids_taken: set[str] = set()
         self._lock = threading.Lock()
         self.prompt_cache = PromptCache()
         self.summarizer = Summarizer()  # CMP-2: the auxiliary model answers compaction's requests
@@ -284,8 +288,15 @@ class _FakeBase:
             update={"tool_calls": calls, "usage": usage, "model": reply.model or request.model}
         )
 
+    def draw_ids_from(self, stream: random.Random) -> None:
+        """Draw the call ids from ``stream`` (``call_`` and six hex digits, drawn again on a
+        collision) instead of counting them: an explored world's ids come from its seed."""
+        self._id_stream = stream
+
     def _next_id(self) -> str:
         self._ids_issued += 1
+        if self._id_stream is not None:
+            return seeded_id(self._id_stream, "call_", self._ids_taken)
         return f"call_{self._ids_issued}"
 
 

@@ -14,6 +14,7 @@ deterministic values (virtual time relative to the start, ids from the world).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -193,6 +194,16 @@ class Timeline:
         return "\n".join(self.lines) + ("\n" if self.lines else "")
 
 
+def seeded_id(rng: random.Random, prefix: str, taken: set[str]) -> str:
+    """``prefix`` and six hex digits drawn from ``rng``, drawn again until not in ``taken``
+    (which it joins): unique by construction, short enough to read."""
+    while True:
+        minted = f"{prefix}{rng.getrandbits(24):06x}"
+        if minted not in taken:
+            taken.add(minted)
+            return minted
+
+
 @dataclass
 class World:
     store: CrashableStore
@@ -202,6 +213,9 @@ class World:
     faults: FaultPlan = field(default_factory=FaultPlan)
     trace: bool = True
     id_base: int = 0
+    # "counter" mints ``turn-1``, ``adm-2``, ... (scripted scenarios); "seeded" draws six hex
+    # digits per id from the chooser's ``ids:<prefix>`` sub-stream (explored worlds)
+    id_style: str = "counter"
     clock: VirtualClock = field(default_factory=VirtualClock)
     tool_batch_deadline_s: float = 420.0  # a hung tool costs this much virtual time (TOOL-5)
     stream: list[Event] = field(default_factory=list)
@@ -240,6 +254,7 @@ class World:
         self.fault_state = FaultState(self.faults)
         self.timeline = Timeline(self.clock, enabled=self.trace)
         self._ids = self.id_base
+        self._minted: set[str] = set()  # seeded ids so far: a collision is drawn again
         self.crashes = 0
         self.effects_performed = 0  # every effect of every process, in world order
         self.processes: dict[int, SimProcess] = {1: SimProcess(1)}
@@ -253,8 +268,12 @@ class World:
         self.clock.advance(deadline - self.clock.now())
 
     def mint_id(self, prefix: str) -> str:
-        self._ids += 1
-        minted = f"{prefix}-{self._ids}"
+        """A fresh id, unique in this world: a counter, or drawn from the seed (``id_style``)."""
+        if self.id_style == "seeded":
+            minted = seeded_id(self.chooser.stream(f"ids:{prefix}"), f"{prefix}-", self._minted)
+        else:
+            self._ids += 1
+            minted = f"{prefix}-{self._ids}"
         if prefix == "turn":
             self.minted_turns.append(minted)
         return minted

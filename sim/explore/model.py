@@ -18,6 +18,7 @@ import re
 from hermes_ref.errors import ProviderServerError, RateLimited
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.wire import ProviderRequest
+from sim.choices import Chooser
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.provider import _FakeBase, text, tool_calls
 
@@ -30,8 +31,10 @@ _ASKS = re.compile(r"^(Read |Write note |Say hello )")  # the texts plan.py writ
 class ExploreModel(_FakeBase):
     """A deterministic model: the same requests in the same order give the same replies."""
 
-    def __init__(self, replies: tuple[ReplyFault, ...]) -> None:
+    def __init__(self, replies: tuple[ReplyFault, ...], ids: Chooser | None = None) -> None:
         super().__init__()
+        if ids is not None:  # the explored world's call ids come from its seed
+            self.draw_ids_from(ids.stream("ids:call"))
         self._faults = {r.call: r for r in replies}
         self.calls = 0
         self.calm = False

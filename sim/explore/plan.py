@@ -21,6 +21,7 @@ from hermes_ref.effects import Site
 from hermes_ref.errors import BadInput
 from hermes_ref.models import Frozen
 from sim.faults import CrashPoint
+from sim.world import seeded_id
 
 
 class FaultKind(StrEnum):
@@ -220,18 +221,22 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
     sessions = {f"s-{i}": f"p-{i}" for i in range(1, shape.randint(1, 3) + 1)}
     files = {f"notes-{i}.txt": f"note {i} of seed {seed}" for i in range(1, 3)}
     work = _rng(seed, "workload")
+    # the n-th request of every session shares one id drawn from the seed (``r-3fa2c1``):
+    # request ids are per principal, so sessions reusing them is a case the door must take
+    ids, taken = _rng(seed, "request_ids"), set[str]()
+    request_ids = [seeded_id(ids, "r-", taken) for _ in range(6)]
     steps: list[Submit | Drain | Kill | Stall | ClockJump] = []
     turns = 0
     for session, principal in sessions.items():
         for n in range(1, work.randint(2, 6) + 1):
             at = round(work.uniform(0.0, 120.0), 1)
             steps.append(Submit(at_s=at, process=work.randrange(processes), principal=principal,
-                                session=session, request_id=f"r-{n}",
+                                session=session, request_id=request_ids[n - 1],
                                 text=_request_text(work, session, n, sorted(files))))
             steps.append(Drain(at_s=round(at + work.uniform(0.5, 30.0), 1),
                                process=work.randrange(processes), session=session))
             turns += 1
-    members, iterations = _more_requests(seed, sessions, steps, processes)
+    members, iterations = _more_requests(seed, sessions, steps, processes, request_ids[0])
     faults = _rng(seed, "faults")
     kinds = mix.kinds
     # how faulty this world is, drawn per seed around the mix's figures: some worlds are
@@ -296,8 +301,8 @@ def _reply_faults(faults: random.Random, kinds: frozenset[FaultKind], share: flo
     return replies
 
 
-def _more_requests(seed: int, sessions: dict[str, str], steps: list[Step],
-                   processes: int) -> tuple[dict[str, str], int | None]:
+def _more_requests(seed: int, sessions: dict[str, str], steps: list[Step], processes: int,
+                   first_id: str) -> tuple[dict[str, str], int | None]:
     """The door's hard cases, on their own sub-stream: a second member of a session reusing
     request ids, duplicate and conflicting resubmissions, payloads claiming authority, a
     stranger nobody bound; and, for some worlds, a tight iteration budget."""
@@ -326,6 +331,6 @@ def _more_requests(seed: int, sessions: dict[str, str], steps: list[Step],
         session = more.choice(sorted(sessions))
         steps.append(Submit(at_s=round(more.uniform(0.0, 120.0), 1),
                             process=more.randrange(processes), principal="stranger",
-                            session=session, request_id="r-1", text="Say hello 1."))
+                            session=session, request_id=first_id, text="Say hello 1."))
     iterations = more.choice((1, 2, 3)) if more.random() < 0.2 else None
     return members, iterations

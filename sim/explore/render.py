@@ -50,7 +50,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         f"def {scenario_name(plan)}(s: Story) -> None:",
     ]
     body = [f"s.seed = {plan.seed}  # the world's seed: it draws the interleaving",
-            f"s.use_provider(ExploreModel(({_replies(plan)})))"]
+            's.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed',
+            f"s.use_provider(ExploreModel(({_replies(plan)}), ids=s.world.chooser))"]
     if plan.files:
         body.append(f"s.files({dict(plan.files)!r})")
     if plan.max_iterations is not None:

@@ -92,7 +92,8 @@ def run_plan(plan: WorldPlan, *, store_kind: str = "memory", trace: bool = True,
 
 def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunReport:
     story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace)
-    model = ExploreModel(plan.replies)
+    story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel(plan.replies, ids=story.world.chooser)
     fired: set[FaultKind] = set()
     points: set[str] = set()
     error: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from sim.explore.plan import (
     load_plan,
 )
 from sim.explore.render import render, scenario_name
-from sim.explore.run import Verdict, run_plan
+from sim.explore.run import RunReport, Verdict, run_plan
 from sim.explore.sweep import Shard, SweepReport, first_difference, merge, sweep
 from sim.explore.swimlane import lanes_of, render_html, rows_of
 from sim.faults import CrashPoint
@@ -53,6 +54,27 @@ def test_one_seed_gives_one_record_byte_for_byte() -> None:
 def test_two_seeds_give_two_records() -> None:
     digests = {run_plan(generate(seed), trace=False).digest for seed in range(6)}
     assert len(digests) == 6
+
+
+def _ids(report: RunReport) -> list[str]:
+    return sorted(set(re.findall(r"\b(?:turn|adm)-[0-9a-f]{6}\b|\bcall_[0-9a-f]{6}\b",
+                                 report.timeline)))
+
+
+def test_the_seed_decides_the_ids() -> None:
+    """Turn, admission, call and request ids are drawn from the seed, not counted: two
+    seeds give different ids and records, one seed the same record byte for byte twice."""
+    plan = generate(11)
+    first, again = run_plan(plan), run_plan(plan)
+    assert first.digest == again.digest and first.timeline == again.timeline
+    ids = _ids(first)
+    assert {i.split("-")[0].split("_")[0] for i in ids} == {"turn", "adm", "call"}
+    assert re.search(r"\b(?:turn|adm)-\d{1,3}\b|\bcall_\d{1,3}\b", first.timeline) is None
+    other_world = run_plan(plan.model_copy(update={"seed": 12}))  # same workload, other seed
+    assert other_world.digest != first.digest and not set(_ids(other_world)) & set(ids)
+    requests = {s.request_id for s in generate(12).steps if isinstance(s, Submit)}
+    assert requests.isdisjoint({s.request_id for s in plan.steps if isinstance(s, Submit)})
+    assert all(re.fullmatch(r"r-[0-9a-f]{6}x?", r) for r in requests)
 
 
 def test_the_workload_does_not_move_when_the_faults_do() -> None:
