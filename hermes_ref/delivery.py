@@ -114,3 +114,8 @@ class TurnSeqs:
             if event.kind == "turn.completed":
                 self._last.pop(key, None)
         return event.model_copy(update=update) if update else event
+
+    def forget(self, turn_id: str) -> None:
+        """Drop a turn's counter: the events stamped so far were never committed, and they
+        were its first (an ``Opening`` that did not apply), so it counts from 1 again."""
+        self._last.pop(("", turn_id), None)

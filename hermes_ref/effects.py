@@ -50,6 +50,7 @@ from hermes_ref.models import (
     Lease,
     LeaseGrant,
     Message,
+    Opening,
     ProviderReply,
     SessionRecord,
     ToolCall,
@@ -158,7 +159,10 @@ class OpenTurn(Effect[LeaseGrant]):
     The stored row wins over ``record`` (its prompt is the one replayed: CTX-3), and the
     row exists before the lease that refers to it (CTX-4). One commit instead of two: a
     turn's first write both creates its lane and claims it, so no other process ever sees
-    a new session without its first holder. Later polls of a busy lease use AcquireLease.
+    a new session without its first holder. A turn of a session this engine has served
+    asks with it too (the row exists; its cached record is sent), so that ``opening``, the
+    user row, can ride the same commit when ``Opening.applies``; then the sites ``lease``
+    and ``user`` are one commit. Later polls of a busy lease use AcquireLease.
     """
 
     record: SessionRecord
@@ -166,6 +170,7 @@ class OpenTurn(Effect[LeaseGrant]):
     now: float
     ttl_s: float
     poll_s: float = 0.0  # > 0: join the session's queue of waiters when busy, asking again within
+    opening: Opening | None = None  # the user row, stored with the grant when nothing comes between
     kind: ClassVar[str] = "open_turn"
 
     @property

@@ -328,12 +328,40 @@ class Lease(Frozen):
     expires_at: float
 
 
+class Opening(Frozen):
+    """A turn's first rows, offered with its lease request so one commit makes both durable.
+
+    No external effect separates the grant from the user row (both must be durable before
+    the first model call), so they may share a transaction, but only when nothing else
+    has to be written between them: the store writes ``rows``, fenced by the new grant,
+    when this request creates the session, or when the grant's token is
+    ``expected_token``, the successor of the asker's last token, so that nobody held the
+    lease in between and the history the asker has cached is the durable one
+    (``applies``). Otherwise it grants alone and the turn writes its rows as before.
+    ``events`` (the turn's ``turn.started``, which describes the grant and the user row)
+    are committed with the rows and only with them, so that the record never holds the row
+    without the event that says how the turn counted it (CTX-1).
+    """
+
+    rows: tuple[Message, ...]
+    expected_token: int = 0  # 0: only for a session this request creates
+    events: tuple[Event, ...] = ()  # the turn's first events, as they will be if it applies
+
+    def applies(self, session_id: str, created: bool, lease: Lease | None) -> bool:
+        if lease is None or lease.session_id != session_id or not self.rows:
+            return False  # no grant, or a rotated session's tip: the turn syncs first (CMP-5)
+        return created or (self.expected_token > 0 and lease.token == self.expected_token)
+
+
 class LeaseGrant(Frozen):
-    """What opening a turn got: the session row (created now or not) and the lease, if free."""
+    """What opening a turn got: the session row (created now or not), the lease if free, and
+    the opening rows stored with it (``Opening``), or why they could not be."""
 
     session: SessionRecord
     created: bool
     lease: Lease | None
+    opened: tuple[Message, ...] = ()
+    opening_failure: tuple[str, str] | None = None  # (cause, message): the grant stands
 
 
 class Compacted(Frozen):

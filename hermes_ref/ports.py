@@ -24,7 +24,10 @@ Store rules every implementation keeps:
 * ``end_session`` only ends a live row: the first reason wins.
 * ``ensure_session`` returns the stored row, creating it from the given one if absent,
   atomically; it also commits any pending events. ``open_turn`` does that and takes the
-  session's lease in the same transaction (a turn's first write).
+  session's lease in the same transaction (a turn's first write); given an ``Opening``
+  that applies, it stores those rows in that transaction too, fenced by the new grant, in
+  a savepoint: rows that fail leave the grant standing and say why
+  (``LeaseGrant.opening_failure``).
 * ``put_route`` (SES) takes a route revision only if it is its key's next one (a
   compare-and-set), ends the session row it names in the same transaction, and commits
   the pending events whether or not it took the revision; nothing deletes a revision.
@@ -42,6 +45,7 @@ Store rules every implementation keeps:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from hermes_ref.admission import (
@@ -62,6 +66,7 @@ from hermes_ref.models import (
     Lease,
     LeaseGrant,
     Message,
+    Opening,
     ProviderReply,
     SessionRecord,
     ToolCall,
@@ -191,7 +196,8 @@ class Store(Protocol):
         self, session_id: str, holder: str, now: float, ttl_s: float, poll_s: float = 0.0
     ) -> Lease | None: ...
     def open_turn(
-        self, record: SessionRecord, holder: str, now: float, ttl_s: float, poll_s: float = 0.0
+        self, record: SessionRecord, holder: str, now: float, ttl_s: float, poll_s: float = 0.0,
+        opening: Opening | None = None, before_opening: Callable[[], None] | None = None,
     ) -> LeaseGrant: ...
     def release_lease(self, lease: Lease) -> None: ...
     def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease: ...
@@ -254,7 +260,8 @@ class AsyncStore(Protocol):
         self, session_id: str, holder: str, now: float, ttl_s: float, poll_s: float = 0.0
     ) -> Lease | None: ...
     async def open_turn(
-        self, record: SessionRecord, holder: str, now: float, ttl_s: float, poll_s: float = 0.0
+        self, record: SessionRecord, holder: str, now: float, ttl_s: float, poll_s: float = 0.0,
+        opening: Opening | None = None,
     ) -> LeaseGrant: ...
     async def release_lease(self, lease: Lease) -> None: ...
     async def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease: ...

@@ -24,19 +24,31 @@ In order, because the order is the contract:
    calls without results get an ``unknown`` result and are never re-run (TOOL-10); an
    open user/tool tail gets an engine boundary row (FIN-5).
 7. Persist the user row, once, with its final ``api_content`` sidecar, before the first
-   model call (CTX-8, WIRE-1). A turn whose history ends open, mid-turn of another turn
-   (crashed, or fenced off after losing its lease), first warns naming both (CTX-9).
+   model call (CTX-8, WIRE-1). When nothing has to be written before it (a new session,
+   or a served one whose cached history is the durable one and ends closed), the row is
+   offered with the lease request of step 3 and rides the grant's commit (``Opening``):
+   no external effect separates the two, so one commit makes both durable. A turn whose
+   history ends open, mid-turn of another turn (crashed, or fenced off after losing its
+   lease), first warns naming both (CTX-9).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from copy import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from hermes_ref import closure, redirect, rotation
 from hermes_ref import lease as lease_rules
-from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
+from hermes_ref.context import (
+    IterationBudget,
+    NudgeCounters,
+    SessionCache,
+    TurnContext,
+    TurnState,
+    check_stored,
+)
 from hermes_ref.effects import (
     AcquireLease,
     Emit,
@@ -51,9 +63,9 @@ from hermes_ref.effects import (
     Sleep,
     StartRefresher,
 )
-from hermes_ref.errors import BadInput, PersistenceError
+from hermes_ref.errors import BadInput, InvariantBroken, PersistenceError
 from hermes_ref.limits import Limits
-from hermes_ref.models import Lease, Message, Role, SessionRecord, ToolSpec
+from hermes_ref.models import Event, Lease, Message, Opening, Role, SessionRecord, ToolSpec
 from hermes_ref.outcomes import (
     Completion,
     Ending,
@@ -146,31 +158,92 @@ def session_record(inp: TurnInput, tools: tuple[ToolSpec, ...], now: float) -> S
                          system_prompt=prompt, started_at=now)
 
 
+@dataclass(slots=True)
+class Taken:
+    """What asking for the lease came to: the session's cache, whether this turn created
+    the session, the lease (None: the wait ended without it), and the opening rows the
+    grant stored (``Opening``) or why it could not store them."""
+
+    cache: SessionCache
+    created: bool
+    lease: Lease | None
+    opened: tuple[Message, ...] = ()
+    opening_failure: tuple[str, str] | None = None
+
+
+def _cached_record(cache: SessionCache, inp: TurnInput, now: float) -> SessionRecord:
+    """A served session's row as this engine knows it (the row exists; nothing is inserted)."""
+    return SessionRecord(id=cache.session_id, key=inp.session_key, platform=inp.platform,
+                         system_prompt=cache.system_prompt, started_at=now)
+
+
+def _opening(inp: TurnInput, deps: PrologueDeps, cache: SessionCache | None, user: Message,
+             now: float) -> Opening | None:
+    """The user row to offer with the lease request, or None when something may have to be
+    written before it; with it the ``turn.started`` event the turn will emit if it applies.
+
+    A caller's history seeds a new session first; a cached history that ends open is
+    repaired first (TOOL-10, FIN-5); a cache with no token of its own cannot tell whether
+    someone else wrote since. For a session this engine has not seen, the store keeps the
+    row only if the request creates the session (it then has no rows at all, token 1).
+    When the opening applies, the history is not reloaded, so the counters it names are the
+    cached ones counted once more (CTX-1); ``_check_opening`` holds the turn to them.
+    """
+    if inp.history is not None:
+        return None
+    if cache is None:
+        session_id, token, nudges = inp.session_id, 1, NudgeCounters()
+    elif not cache.last_lease_token or unfinished_turn(cache.history) is not None:
+        return None
+    else:
+        session_id, token, nudges = cache.session_id, cache.last_lease_token + 1, copy(cache.nudges)
+    offered = any(t.keeps_memory for t in deps.tools)
+    review = nudges.count_user_turn(deps.limits.memory_nudge_interval, offered)
+    started = TurnStarted(lease_token=token, user_turn=nudges.user_turns, memory_review=review)
+    event = started.event(session_id, user.turn_id or "").model_copy(update={"at": now})
+    return Opening(rows=(user,), expected_token=0 if cache is None else token, events=(event,))
+
+
+def _check_opening(opening: Opening | None, event: Event) -> None:
+    """The ``turn.started`` the grant committed must be the one the turn emits now."""
+    committed = opening.events[0] if opening is not None and opening.events else None
+    if committed is None or committed.model_copy(update={"turn_seq": None}) != event:
+        raise InvariantBroken(f"the opening committed {committed!r}, the turn started as {event!r}")
+
+
 async def _take_lease(
-    inp: TurnInput, deps: PrologueDeps, cache: SessionCache | None, holder: str, now: float
-) -> tuple[SessionCache, bool, Lease | None]:
-    """The session's cache, whether this turn created the session, and the lease or None.
+    inp: TurnInput, deps: PrologueDeps, cache: SessionCache | None, holder: str, now: float,
+    opening: Opening | None = None,
+) -> Taken:
+    """Ask for the session's lease, offering ``opening`` with the first ask.
 
     A session this engine has not seen is opened with ``OpenTurn`` (row and lease in one
-    transaction); a busy lease is polled with ``AcquireLease`` until the bounded wait ends.
+    transaction), and so is one it has served when there is an opening to offer (then the
+    user row can share that commit); a busy lease is polled with ``AcquireLease`` until the
+    bounded wait ends. Only the first ask can carry the opening: after a wait, someone else
+    held the lease, and the history must be synced first.
     """
-    limits, created = deps.limits, False
+    limits = deps.limits
     deadline = now + limits.lease_wait_s_max
-    if cache is None:
-        grant = await OpenTurn(session_record(inp, deps.tools, now), holder, now,
-                               limits.lease_ttl_s, limits.lease_poll_s)
-        prompt = grant.session.system_prompt
-        cache = SessionCache(grant.session.id, prompt, Message(role=Role.SYSTEM, content=prompt))
-        created, lease = grant.created, grant.lease
+    taken: Taken
+    if cache is None or opening is not None:
+        record = session_record(inp, deps.tools, now) if cache is None else \
+            _cached_record(cache, inp, now)
+        grant = await OpenTurn(record, holder, now, limits.lease_ttl_s, limits.lease_poll_s,
+                               opening)
+        if cache is None:
+            prompt = grant.session.system_prompt
+            cache = SessionCache(grant.session.id, prompt, Message(role=Role.SYSTEM, content=prompt))
+        taken = Taken(cache, grant.created, grant.lease, grant.opened, grant.opening_failure)
     else:
-        lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
-                                   limits.lease_poll_s)
-    while lease is None and now < deadline:
+        taken = Taken(cache, False, await AcquireLease(inp.session_id, holder, now,
+                                                       limits.lease_ttl_s, limits.lease_poll_s))
+    while taken.lease is None and now < deadline:
         await Sleep(limits.lease_poll_s)
         now = await Now()
-        lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
-                                   limits.lease_poll_s)
-    return cache, created, lease
+        taken.lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
+                                         limits.lease_poll_s)
+    return taken
 
 
 async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> bool:
@@ -238,12 +311,22 @@ async def _persist_user(ctx: TurnContext, user: Message) -> bool:
     return await ctx.persist((user,), Site.USER)
 
 
-async def _write_opening(ctx: TurnContext, user: Message, seeded: bool) -> bool:
+async def _write_opening(ctx: TurnContext, user: Message, seeded: bool, taken: Taken) -> bool:
     """The turn's first rows, in order; False when one of the writes failed.
 
-    A seeded session's history goes first, as the caller's input (site ``user``), so that
-    everything after it, the repair of an open tail included, sees it durable.
+    When the grant stored the user row (``Opening``) there is nothing left to write: the
+    row was offered only when nothing had to come before it. A seeded session's history
+    goes first, as the caller's input (site ``user``), so that everything after it, the
+    repair of an open tail included, sees it durable.
     """
+    if taken.opened:
+        check_stored((user,), taken.opened)
+        ctx.transcript.absorb(taken.opened)
+        return True
+    if taken.opening_failure is not None:  # the grant stands; the user row is not durable
+        cause, message = taken.opening_failure
+        ctx.write_failed(Site.USER, PersistenceError(message, cause=cause))
+        return False
     if seeded and not await ctx.persist(ctx.transcript.messages(), Site.USER):
         return False
     return await _repair_tail(ctx) and await _persist_user(ctx, user)
@@ -317,16 +400,20 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
                    api_content=compose_api_content(inp.text, inp.injected_context))
     cache = deps.caches.get(inp.session_id)
     lease, failure, loaded = None, None, False
+    taken: Taken | None = None
+    opening: Opening | None = None
     try:
         holder = lease_rules.holder_identity(deps.holder, turn_id, inp.platform)
-        cache, created, lease = await _take_lease(inp, deps, cache, holder, now)
+        opening = _opening(inp, deps, cache, user, now)
+        taken = await _take_lease(inp, deps, cache, holder, now, opening)
+        cache, created, lease = taken.cache, taken.created, taken.lease
         if lease is not None and lease.session_id != cache.session_id:  # CMP-5: rotated away
             cache = await rotation.tip_cache(cache, lease.session_id)
         if lease is not None:
             loaded = await _sync_history(cache, lease, created)
     except PersistenceError as error:
         failure = error
-    if cache is None or lease is None or failure is not None:
+    if cache is None or lease is None or failure is not None or taken is None:
         return await _refuse(inp, deps, turn_id, user, lease, failure)
     deps.caches[inp.session_id] = deps.caches[cache.session_id] = cache  # CMP-5: the tip's
     refresher = await StartRefresher(lease, deps.limits.lease_refresh_s, deps.limits.lease_ttl_s)
@@ -343,8 +430,12 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     )
     started = TurnStarted(lease_token=lease.token, user_turn=cache.nudges.user_turns,
                           memory_review=review)
-    await Emit(started.event(cache.session_id, turn_id).model_copy(update={"at": now}))
+    event = started.event(cache.session_id, turn_id).model_copy(update={"at": now})
+    if taken.opened:
+        _check_opening(opening, event)  # committed with the grant and the user row
+    else:
+        await Emit(event)
     await _warn_if_late(ctx)
-    if not await _write_opening(ctx, user, seeded=seed is not None):
+    if not await _write_opening(ctx, user, seeded=seed is not None, taken=taken):
         ctx.carried_input = user  # the message never became durable: hand it back (LEASE-5)
     return ctx

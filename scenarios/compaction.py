@@ -81,11 +81,11 @@ def provider_overflow_is_compacted_and_retried(s: Story) -> None:
 
 
 @scenario("An overflow that compaction cannot relieve fails closed: the refused request is "
-          "not sent again, and no boundary row is added",
-          invariants=("CMP-7", "LOOP-5", "FIN-5"), stage="compaction")
+          "not sent again, and no boundary row is added; the next turn closes that tail first",
+          invariants=("CMP-7", "LOOP-5", "FIN-5", "CTX-9"), stage="compaction")
 def overflow_that_cannot_be_relieved_fails_closed(s: Story) -> None:
     s.limits(context_window_tokens=WINDOW)
-    s.script(ContextOverflow("maximum context length exceeded", status=400))
+    s.script(ContextOverflow("maximum context length exceeded", status=400), text("Hello again."))
     result = s.turn("Hello there.")
     s.expect(result is not None and result.exit_reason is ExitReason.COMPRESSION_EXHAUSTED,
              "failed closed with the context-pressure exit")
@@ -93,6 +93,11 @@ def overflow_that_cannot_be_relieved_fails_closed(s: Story) -> None:
              "nothing to compact, nothing sent again")
     rows = s.transcript()
     s.expect(rows[-1].role is Role.USER, "context pressure adds no boundary row (FIN-5)")
+    again = s.turn("Hi?")  # the same process: its cached history ends on that user row
+    s.expect(again is not None and again.final_response == "Hello again.", "the next turn answers")
+    roles = [m.role for m in s.transcript()[len(rows):]]
+    s.expect(roles == [Role.ASSISTANT, Role.USER, Role.ASSISTANT],
+             "it closed the open tail before its own user row")
 
 
 @scenario("Old tool outputs are pruned first, without a model call, when that is enough",

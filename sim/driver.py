@@ -41,7 +41,7 @@ from hermes_ref.errors import (
     TurnInterrupted,
 )
 from hermes_ref.lease import LOST_REASON
-from hermes_ref.models import EventKind, Lease
+from hermes_ref.models import EventKind, Lease, LeaseGrant
 from hermes_ref.outcomes import ExitLine
 from sim.compaction_handlers import CompactionHandlers  # CMP-5, CMP-6
 from sim.door_handlers import AdmissionHandlers
@@ -166,9 +166,13 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         world.effects_performed += 1
         actor.value, actor.error = value, error
         site = effect.site
-        if world.fault_state.crashes_planned and error is None and site is not None \
-                and world.fault_state.crash_due("after", site):
+        if not world.fault_state.crashes_planned or error is not None or site is None:
+            return
+        if world.fault_state.crash_due("after", site):
             self._drop(f"after:{site.value}")
+        elif isinstance(value, LeaseGrant) and value.opened \
+                and world.fault_state.crash_due("after", Site.USER):
+            self._drop(f"after:{Site.USER.value}")  # the user row rode the grant's commit
 
     def _end(self, actor: Actor, result: Any, raised: BaseException | None) -> None:
         """An actor ended; whatever it started and did not stop (a refresher) ends with it."""
@@ -196,7 +200,21 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         if site is not None and faults.crash_due("before", site):
             self._drop(f"before:{site.value}")
             return True
+        if self._opens_with_user_row(effect) and faults.crash_due("before", Site.USER):
+            self._drop(f"before:{Site.USER.value}")  # the commit that would carry the user row
+            return True
         return False
+
+    def _opens_with_user_row(self, effect: Any) -> bool:
+        """A lease request that will store the user row too (``Opening``): sites lease and
+        user are one commit, and a crash point at either is at that commit."""
+        if not isinstance(effect, fx.OpenTurn) or effect.opening is None:
+            return False
+        crash = self.world.fault_state.plan.crash
+        if crash is None or crash.site is not Site.USER:
+            return False  # only a planned crash at the user row needs to know
+        return self.world.store.would_open(effect.record, effect.holder, effect.now, effect.ttl_s,
+                                           effect.poll_s, effect.opening)
 
     def _drop(self, point: str) -> None:
         if self.world.on_crash is not None:
@@ -261,7 +279,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             raise
         if self.world.timeline.enabled:
             for row in rows:
-                self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} {_describe(row)}")
+                self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} {describe_row(row)}")
         return rows
 
     def _vouch(self, what: str, session_id: str, lease_token: int) -> None:
@@ -418,7 +436,8 @@ def finished(actor: Actor) -> Any:
     return actor.result
 
 
-def _describe(row: Any) -> str:
+def describe_row(row: Any) -> str:
+    """One stored row, as the timeline shows it."""
     role = row.role.value
     if row.tool_calls:
         return f"{role} calls " + ", ".join(f"{c.id} {c.name}" for c in row.tool_calls)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.effects import Site
-from hermes_ref.errors import LeaseLost, TurnInterrupted
-from hermes_ref.models import Lease, LeaseGrant
+from hermes_ref.errors import LeaseLost, PersistenceError, TurnInterrupted
+from hermes_ref.models import Event, Lease, LeaseGrant, Opening
 
 if TYPE_CHECKING:
     from sim.scheduler import Actor
@@ -47,6 +47,8 @@ class LeaseHandlers:
     # SimDriver's own steps, which these handlers use (declared here, defined there)
     _write: Callable[..., Any]
     _fail_if_planned: Callable[[Site], None]
+    _stamp: Callable[[Event], Event]
+    _publish: Callable[[list[Event], int], None]
     spawn: Callable[..., Actor]
     stop_actor: Callable[[Actor], None]
 
@@ -73,17 +75,49 @@ class LeaseHandlers:
     # -- grants -----------------------------------------------------------------------
     def _open_turn(self, effect: fx.OpenTurn) -> LeaseGrant:
         self._fail_if_planned(Site.LEASE)
-        grant: LeaseGrant = self._write(self.world.store.open_turn, effect.record, effect.holder,
-                                        effect.now, effect.ttl_s, effect.poll_s)
+        opening = effect.opening
+        if opening is not None and opening.events:  # numbered now, as an Emit would be (DEL-1)
+            opening = opening.model_copy(
+                update={"events": tuple(self._stamp(e) for e in opening.events)})
+        try:
+            grant: LeaseGrant = self._write(self.world.store.open_turn, effect.record,
+                                            effect.holder, effect.now, effect.ttl_s, effect.poll_s,
+                                            opening, lambda: self._fail_if_planned(Site.USER))
+        except PersistenceError:
+            if opening is not None and opening.events:
+                self._opening_events(opening, committed=False)
+            raise
+        if opening is not None and opening.events:
+            self._opening_events(opening, committed=bool(grant.opened))
+        timeline = self.world.timeline
         if grant.created:
-            self.world.timeline.add("write", f"session   {effect.record.id} created")
+            timeline.add("write", f"session   {effect.record.id} created")
         got = f"token {grant.lease.token}" if grant.lease else "busy"
-        self.world.timeline.add("write", f"lease     {effect.record.id} {got}")
+        timeline.add("write", f"lease     {effect.record.id} {got}")
+        if timeline.enabled:
+            from sim.driver import describe_row  # the driver mixes this class in
+
+            for row in grant.opened:  # the user row, in the grant's commit (Opening)
+                timeline.add("write", f"{Site.USER:<9} #{row.row_id} {describe_row(row)} "
+                             "(with the lease)")
         if grant.lease is not None:
             self.log_lease("granted", grant.lease)
         else:
             self._log_busy(effect.record.id, effect.holder)
         return grant
+
+    def _opening_events(self, opening: Opening, committed: bool) -> None:
+        """The opening's events were committed with its rows (emitted and delivered now, as
+        events a write commits are), or never were (the turn emits them itself later)."""
+        if not committed:
+            self.world.turn_seqs.forget(opening.events[0].turn_id)
+            return
+        world = self.world
+        for event in opening.events:
+            world.stream.append(event)
+            for subscriber in world.subscribers:
+                subscriber(event)
+        self._publish(list(opening.events), 0)
 
     def _acquire_lease(self, effect: fx.AcquireLease) -> Lease | None:
         self._fail_if_planned(Site.LEASE)

@@ -38,7 +38,7 @@ from hermes_ref.admission import (
     Outcome,
 )
 from hermes_ref.lane_restart import LaneEntry  # SES
-from hermes_ref.models import Compacted, Event, Lease, LeaseGrant, Message, SessionRecord
+from hermes_ref.models import Compacted, Event, Lease, LeaseGrant, Message, Opening, SessionRecord
 from hermes_ref.ports import DurableRecord
 from hermes_ref.session import Route  # SES
 from hermes_ref.shell import sqlite_admissions as adm
@@ -140,8 +140,21 @@ class SqliteStore:
                            poll_s)
 
     def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
-                  poll_s: float = 0.0) -> LeaseGrant:
-        return self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive, poll_s)
+                  poll_s: float = 0.0, opening: Opening | None = None,
+                  before_opening: Callable[[], None] | None = None) -> LeaseGrant:
+        return self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive, poll_s,
+                           opening, before_opening)
+
+    def would_open(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
+                   poll_s: float, opening: Opening) -> bool:
+        """Would ``open_turn`` store ``opening`` now? Asked in a transaction rolled back."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            grant = ops.open_turn(self._conn, (), record, holder, now, ttl_s, self._holder_alive,
+                                  poll_s, opening)
+        finally:
+            self._conn.execute("ROLLBACK")
+        return bool(grant.opened)
 
     def release_lease(self, lease: Lease) -> None:
         self._write(ops.release_lease, lease, self._now() or 0.0)

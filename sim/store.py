@@ -20,7 +20,7 @@ from hermes_ref import lease as lease_rules
 from hermes_ref import rotation  # CMP-5: a rotated session's turns run on its tip
 from hermes_ref.delivery import replay  # DEL-2
 from hermes_ref.errors import LeaseLost, PersistenceError
-from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
+from hermes_ref.models import Event, Lease, LeaseGrant, Message, Opening, SessionRecord
 from hermes_ref.ports import DurableRecord, LeaseGrantRow, LeaseRow, StoredMessage
 from sim.store_admissions import AdmissionsMixin
 from sim.store_compaction import CompactionStoreMixin  # CMP-5, CMP-6
@@ -123,14 +123,18 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
         if session_id not in self._sessions:
             raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
         self._check_fence(session_id, lease_token)
+        self._refuse_scaffolding(messages)
+        stored = self._insert(session_id, messages)  # the same insert a compaction uses
+        self._commit_events()
+        return stored
+
+    @staticmethod
+    def _refuse_scaffolding(messages: tuple[Message, ...]) -> None:
         for message in messages:
             if message.scaffold is not None:
                 raise PersistenceError(
                     f"refusing to persist scaffolding ({message.scaffold.value})", cause="scaffolding"
                 )
-        stored = self._insert(session_id, messages)  # the same insert a compaction uses
-        self._commit_events()
-        return stored
 
     def rewrite_message(
         self, session_id: str, lease_token: int, row_id: int, content: str
@@ -160,17 +164,12 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
         if session_id not in self._sessions:
             raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
         current = self._leases.get(session_id)
-        free = True
-        if current is not None and current.holder is not None:
-            incumbent = current.holder
-            free = lease_rules.reclaimable(current.expires_at, now,
-                                           lambda: not self._holder_alive(incumbent))
-        if not free or (poll_s > 0 and not self._first_in_line(session_id, holder, now)):
+        token = self._grantable(session_id, holder, now, poll_s)
+        if token is None:
             if poll_s > 0:  # wait in line: a write of its own, which commits no event
                 self._join_queue(session_id, holder, now, poll_s)
             return None
         self._waiters.get(session_id, {}).pop(holder, None)
-        token = (current.token if current else 0) + 1
         row = LeaseRow(
             session_id=session_id, holder=holder, token=token,
             acquired_at=now, expires_at=now + ttl_s,
@@ -187,9 +186,38 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
             acquired_at=now, expires_at=now + ttl_s,
         )
 
+    def _grantable(self, session_id: str, holder: str, now: float, poll_s: float) -> int | None:
+        """The token a grant to ``holder`` would get now, or None while it must wait."""
+        current = self._leases.get(session_id)
+        free = True
+        if current is not None and current.holder is not None:
+            incumbent = current.holder
+            free = lease_rules.reclaimable(current.expires_at, now,
+                                           lambda: not self._holder_alive(incumbent))
+        if not free or (poll_s > 0 and not self._first_in_line(session_id, holder, now)):
+            return None
+        return (current.token if current else 0) + 1
+
+    def would_open(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
+                   poll_s: float, opening: Opening) -> bool:
+        """Would ``open_turn`` store ``opening`` now? (The simulator's crash points ask.)"""
+        if record.id not in self._sessions:
+            first = Lease(session_id=record.id, holder=holder, token=1, acquired_at=now,
+                          expires_at=now + ttl_s)
+            return opening.applies(record.id, True, first)
+        session_id = self._tip_id(record.id)
+        token = self._grantable(session_id, holder, now, poll_s)
+        lease = None if token is None else Lease(session_id=session_id, holder=holder, token=token,
+                                                 acquired_at=now, expires_at=now + ttl_s)
+        return opening.applies(record.id, False, lease)
+
     def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
-                  poll_s: float = 0.0) -> LeaseGrant:
-        """Ensure the session row and take its lease as one commit (see sqlite_ops.open_turn)."""
+                  poll_s: float = 0.0, opening: Opening | None = None,
+                  before_opening: Callable[[], None] | None = None) -> LeaseGrant:
+        """Ensure the session row, take its lease and store the opening rows when they apply,
+        as one commit (see sqlite_ops.open_turn). ``before_opening`` runs just before the
+        rows are stored; a ``PersistenceError`` it raises fails the rows alone, as a failed
+        savepoint does in SQLite (the simulator's planned write failures)."""
         existing = self._sessions.get(record.id)
         if existing is not None and rotation.lease_follows_tip(existing.end_reason):  # CMP-5
             existing = self.compression_tip(record.id) or existing
@@ -199,7 +227,19 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
         lease = self.acquire_lease((existing or record).id, holder, now, ttl_s, poll_s)
         if existing is None and lease is None:
             self._commit_events()
-        return LeaseGrant(session=existing or record, created=existing is None, lease=lease)
+        grant = LeaseGrant(session=existing or record, created=existing is None, lease=lease)
+        if opening is None or not opening.applies(record.id, grant.created, lease):
+            return grant
+        try:
+            if before_opening is not None:
+                before_opening()
+            self._refuse_scaffolding(opening.rows)
+        except PersistenceError as error:
+            return grant.model_copy(update={"opening_failure": (error.cause, str(error))})
+        opened = self._insert(record.id, opening.rows)
+        self._pending_events.extend(opening.events)  # committed with the rows, and only with them
+        self._commit_events()
+        return grant.model_copy(update={"opened": opened})
 
     def release_lease(self, lease: Lease) -> None:
         current = self._leases.get(lease.session_id)

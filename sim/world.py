@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_ref.delivery import Hub, TurnSeqs  # DEL-2
-from hermes_ref.models import Event, ProviderReply, StreamDelta
+from hermes_ref.models import Event, Opening, ProviderReply, SessionRecord, StreamDelta
 from hermes_ref.phases import Phase
 from hermes_ref.ports import Provider, Store
 from hermes_ref.wire import ProviderRequest, WireBody
@@ -100,6 +100,8 @@ class CrashableStore(Store, Protocol):
     def crash(self) -> None: ...
     def reopen(self) -> None: ...
     def take_pending_events(self) -> list[Event]: ...
+    def would_open(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
+                   poll_s: float, opening: Opening) -> bool: ...
 
 
 SIM_PID_NAMESPACE = "sim"

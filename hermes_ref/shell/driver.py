@@ -52,8 +52,8 @@ from hermes_ref import delivery  # DEL-2
 from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.admission import Ack, Refusal
-from hermes_ref.errors import OperatingError, TurnInterrupted
-from hermes_ref.models import Event, EventKind, ToolResult
+from hermes_ref.errors import OperatingError, PersistenceError, TurnInterrupted
+from hermes_ref.models import Event, EventKind, LeaseGrant, ToolResult
 from hermes_ref.outcomes import ExitLine
 from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
 from hermes_ref.shell import liveness, tool_pool, turn_tasks  # TOOL-5: tool_pool
@@ -137,7 +137,7 @@ class AsyncDriver:
         return {
             fx.Sleep: self._sleep_effect,
             fx.LoadMessages: lambda e: store.load_messages(e.session_id, e.after_row_id),
-            fx.OpenTurn: lambda e: store.open_turn(e.record, e.holder, e.now, e.ttl_s, e.poll_s),
+            fx.OpenTurn: self._open_turn,
             fx.AcquireLease: lambda e: store.acquire_lease(e.session_id, e.holder, e.now, e.ttl_s,
                                                            e.poll_s),
             fx.ReleaseLease: lambda e: store.release_lease(e.lease),
@@ -166,6 +166,28 @@ class AsyncDriver:
             fx.InterruptTurn: self._interrupt_turn,
             fx.ClearInterrupt: self._clear_interrupt,
         }
+
+    async def _open_turn(self, effect: fx.OpenTurn) -> LeaseGrant:
+        """The grant, and with it the opening's rows and events when it applies (``Opening``).
+
+        The opening's events are numbered now, as an ``Emit`` would number them (DEL-1); if
+        they were not committed, they never existed and the turn numbers its own from 1.
+        """
+        opening = effect.opening
+        if opening is not None and opening.events:
+            now = self.clock()
+            opening = opening.model_copy(
+                update={"events": tuple(self._turn_seqs.stamp(e, now) for e in opening.events)})
+        try:
+            grant = await self.store.open_turn(effect.record, effect.holder, effect.now,
+                                               effect.ttl_s, effect.poll_s, opening)
+        except PersistenceError:
+            if opening is not None and opening.events:
+                self._turn_seqs.forget(opening.events[0].turn_id)
+            raise
+        if opening is not None and opening.events and not grant.opened:
+            self._turn_seqs.forget(opening.events[0].turn_id)
+        return grant
 
     def _sleep_effect(self, effect: fx.Sleep) -> Awaitable[None]:
         """A turn sleeps through the injected ``sleep`` (interruptibly); a refresher keeps

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 from hermes_ref import delivery  # DEL-2: the replay bound
 from hermes_ref.errors import LeaseLost, PersistenceError
-from hermes_ref.models import Event, Lease, LeaseGrant, Message, SessionRecord
+from hermes_ref.models import Event, Lease, LeaseGrant, Message, Opening, SessionRecord
 from hermes_ref.ports import DurableRecord, StoredMessage
 from hermes_ref.shell import sqlite_leases as leases
 from hermes_ref.shell.sqlite_codec import (
@@ -43,6 +43,7 @@ from hermes_ref.shell.sqlite_codec import (
     decode_lease,
     decode_message,
     decode_session,
+    encode_event,
     message_row,
     persistence_error,
     session_row,
@@ -415,15 +416,22 @@ def open_turn(
     ttl_s: float,
     holder_alive: Callable[[str], bool] | None = None,
     poll_s: float = 0.0,
+    opening: Opening | None = None,
+    before_opening: Callable[[], None] | None = None,
 ) -> LeaseGrant:
-    """Ensure the session row and take its lease in ONE transaction (one commit, one fsync).
+    """Ensure the session row, take its lease and store the opening rows when they apply
+    (``Opening.applies``), in ONE transaction (one commit, one fsync).
 
     When the lease is held and the row already existed, nothing is written: the
     transaction rolls back and pending events stay pending, as with ``acquire_lease``.
+    The opening rows are a savepoint of the transaction: if they fail, the grant still
+    commits and the grant says why the rows did not (``before_opening`` runs first; the
+    simulator plans its write failures there).
     """
     expires_at = now + ttl_s
     stored: SessionRecord = record
     created = False
+    grant: LeaseGrant
     try:
         with _write(conn):
             created = conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(record)).rowcount == 1
@@ -437,11 +445,35 @@ def open_turn(
                 raise _Busy
             if token is not None or created:
                 _insert_events(conn, events)
+            lease = Lease(session_id=stored.id, holder=holder, token=token,
+                          acquired_at=now, expires_at=expires_at) if token is not None else None
+            grant = LeaseGrant(session=stored, created=created, lease=lease)
+            if opening is not None and opening.applies(record.id, created, lease):
+                grant = _store_opening(conn, grant, opening, before_opening)
     except _Busy:
         return LeaseGrant(session=stored, created=False, lease=None)
-    lease = Lease(session_id=stored.id, holder=holder, token=token,
-                  acquired_at=now, expires_at=expires_at) if token is not None else None
-    return LeaseGrant(session=stored, created=created, lease=lease)
+    return grant
+
+
+def _store_opening(conn: StoreConnection, grant: LeaseGrant, opening: Opening,
+                   before_opening: Callable[[], None] | None) -> LeaseGrant:
+    """The opening rows in a savepoint of the grant's transaction; a failure fails them alone."""
+    session_id = grant.session.id
+    try:
+        with _write(conn):  # inside the open transaction: a SAVEPOINT
+            if before_opening is not None:
+                before_opening()
+            for message in opening.rows:
+                if message.scaffold is not None:
+                    raise PersistenceError(
+                        f"refusing to persist scaffolding ({message.scaffold.value})",
+                        cause="scaffolding")
+            first = _insert_messages(conn, [message_row(session_id, m) for m in opening.rows])
+            _insert_events(conn, [encode_event(e) for e in opening.events])
+    except PersistenceError as error:
+        return grant.model_copy(update={"opening_failure": (error.cause, str(error))})
+    opened = tuple(m.model_copy(update={"row_id": first + i}) for i, m in enumerate(opening.rows))
+    return grant.model_copy(update={"opened": opened})
 
 
 def release_lease(conn: StoreConnection, events: Sequence[EventRow], lease: Lease,

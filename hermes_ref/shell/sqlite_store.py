@@ -48,7 +48,7 @@ from hermes_ref.admission import (
 from hermes_ref.admission import Outcome as AdmissionOutcome
 from hermes_ref.errors import PersistenceError
 from hermes_ref.lane_restart import LaneEntry  # SES
-from hermes_ref.models import Compacted, Event, Lease, LeaseGrant, Message, SessionRecord
+from hermes_ref.models import Compacted, Event, Lease, LeaseGrant, Message, Opening, SessionRecord
 from hermes_ref.ports import DurableRecord
 from hermes_ref.session import Route  # SES
 from hermes_ref.shell import liveness, sqlite_connect
@@ -258,10 +258,17 @@ class AsyncSqliteStore:
         )
 
     async def open_turn(
-        self, record: SessionRecord, holder: str, now: float, ttl_s: float, poll_s: float = 0.0
+        self, record: SessionRecord, holder: str, now: float, ttl_s: float, poll_s: float = 0.0,
+        opening: Opening | None = None,
     ) -> LeaseGrant:
-        return await self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive,
-                                 poll_s)
+        grant: LeaseGrant = await self._write(ops.open_turn, record, holder, now, ttl_s,
+                                              self._holder_alive, poll_s, opening)
+        if grant.opened:
+            self._watermark = max(self._watermark, grant.opened[-1].row_id or 0)
+            if opening is not None and opening.events:  # DEL-2: committed with the rows
+                for listener in self._commit_listeners:
+                    listener(opening.events)
+        return grant
 
     async def release_lease(self, lease: Lease) -> None:
         await self._write(ops.release_lease, lease, self.clock())

@@ -1,30 +1,29 @@
-"""What the minimum commits per tool-round turn would give: 4 instead of 6, measured.
+"""What the minimum commits per tool-round turn would give: 4 instead of 5, measured.
 
 Theory of operation
 -------------------
-Today one session's tool-round turn makes 6 commits: the lease grant (``open_turn``), the
-user row, the tool-call row, the tool-result row, the final row and the release. The
-invariants need only 4, one between each two external effects, because each carries data
-that exists only after the effect before it and must be durable before the effect after
-it: the user row before the first model call (CTX-8), the call row before the tool runs
-(TOOL-1), the results before they are sent back (TOOL-8), the final row before the answer
-is delivered (FIN-3, FIN-6). The grant can share the user row's commit (nothing external
-happens between them when no compression runs first) and the release can share the final
-row's (LEASE-6: the release comes after the final persist; nothing external happens
-between them, and the answer is delivered only after both). Doing so is a change of the
-engine core (docs/performance.md says which); this module only measures what it would save,
-without touching the core.
+One session's tool-round turn makes 5 commits: the lease grant with the user row
+(``open_turn`` with an ``Opening``), the tool-call row, the tool-result row, the final
+row and the release. The invariants need only 4, one between each two external effects,
+because each carries data that exists only after the effect before it and must be durable
+before the effect after it: the user row before the first model call (CTX-8), the call
+row before the tool runs (TOOL-1), the results before they are sent back (TOOL-8), the
+final row before the answer is delivered (FIN-3, FIN-6). The grant already shares the user
+row's commit. The release could share the final row's (LEASE-6: the release comes after
+the final persist; nothing external happens between them, and the answer is delivered
+only after both). Doing so is a change of the engine's finalizer (docs/performance.md says
+which); this module only measures what it would save, without touching the engine.
 
 ``FourCommitStore`` is an ``AsyncSqliteStore`` whose write hop (``_start_batch``) leaves
-the transaction open after the grant and after a final answer (an assistant row with no
-tool calls), so the next write, the user row or the release, runs inside it and commits
-both: the same SQL statements as today, 4 COMMITs and fsyncs per turn instead of 6. It is
-a measuring device for one session at a time, not a store: a write held open is not
-durable until the next one, which is right only for the turn shape of this bench.
+the transaction open after a final answer (an assistant row with no tool calls), so the
+next write, the release, runs inside it and commits both: the same SQL statements as the
+store, 4 COMMITs and fsyncs per turn instead of 5. It is a measuring device for one
+session at a time, not a store: a write held open is not durable until the next one,
+which is right only for the turn shape of this bench.
 
 ``min_commit_throughput`` times it against the ordinary store, one session, in chunks of
-``sessions_chunk_s`` alternating ``6, 4, 4, 6`` per rep on two fresh rigs; the gain is per
-rep, the 4-commit rate over the 6-commit rate.
+``sessions_chunk_s`` alternating ``5, 4, 4, 5`` per rep on two fresh rigs; the gain is per
+rep, the 4-commit rate over the 5-commit rate.
 """
 
 from __future__ import annotations
@@ -49,11 +48,8 @@ __all__ = ["FourCommitStore", "MinCommits", "min_commit_throughput", "report_row
 
 
 def _holds(write: Write) -> bool:
-    """Leave the transaction open after this write: the lease grant, or a final answer."""
-    name = getattr(write.op, "__name__", "")
-    if name == "open_turn":
-        return True
-    if name != "append_messages":
+    """Leave the transaction open after this write: a final answer (the release follows)."""
+    if getattr(write.op, "__name__", "") != "append_messages":
         return False
     rows = next((a for a in write.args if isinstance(a, tuple) and a
                  and isinstance(a[0], Message)), ())
@@ -78,7 +74,7 @@ def held_batch(conn: StoreConnection, writes: Sequence[Write]) -> list[Outcome]:
 
 
 class FourCommitStore(AsyncSqliteStore):
-    """The grant commits with the user row, the final row with the release (see above)."""
+    """The final row commits with the release (see above)."""
 
     def _start_batch(self, writes: Sequence[Write]) -> asyncio.Future[Sequence[Outcome]]:
         execute = cast(Any, self._db._execute)
@@ -104,8 +100,8 @@ def _roll_back_held(conn: sqlite3.Connection) -> None:
 class MinCommits:
     """Per rep: both rigs' pooled turns/s and commits per turn, and the gain."""
 
-    rates: dict[int, list[float]] = field(default_factory=lambda: {6: [], 4: []})
-    commits_per_turn: dict[int, list[float]] = field(default_factory=lambda: {6: [], 4: []})
+    rates: dict[int, list[float]] = field(default_factory=lambda: {5: [], 4: []})
+    commits_per_turn: dict[int, list[float]] = field(default_factory=lambda: {5: [], 4: []})
     gain: list[float] = field(default_factory=list)
 
     def add_rep(self, chunks: dict[int, list[Chunk]]) -> None:
@@ -115,7 +111,7 @@ class MinCommits:
             rate[kind] = turns / sum(c.elapsed_s for c in mine)
             self.rates[kind].append(rate[kind])
             self.commits_per_turn[kind].append(sum(c.commits for c in mine) / turns)
-        self.gain.append(rate[4] / rate[6])
+        self.gain.append(rate[4] / rate[5])
 
 
 async def _warm(rig: AsyncRig, sizes: Sizes, tag: str) -> None:
@@ -124,17 +120,17 @@ async def _warm(rig: AsyncRig, sizes: Sizes, tag: str) -> None:
 
 
 async def min_commit_throughput(tmp: Path, sizes: Sizes) -> MinCommits:
-    """One session on each rig, chunks alternating 6, 4, 4, 6 commits per turn, per rep."""
+    """One session on each rig, chunks alternating 5, 4, 4, 5 commits per turn, per rep."""
     out = MinCommits()
     for rep in range(sizes.reps):
-        rigs = {6: await AsyncRig.open(tmp / f"six-{rep}.db"),
+        rigs = {5: await AsyncRig.open(tmp / f"five-{rep}.db"),
                 4: AsyncRig(await FourCommitStore.open(tmp / f"four-{rep}.db"))}
         try:
             for kind, rig in rigs.items():
                 await _warm(rig, sizes, f"m{rep}-{kind}")
             gc.collect()
-            chunks: dict[int, list[Chunk]] = {6: [], 4: []}
-            for k, kind in enumerate((6, 4, 4, 6)):
+            chunks: dict[int, list[Chunk]] = {5: [], 4: []}
+            for k, kind in enumerate((5, 4, 4, 5)):
                 chunks[kind].append(
                     await run_lanes(rigs[kind], 1, sizes.sessions_chunk_s, f"m{rep}-{k}"))
         finally:
@@ -148,6 +144,6 @@ def report_rows(row: MinCommits) -> dict[str, Any]:
     return {
         "durable_min_commits_per_turn": summary(row.commits_per_turn[4]),
         "durable_min_commits_turns_per_s": summary(row.rates[4]),
-        "durable_six_commits_turns_per_s": summary(row.rates[6]),
+        "durable_store_commits_turns_per_s": summary(row.rates[5]),
         "durable_min_commits_gain": {**summary(row.gain), "reps": list(row.gain)},
     }

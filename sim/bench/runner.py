@@ -281,8 +281,9 @@ def _notes(sizes: Sizes, fsync_note: str, sessions_fsync_note: str) -> dict[str,
             f"{sizes.sessions_chunk_s:g} s in the order {'/'.join(map(str, sessions.ORDER))}; "
             f"{many}_over_1 is per rep (pooled chunks), median [min-max] of {sizes.reps} reps"),
         "durable_min_commits": (
-            "one session, FourCommitStore (grant + user row, final row + release in one "
-            "commit each) vs the store as it is, chunks alternating 6/4/4/6; gain per rep"),
+            "one session, FourCommitStore (the final row and the release in one commit; the "
+            "grant already carries the user row) vs the store as it is, chunks alternating "
+            "5/4/4/5; gain per rep"),
         "bytes_per_turn": (
             f"expanded INSERT/UPDATE SQL text per turn (trace callback on SqliteStore._conn), "
             f"turns 1-{w} vs {n - w + 1}-{n} of one session"),

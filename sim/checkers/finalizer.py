@@ -8,7 +8,7 @@ from collections import defaultdict
 from hermes_ref.finalizer import MUTATION_FOOTER
 from hermes_ref.ladder import without_reasoning
 from hermes_ref.limits import Limits
-from hermes_ref.models import Role, ToolCall, ToolKind
+from hermes_ref.models import Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitLine, ExitReason
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
 from sim.checkers import loop_fire
@@ -83,6 +83,32 @@ def failure_boundary(obs: Observation) -> list[Violation]:
             out.append(Violation("failure_boundary", "FIN-5",
                                  f"failed turn {view.key} ({line.reason.value}) left an open "
                                  f"tail: its last row #{rows[-1].row_id} is a {rows[-1].role.value} row"))
+    return out
+
+
+@checker("next_turn_opens_on_a_closed_tail", ("FIN-5",),
+         "a turn's user row never follows an open tail: what an earlier turn left open (its "
+         "user row after a context-pressure failure or a crash, a call without its result) "
+         "is closed before the next turn's own row")
+def next_turn_opens_on_a_closed_tail(obs: Observation) -> list[Violation]:
+    out: list[Violation] = []
+    copied = obs.copied_row_ids
+    for session_id in obs.record.session_ids():
+        previous: Message | None = None
+        opened: set[str] = set()
+        for row in obs.record.transcript(session_id):
+            opener = row.role is Role.USER and row.turn_id is not None \
+                and row.turn_id not in opened and row.row_id not in copied
+            if row.role is Role.USER and row.turn_id is not None:
+                opened.add(row.turn_id)
+            if opener and previous is not None and previous.turn_id != row.turn_id \
+                    and (previous.role is not Role.ASSISTANT or previous.tool_calls):
+                out.append(Violation(
+                    "next_turn_opens_on_a_closed_tail", "FIN-5",
+                    f"{session_id}: turn {row.turn_id}'s user row #{row.row_id} follows the "
+                    f"open {previous.role.value} row #{previous.row_id} of "
+                    f"{previous.turn_id or 'the seed'}: the tail was never closed"))
+            previous = row
     return out
 
 

@@ -22,12 +22,13 @@ from sim.sabotage.base import sabotage
 def _fail_open() -> list[AbstractContextManager[Any]]:
     original = prologue._take_lease
 
-    async def fail_open(inp: Any, deps: Any, cache: Any, holder: str, now: float) -> Any:
-        cache, created, got = await original(inp, deps, cache, holder, now)
-        if got is None:  # "better to answer unserialized than not at all"
-            got = Lease(session_id=inp.session_id, holder=holder, token=0, acquired_at=now,
-                        expires_at=now + deps.limits.lease_ttl_s)
-        return cache, created, got
+    async def fail_open(inp: Any, deps: Any, cache: Any, holder: str, now: float,
+                        opening: Any = None) -> Any:
+        taken = await original(inp, deps, cache, holder, now, opening)
+        if taken.lease is None:  # "better to answer unserialized than not at all"
+            taken.lease = Lease(session_id=inp.session_id, holder=holder, token=0,
+                                acquired_at=now, expires_at=now + deps.limits.lease_ttl_s)
+        return taken
     return [mock.patch.object(prologue, "_take_lease", fail_open)]
 
 

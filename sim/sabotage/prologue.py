@@ -58,7 +58,8 @@ def _defer_user_row() -> list[AbstractContextManager[Any]]:
     async def defer(ctx: TurnContext, user: Message) -> bool:
         ctx.transcript.append(user)  # pending: the finalizer's flush will write it
         return True
-    return [mock.patch.object(prologue, "_persist_user", defer)]
+    return [mock.patch.object(prologue, "_persist_user", defer),
+            mock.patch.object(prologue, "_opening", lambda *args: None)]
 
 
 sabotage("user_row_written_late", ("CTX-8",),
@@ -143,14 +144,33 @@ def _prompt_per_turn() -> list[AbstractContextManager[Any]]:
     original = prologue._take_lease
 
     async def rebuilding(inp: prologue.TurnInput, deps: Any, cache: SessionCache | None,
-                         holder: str, now: float) -> Any:
-        cache, created, lease = await original(inp, deps, cache, holder, now)
+                         holder: str, now: float, opening: Any = None) -> Any:
+        taken = await original(inp, deps, cache, holder, now, opening)
         prompt = prologue.build_system_prompt(inp.session_key, inp.platform, deps.tools, now)
-        cache.system_prompt, cache.system_message = prompt, Message(role=Role.SYSTEM, content=prompt)
-        return cache, created, lease
+        taken.cache.system_prompt = prompt
+        taken.cache.system_message = Message(role=Role.SYSTEM, content=prompt)
+        return taken
     return [mock.patch.object(prologue, "_take_lease", rebuilding)]
 
 
 sabotage("prompt_rebuilt_each_turn", ("CTX-3",),
          "each turn builds the system prompt from its own inputs (platform, tools) instead "
          "of replaying the session's")(_prompt_per_turn)
+
+
+# ---- FIN-5: the user row rides the grant even over a tail left open ----------------------
+
+
+def _opening_over_open_tail() -> list[AbstractContextManager[Any]]:
+    original = prologue._opening
+
+    def eager(inp: prologue.TurnInput, deps: Any, cache: SessionCache | None, user: Message,
+              now: float) -> Any:
+        with mock.patch.object(prologue, "unfinished_turn", lambda history: None):
+            return original(inp, deps, cache, user, now)  # "the cache is ours: it is current"
+    return [mock.patch.object(prologue, "_opening", eager)]
+
+
+sabotage("opening_over_an_open_tail", ("FIN-5",),
+         "a served session offers its user row with the grant even when its cached history "
+         "ends open, so the earlier turn's tail is never closed")(_opening_over_open_tail)

@@ -22,14 +22,14 @@ def _built_prompt_after_restart() -> list[AbstractContextManager[Any]]:
     original = prologue._take_lease
 
     async def built(inp: prologue.TurnInput, deps: Any, cache: SessionCache | None,
-                    holder: str, now: float) -> Any:
+                    holder: str, now: float, opening: Any = None) -> Any:
         fresh = cache is None
-        cache, created, lease = await original(inp, deps, cache, holder, now)
+        taken = await original(inp, deps, cache, holder, now, opening)
         if fresh:  # "we just built it anyway": the row's prompt is dropped for today's
             prompt = prologue.session_record(inp, deps.tools, now).system_prompt
-            cache.system_prompt, cache.system_message = prompt, Message(role=Role.SYSTEM,
-                                                                        content=prompt)
-        return cache, created, lease
+            taken.cache.system_prompt = prompt
+            taken.cache.system_message = Message(role=Role.SYSTEM, content=prompt)
+        return taken
     return [mock.patch.object(prologue, "_take_lease", built)]
 
 

@@ -34,7 +34,7 @@ from hermes_ref.admission import (
 )
 from hermes_ref.errors import LeaseLost, PersistenceError
 from hermes_ref.lane_restart import LaneEntry  # SES
-from hermes_ref.models import Event, Lease, Message, Role, ScaffoldFlag, SessionRecord, ToolCall
+from hermes_ref.models import Event, Lease, Message, Opening, Role, ScaffoldFlag, SessionRecord, ToolCall
 from hermes_ref.ports import DurableRecord, Store
 from hermes_ref.session import Cause, Route, SessionSource  # SES
 from hermes_ref.shell.sqlite_store import AsyncSqliteStore
@@ -65,8 +65,10 @@ class SyncFacade:
         return self._run(self.inner.ensure_session(record))  # type: ignore[no-any-return]
 
     def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
-                  poll_s: float = 0.0) -> Any:
-        return self._run(self.inner.open_turn(record, holder, now, ttl_s, poll_s))
+                  poll_s: float = 0.0, opening: Opening | None = None,
+                  before_opening: Any = None) -> Any:
+        assert before_opening is None  # the simulator's hook; a real store has none
+        return self._run(self.inner.open_turn(record, holder, now, ttl_s, poll_s, opening))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         return self._run(self.inner.get_session(session_id))  # type: ignore[no-any-return]
@@ -295,6 +297,60 @@ def test_open_turn_on_a_busy_session_writes_nothing(store: Store) -> None:
     grant = store.open_turn(other, "w2", 1.0, 30.0)
     assert not grant.created and grant.lease is None and grant.session == session("s1")
     assert store.snapshot().events == ()
+
+
+def opening(text: str = "hi", expected_token: int = 0, sid: str = "s1") -> Opening:
+    return Opening(rows=(user(text, turn_id="t1"),), expected_token=expected_token,
+                   events=(event("turn.started", sid).model_copy(update={"turn_seq": 1}),))
+
+
+def test_open_turn_stores_the_opening_of_a_new_session_in_the_same_commit(harness: Harness) -> None:
+    """A session this request creates: grant, user row and its event are one commit."""
+    store = harness.store
+    before = getattr(store, "commits", None)
+    store.log_event(event("turn.overlap", "s0"))
+    grant = store.open_turn(session("s1"), "w1", 0.0, 30.0, opening=opening())
+    assert grant.created and grant.lease is not None and grant.opening_failure is None
+    assert [(m.content, m.row_id is not None) for m in grant.opened] == [("hi", True)]
+    if before is not None:
+        assert store.commits == before + 1
+    record = store.snapshot()
+    assert [m.message for m in record.messages] == list(grant.opened)
+    assert [e.kind for e in record.events] == ["turn.overlap", "turn.started"]
+    assert store.watermark() == grant.opened[0].row_id
+
+
+def test_open_turn_stores_an_opening_only_on_the_expected_token(store: Store) -> None:
+    """On a served session the opening needs the token the asker expects; else the grant
+    stands alone, and its events are not committed."""
+    first = store.open_turn(session("s1"), "w1", 0.0, 30.0)
+    assert first.lease is not None
+    store.release_lease(first.lease)
+    wrong = store.open_turn(session("s1"), "w1", 1.0, 30.0, opening=opening(expected_token=5))
+    assert wrong.lease is not None and wrong.lease.token == 2 and wrong.opened == ()
+    assert store.snapshot().messages == () and store.snapshot().events == ()
+    store.release_lease(wrong.lease)
+    right = store.open_turn(session("s1"), "w1", 2.0, 30.0, opening=opening(expected_token=3))
+    assert right.lease is not None and right.lease.token == 3 and len(right.opened) == 1
+    assert [e.kind for e in store.snapshot().events] == ["turn.started"]
+
+
+def test_open_turn_stores_no_opening_while_the_lease_is_busy(store: Store) -> None:
+    """Busy: no grant, so no opening either; an existing session is not 'created'."""
+    store.open_turn(session("s1"), "w1", 0.0, 30.0)
+    grant = store.open_turn(session("s1"), "w2", 1.0, 30.0, opening=opening())
+    assert grant.lease is None and grant.opened == () and store.snapshot().messages == ()
+
+
+def test_a_failed_opening_leaves_the_grant_standing(harness: Harness) -> None:
+    """Rows that cannot be stored (scaffolding here) fail alone: the grant commits."""
+    store = harness.store
+    bad = Opening(rows=(user("nudge", scaffold=ScaffoldFlag.DROPPED_TOOLCALL_NUDGE),))
+    grant = store.open_turn(session("s1"), "w1", 0.0, 30.0, opening=bad)
+    assert grant.lease is not None and grant.opened == ()
+    assert grant.opening_failure is not None and grant.opening_failure[0] == "scaffolding"
+    assert store.snapshot().messages == ()
+    store.append_messages("s1", grant.lease.token, (user("hi"),))  # the lease holds
 
 
 def test_duplicate_session_is_refused(store: Store) -> None:

@@ -12,7 +12,7 @@ from hermes_ref import finalizer, prologue
 from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.errors import LeaseLost
 from hermes_ref.limits import Limits
-from hermes_ref.models import Lease, Message, ProviderReply, Role, ToolCall
+from hermes_ref.models import Lease, LeaseGrant, Message, ProviderReply, Role, ToolCall
 from hermes_ref.outcomes import ExitReason, TurnResult
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT
@@ -151,7 +151,8 @@ def test_a_lost_lease_at_release_is_a_named_cleanup_error() -> None:
 def _next_turn_loads(cache: SessionCache, token: int) -> bool:
     """Whether the next turn on ``cache`` reloads the history, given its lease token."""
     lease = Lease(session_id="s", holder="h", token=token, acquired_at=0.0, expires_at=1.0)
-    rig = Rig(AcquireLease=lambda e: lease, LoadMessages=lambda e: ())
+    rig = Rig(OpenTurn=lambda e: LeaseGrant(session=e.record, created=False, lease=lease),
+              AcquireLease=lambda e: lease, LoadMessages=lambda e: ())
     deps = prologue.PrologueDeps(Limits(), (), "h", {"s": cache}, PhaseTracker())
     rig.run(prologue.build_turn_context(prologue.TurnInput("s", "next"), deps))
     return bool(rig.of(fx.LoadMessages))

@@ -15,7 +15,7 @@ import pytest
 from hermes_ref import effects as fx
 from hermes_ref import prologue
 from hermes_ref.context import SessionCache, TurnContext
-from hermes_ref.errors import BadInput, PersistenceError
+from hermes_ref.errors import BadInput, InvariantBroken, PersistenceError
 from hermes_ref.limits import Limits
 from hermes_ref.models import (
     EventKind,
@@ -96,10 +96,10 @@ def test_an_existing_session_seen_first_is_loaded() -> None:
 
 def test_the_cache_is_trusted_only_on_the_next_token() -> None:
     """Token last+1 reuses the cache; a gap means someone else held the lease: reload."""
-    rig = Rig(AcquireLease=lambda e: lease(6), LoadMessages=lambda e: ())
+    rig = Rig(OpenTurn=opened(6, created=False), AcquireLease=lambda e: lease(6), LoadMessages=lambda e: ())
     begin(rig, deps(cached(5)))
     assert rig.of(fx.LoadMessages) == []
-    rig = Rig(AcquireLease=lambda e: lease(8), LoadMessages=lambda e: ())
+    rig = Rig(OpenTurn=opened(8, created=False), AcquireLease=lambda e: lease(8), LoadMessages=lambda e: ())
     begin(rig, deps(cached(5)))
     assert len(rig.of(fx.LoadMessages)) == 1
 
@@ -107,9 +107,9 @@ def test_the_cache_is_trusted_only_on_the_next_token() -> None:
 def test_a_known_session_is_not_reported_as_created() -> None:
     """Taking the lease of a cached session reports that this turn did not create it."""
     d = deps(cached(5))
-    rig = Rig(AcquireLease=lambda e: lease(6))
-    _, created, got = rig.run(prologue._take_lease(INPUT, d, d.caches["s"], "x", 0.0))
-    assert created is False and got == lease(6)
+    rig = Rig(OpenTurn=opened(6, created=False), AcquireLease=lambda e: lease(6))
+    taken = rig.run(prologue._take_lease(INPUT, d, d.caches["s"], "x", 0.0))
+    assert taken.created is False and taken.lease == lease(6)
 
 
 def test_a_busy_lease_is_polled_under_the_turn_holder_name() -> None:
@@ -144,7 +144,7 @@ def test_recovery_rows_belong_to_the_turn_that_writes_them() -> None:
     open_round = Message(role=Role.ASSISTANT, row_id=2, turn_id="old",
                          tool_calls=(ToolCall(id="a", name="read_file"),))
     rows = (Message(role=Role.USER, content="q", row_id=1, turn_id="old"), open_round)
-    rig = Rig(AcquireLease=lambda e: lease(9), LoadMessages=lambda e: rows)
+    rig = Rig(OpenTurn=opened(9, created=False), AcquireLease=lambda e: lease(9), LoadMessages=lambda e: rows)
     begin(rig, deps(cached(5)))
     recovery = [m for e in rig.of(fx.AppendMessages) if e.label is fx.Site.RECOVERY
                 for m in e.messages]
@@ -173,7 +173,7 @@ def test_a_store_failure_before_the_turn_names_its_cause() -> None:
 
 def test_a_turn_that_got_the_lease_and_cannot_load_gives_it_back() -> None:
     """When loading the history fails after the lease, that lease is released."""
-    rig = Rig(AcquireLease=lambda e: lease(8), LoadMessages=failing())
+    rig = Rig(OpenTurn=opened(8, created=False), AcquireLease=lambda e: lease(8), LoadMessages=failing())
     result = begin(rig, deps(cached(5)))
     assert isinstance(result, TurnResult) and result.exit_reason is ExitReason.PERSISTENCE_FAILED
     assert [e.lease for e in rig.of(fx.ReleaseLease)] == [lease(8)]
@@ -182,7 +182,7 @@ def test_a_turn_that_got_the_lease_and_cannot_load_gives_it_back() -> None:
 
 def test_cleanup_failures_of_a_refused_turn_are_reported() -> None:
     """A failed release and a failed event flush are both named in the result."""
-    rig = Rig(AcquireLease=lambda e: lease(8), LoadMessages=failing("io"),
+    rig = Rig(OpenTurn=opened(8, created=False), AcquireLease=lambda e: lease(8), LoadMessages=failing("io"),
               ReleaseLease=failing("lease_lost"), FlushEvents=failing("disk_full"))
     result = begin(rig, deps(cached(5)))
     assert isinstance(result, TurnResult)
@@ -207,7 +207,7 @@ def test_a_session_with_a_transcript_keeps_it_over_the_seed() -> None:
     """A caller history is ignored when the session already has rows."""
     rows = (Message(role=Role.USER, content="stored", row_id=1),
             Message(role=Role.ASSISTANT, content="ok", row_id=2))
-    rig = Rig(AcquireLease=lambda e: lease(9), LoadMessages=lambda e: rows)
+    rig = Rig(OpenTurn=opened(9, created=False), AcquireLease=lambda e: lease(9), LoadMessages=lambda e: rows)
     seed = [Message(role=Role.USER, content="other")]
     ctx = begin(rig, deps(cached(5)), TurnInput("s", "hello", history=seed))
     assert [m.content for m in rig.written()] == ["hello"]
@@ -240,7 +240,7 @@ def test_the_memory_review_comes_due_every_interval_when_offered() -> None:
     first = Rig(OpenTurn=opened(1))
     first.run(prologue.build_turn_context(INPUT, d))
     d.caches["s"].last_lease_token, d.tracker = 1, PhaseTracker()  # as the finalizer leaves it
-    second = Rig(AcquireLease=lambda e: lease(2))
+    second = Rig(OpenTurn=opened(2, created=False), AcquireLease=lambda e: lease(2))
     second.run(prologue.build_turn_context(INPUT, d))
     assert [(_started(r)["user_turn"], _started(r)["memory_review"]) for r in (first, second)] == [
         (1, False), (2, True)]
@@ -296,3 +296,81 @@ def test_a_seed_that_cannot_be_written_hands_the_input_back() -> None:
                 inp=TurnInput("s", "hello", history=seed))
     assert isinstance(ctx, TurnContext) and ctx.carried_input is not None
     assert ctx.carried_input.content == "hello"
+
+
+# ---- the opening: the user row and turn.started ride the grant's commit -------------------
+
+
+def storing(token: int, *, created: bool = True) -> Any:
+    """An OpenTurn handler that stores the opening it is offered, as a store does when it applies."""
+    def handler(effect: fx.OpenTurn) -> LeaseGrant:
+        opened_rows = ()
+        if effect.opening is not None and effect.opening.applies(effect.record.id, created,
+                                                                 lease(token)):
+            opened_rows = tuple(m.model_copy(update={"row_id": 10 + i})
+                                for i, m in enumerate(effect.opening.rows))
+        return LeaseGrant(session=effect.record, created=created, lease=lease(token),
+                          opened=opened_rows)
+    return handler
+
+
+def test_a_new_session_offers_its_user_row_and_start_event_with_the_grant() -> None:
+    """The first ask carries the user row and turn.started; stored with the grant, neither
+    is written or emitted again."""
+    rig = Rig(OpenTurn=storing(1))
+    ctx = begin(rig)
+    (ask,) = rig.of(fx.OpenTurn)
+    assert ask.opening is not None and ask.opening.expected_token == 0
+    assert [m.content for m in ask.opening.rows] == ["hello"]
+    (started,) = ask.opening.events
+    assert (started.kind, started.data["lease_token"], started.data["user_turn"]) == (
+        EventKind.TURN_STARTED, 1, 1)
+    assert rig.of(fx.AppendMessages) == []
+    assert [e.event.kind for e in rig.of(fx.Emit)] == []
+    assert isinstance(ctx, TurnContext) and ctx.transcript.durable_tail() is not None
+    assert ctx.transcript.durable_tail().content == "hello"  # type: ignore[union-attr]
+
+
+def test_an_opening_the_store_did_not_apply_is_written_as_before() -> None:
+    """No rows came back: the user row is appended and turn.started emitted, as without it."""
+    rig = Rig(OpenTurn=opened(1))
+    begin(rig)
+    assert [e.label for e in rig.of(fx.AppendMessages)] == [fx.Site.USER]
+    assert [e.event.kind for e in rig.of(fx.Emit)] == [EventKind.TURN_STARTED]
+
+
+def test_a_failed_opening_hands_the_input_back() -> None:
+    """The grant stands but the user row is not durable: the turn fails and returns the input."""
+    def failing_rows(effect: fx.OpenTurn) -> LeaseGrant:
+        return LeaseGrant(session=effect.record, created=True, lease=lease(1),
+                          opening_failure=("disk_full", "no space"))
+    ctx = begin(Rig(OpenTurn=failing_rows))
+    assert isinstance(ctx, TurnContext) and ctx.carried_input is not None
+    assert ctx.carried_input.content == "hello" and ctx.state.persistence_failed
+    assert ctx.ending.reason is ExitReason.PERSISTENCE_FAILED
+
+
+def test_a_served_session_expects_the_next_token_and_a_closed_history() -> None:
+    """A served session's opening expects last+1; an open tail, a cache without a token of
+    its own, or a caller's history offers none (the first ask is then AcquireLease)."""
+    rig = Rig(OpenTurn=storing(6, created=False))
+    begin(rig, deps(cached(5)))
+    (ask,) = rig.of(fx.OpenTurn)
+    assert ask.opening is not None and ask.opening.expected_token == 6
+    assert ask.opening.events[0].data["lease_token"] == 6
+    open_tail = Message(role=Role.USER, content="q", row_id=1, turn_id="old")
+    for caches, inp in ((cached(5, open_tail), INPUT), (cached(0), INPUT),
+                        (cached(5), TurnInput("s", "hi", history=[]))):
+        rig = Rig(AcquireLease=lambda e: lease(6), LoadMessages=lambda e: (open_tail,))
+        begin(rig, deps(caches), inp)
+        assert rig.of(fx.OpenTurn) == [] and len(rig.of(fx.AcquireLease)) == 1
+
+
+def test_an_opening_stored_under_another_token_is_an_engine_bug() -> None:
+    """A store that claims the rows on a grant they were not offered for is caught."""
+    def wrong(effect: fx.OpenTurn) -> LeaseGrant:
+        assert effect.opening is not None
+        return LeaseGrant(session=effect.record, created=False, lease=lease(7),
+                          opened=tuple(m.model_copy(update={"row_id": 3}) for m in effect.opening.rows))
+    with pytest.raises(InvariantBroken):
+        begin(Rig(OpenTurn=wrong, LoadMessages=lambda e: ()), deps(cached(5)))
