@@ -8,19 +8,26 @@ call (the grace summary, a compaction summary) gets a plain summary.
 
 During the faulty phase the plan's ``replies`` replace the answer to a given world call
 (1-based, in world order): an empty reply, a 429 with Retry-After, a 5xx, a dropped tool
-call, a read of a file that is not there. In the calm phase the model answers every call.
+call, a read of a file that is not there, a 401, a reply that only reasoned, a narrated
+call that was never made, a lone surrogate, two calls under one id, arguments nested past
+the parser's limit, ten reads in one round, a 400 saying the context is too long, or an
+outage (a 503 to the request and to every retry of it, so the turn falls back). A slow
+reply thinks aloud first (an inline think block), so a correction that cuts it has
+something to leave out; a stream cut is the world's (``World.stream_cuts``), not the
+model's. In the calm phase the model answers every call. The model behind a fallback
+route (``for_fallback``) is never faulted.
 """
 
 from __future__ import annotations
 
 import re
 
-from hermes_ref.errors import ProviderServerError, RateLimited
+from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderServerError, RateLimited
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.wire import ProviderRequest
 from sim.choices import Chooser
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.provider import _FakeBase, text, tool_calls
+from sim.provider import LONE_SURROGATE, _FakeBase, calls_sharing_id, text, tool_calls
 
 _READ = re.compile(r"^Read (\S+)\.$")
 _READ_TWO = re.compile(r"^Read (\S+) and (\S+)\.$")
@@ -31,7 +38,7 @@ _ASKS = re.compile(r"^(Read |Write note |Say hello )")  # the texts plan.py writ
 class ExploreModel(_FakeBase):
     """A deterministic model: the same requests in the same order give the same replies."""
 
-    def __init__(self, replies: tuple[ReplyFault, ...], ids: Chooser | None = None) -> None:
+    def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None) -> None:
         super().__init__()
         if ids is not None:  # the explored world's call ids come from its seed
             self.draw_ids_from(ids.stream("ids:call"))
@@ -39,18 +46,52 @@ class ExploreModel(_FakeBase):
         self.calls = 0
         self.calm = False
         self.fired: list[ReplyFault] = []
+        self._outage: tuple[tuple[tuple[str, str], ...], ReplyFault] | None = None
 
     def _reply(self, request: ProviderRequest) -> ProviderReply:
         self.calls += 1
         if request.purpose != "turn":  # grace or compaction summary: never faulted
             return text("Summary: the work so far is recorded above.")
         fault = None if self.calm else self._faults.get(self.calls)
-        if fault is not None and fault.kind is not FaultKind.SLOW_REPLY:
+        if self._outage is not None and not self.calm and self._outage[0] == _asked(request):
+            fault = self._outage[1]  # a retry of the request an outage refused: refused again,
+            # whatever the plan holds for this call (an outage is one kind of failure)
+        elif fault is not None:
             self.fired.append(fault)
-            return _faulty(fault)
-        if fault is not None:
-            self.fired.append(fault)  # the world delays the reply (see run.py)
-        return _answer(request)
+        if fault is not None and fault.kind is FaultKind.OUTAGE:
+            self._outage = (_asked(request), fault)
+            raise ProviderServerError(f"503 at call {self.calls}: outage", status=503)
+        if fault is not None and fault.kind is FaultKind.SLOW_REPLY:  # the world delays it
+            return _thought_first(_answer(request))
+        if fault is None or fault.kind is FaultKind.STREAM_CUT:  # the world cuts it (run.py)
+            return _answer(request)
+        if fault.kind is FaultKind.LONE_SURROGATE:
+            answer = _answer(request)
+            return answer.model_copy(update={"content": (answer.content or "") + LONE_SURROGATE})
+        if fault.kind is FaultKind.SHARED_CALL_IDS:
+            shared = self._next_id()  # one id, drawn like any other, for both calls
+            return calls_sharing_id(shared, ("read_file", {"path": "notes-1.txt"}),
+                                    ("read_file", {"path": "notes-2.txt"}))
+        return _faulty(fault)
+
+    def for_fallback(self) -> ExploreModel:
+        """The model behind the fallback route: never faulted, its call ids drawn from the
+        same stream as this one's, never one of them (LOOP-6)."""
+        other = ExploreModel()
+        other._id_stream, other._ids_taken = self._id_stream, self._ids_taken
+        return other
+
+
+def _asked(request: ProviderRequest) -> tuple[tuple[str, str], ...]:
+    """What a request says, message by message: a retry says the same."""
+    return tuple((m.role.value, m.content or "") for m in request.messages)
+
+
+def _thought_first(answer: ProviderReply) -> ProviderReply:
+    """A slow answer thinks aloud first, in an inline think block: a correction that cuts
+    it must keep only what was visible (LOOP-4)."""
+    return answer.model_copy(update={"content": "<think>Let me look at this.</think>"
+                                                + (answer.content or "")})
 
 
 def _faulty(fault: ReplyFault) -> ProviderReply:
@@ -67,6 +108,18 @@ def _faulty(fault: ReplyFault) -> ProviderReply:
         return tool_calls(("read_file", '{"path" "notes-1.txt"}'))
     if kind is FaultKind.UNKNOWN_TOOL:
         return tool_calls(("launch_rockets", {"count": 3}))
+    if kind is FaultKind.OVERFLOW:
+        raise ContextOverflow(f"maximum context length exceeded at call {fault.call}", status=400)
+    if kind is FaultKind.AUTH_ERROR:
+        raise ProviderAuthError(f"401 at call {fault.call}", status=401)
+    if kind is FaultKind.REASONING_ONLY:
+        return ProviderReply(content=None, reasoning="Thinking it over.")
+    if kind is FaultKind.NARRATED_CALL:
+        return ProviderReply(content="Let me read notes-1.txt now.", finish_reason="tool_calls")
+    if kind is FaultKind.DEEP_ARGUMENTS:  # the same every time: a local bug, not bad JSON
+        return tool_calls(("read_file", "[" * 50_000 + "]" * 50_000))
+    if kind is FaultKind.WIDE_BATCH:
+        return tool_calls(*(("read_file", {"path": f"notes-{1 + n % 2}.txt"}) for n in range(10)))
     return ProviderReply(content="", finish_reason="stop")
 
 

@@ -41,11 +41,31 @@ class FaultKind(StrEnum):
     TOOL_ERROR = "tool_error"          # the model asks for a file that is not there
     BAD_ARGUMENTS = "bad_arguments"    # a tool call whose arguments are not JSON
     UNKNOWN_TOOL = "unknown_tool"      # a call to a tool nobody offered
+    AUTH_ERROR = "auth_error"          # 401: the credentials are renewed once, then retried
+    REASONING_ONLY = "reasoning_only"  # a reply that only reasoned, nothing visible
+    NARRATED_CALL = "narrated_call"    # finish_reason tool_calls, a narration and no call
+    LONE_SURROGATE = "lone_surrogate"  # the answer carries a lone UTF-16 surrogate
+    SHARED_CALL_IDS = "shared_call_ids"  # two calls of one reply under one id
+    DEEP_ARGUMENTS = "deep_arguments"  # arguments nested past the parser's limit (a local bug)
+    WIDE_BATCH = "wide_batch"          # ten reads in one round, more than the [8] workers
+    STREAM_CUT = "stream_cut"          # the reply's stream breaks after a few deltas
+    OVERFLOW = "overflow"              # 400: the request is past the model's context window
+    OUTAGE = "outage"                  # 503 to one request and to every retry of it
+    INTERRUPT = "interrupt"            # the user stops the session's running turn
+    REDIRECT = "redirect"              # the user sends a correction to the running turn
+    SLOW_TOOL = "slow_tool"            # a tool runs long, begins late, or never returns
+    FALLBACK = "fallback"              # a fallback route behind the primary (LOOP-6)
+    SMALL_WINDOW = "small_window"      # a context window a few turns fill: compaction, rotation
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
                 FaultKind.DROPPED_CALL, FaultKind.SLOW_REPLY, FaultKind.TOOL_ERROR,
                 FaultKind.BAD_ARGUMENTS, FaultKind.UNKNOWN_TOOL)
+# the provider's odder replies, drawn from a sub-stream of their own ("provider")
+ODD_REPLIES = (FaultKind.AUTH_ERROR, FaultKind.REASONING_ONLY, FaultKind.NARRATED_CALL,
+               FaultKind.LONE_SURROGATE, FaultKind.SHARED_CALL_IDS, FaultKind.DEEP_ARGUMENTS,
+               FaultKind.WIDE_BATCH, FaultKind.STREAM_CUT, FaultKind.OVERFLOW)
+WHOLE_STREAM = 99  # STREAM_CUT deltas past any reply's last: the whole stream came, then it broke
 # kinds that also come in bursts of calls in a row (the loop's bounds are about runs of them)
 BURST_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.DROPPED_CALL, FaultKind.BAD_ARGUMENTS,
                 FaultKind.UNKNOWN_TOOL)
@@ -94,7 +114,26 @@ class ClockJump(Frozen):
     seconds: float = Field(gt=0)
 
 
-Step = Annotated[Submit | Drain | Kill | Stall | ClockJump, Field(discriminator="op")]
+class Interrupt(Frozen):
+    """The user stops the session's running turn, if one runs then (FIN-4)."""
+
+    op: Literal["interrupt"] = "interrupt"
+    at_s: float = Field(ge=0)
+    session: str
+
+
+class Redirect(Frozen):
+    """The user sends ``text`` to the session's running turn as a correction (LOOP-4)."""
+
+    op: Literal["redirect"] = "redirect"
+    at_s: float = Field(ge=0)
+    session: str
+    text: str
+
+
+Step = Annotated[Submit | Drain | Kill | Stall | ClockJump | Interrupt | Redirect,
+                 Field(discriminator="op")]
+TIMED_FAULTS = {"kill", "stall", "clock_jump", "interrupt", "redirect"}  # steps that are faults
 
 
 class ReplyFault(Frozen):
@@ -103,6 +142,18 @@ class ReplyFault(Frozen):
     call: int = Field(ge=1)
     kind: FaultKind
     seconds: float = Field(default=0.0, ge=0)  # SLOW_REPLY: the delay; RATE_LIMIT: Retry-After
+    deltas: int = Field(default=0, ge=0)  # STREAM_CUT: the deltas delivered before the break
+
+
+class ToolTiming(Frozen):
+    """Calls of ``tool`` aimed at ``path`` begin ``start_delay_s`` late and run ``seconds``,
+    or never return (``stuck``): the batch's start gate and deadline (TOOL-5)."""
+
+    tool: str
+    path: str
+    seconds: float = Field(default=0.0, ge=0)
+    start_delay_s: float = Field(default=0.0, ge=0)
+    stuck: bool = False
 
 
 class WorldPlan(Frozen):
@@ -119,6 +170,9 @@ class WorldPlan(Frozen):
     crash: CrashPoint | None = None
     crash_at_effect: int | None = Field(default=None, ge=1)
     write_failures: dict[Site, int] = Field(default_factory=dict)
+    tool_timings: tuple[ToolTiming, ...] = ()
+    fallback_window: int | None = Field(default=None, ge=1)  # tokens of the fallback route
+    context_window: int | None = Field(default=None, ge=1)  # tokens of the primary's window
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -141,8 +195,14 @@ class WorldPlan(Frozen):
 
     def fault_kinds(self) -> set[FaultKind]:
         """The fault kinds this plan holds (not all need fire: a kill after the end does not)."""
-        kinds = {FaultKind(s.op) for s in self.steps if s.op in {"kill", "stall", "clock_jump"}}
+        kinds = {FaultKind(s.op) for s in self.steps if s.op in TIMED_FAULTS}
         kinds |= {r.kind for r in self.replies}
+        if self.tool_timings:
+            kinds.add(FaultKind.SLOW_TOOL)
+        if self.fallback_window is not None:
+            kinds.add(FaultKind.FALLBACK)
+        if self.context_window is not None:
+            kinds.add(FaultKind.SMALL_WINDOW)
         if self.crash is not None:
             kinds.add(FaultKind.CRASH_POINT)
         if self.crash_at_effect is not None:
@@ -156,7 +216,9 @@ class WorldPlan(Frozen):
         """What the shrinker makes smaller, most important first."""
         faults = (len(self.replies) + (self.crash is not None) + (self.crash_at_effect is not None)
                   + sum(self.write_failures.values())
-                  + sum(1 for s in self.steps if s.op in {"kill", "stall", "clock_jump"}))
+                  + len(self.tool_timings) + (self.fallback_window is not None)
+                  + (self.context_window is not None)
+                  + sum(1 for s in self.steps if s.op in TIMED_FAULTS))
         turns = sum(1 for s in self.steps if s.op == "submit")
         return (self.processes, len(self.sessions), turns, faults, len(self.steps))
 
@@ -174,27 +236,36 @@ def load_plan(text: str, where: str = "plan") -> WorldPlan:
 # ---- drawing a plan from a seed -------------------------------------------------------------
 
 
+# kinds a sweep draws only when named: in every explored world where a small window made
+# a compaction happen, the intact engine broke a checker (CTX-9 in the rotated child, and
+# CMP-2/5/7), so drawn by default they would only hide the seeds they are in
+OPT_IN = frozenset({FaultKind.SMALL_WINDOW})
+
+
 class FaultMix(Frozen):
     """Which fault kinds a sweep may draw, and how often (``--faults``)."""
 
-    kinds: frozenset[FaultKind] = frozenset(FaultKind)
+    kinds: frozenset[FaultKind] = frozenset(FaultKind) - OPT_IN
     reply_fault_share: float = 0.25  # of the calls of the faulty phase
     process_fault_chance: float = 0.5  # per process: a kill, a stall or nothing
 
     @classmethod
     def parse(cls, text: str | None) -> FaultMix:
-        """``all``, ``none`` or a comma list of kinds, e.g. ``kill,empty_reply``."""
+        """``all`` (every kind but the opt-in ones), ``none`` or a comma list of kinds, e.g.
+        ``kill,empty_reply``; ``all,small_window`` adds an opt-in kind to all."""
         if text is None or text == "all":
             return cls()
         if text == "none":
             return cls(kinds=frozenset())
         names = [n.strip() for n in text.split(",") if n.strip()]
+        base = cls().kinds if "all" in names else frozenset()
+        names = [n for n in names if n != "all"]
         unknown = [n for n in names if n not in FaultKind.__members__.values()]
         if unknown:
             known = ", ".join(k.value for k in FaultKind)
             raise BadInput(f"unknown fault kind(s) {', '.join(unknown)} (known: {known}, "
                            "or all, none)")
-        return cls(kinds=frozenset(FaultKind(n) for n in names))
+        return cls(kinds=base | {FaultKind(n) for n in names})
 
 
 def _rng(seed: int, part: str) -> random.Random:
@@ -225,7 +296,7 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
     # request ids are per principal, so sessions reusing them is a case the door must take
     ids, taken = _rng(seed, "request_ids"), set[str]()
     request_ids = [seeded_id(ids, "r-", taken) for _ in range(6)]
-    steps: list[Submit | Drain | Kill | Stall | ClockJump] = []
+    steps: list[Step] = []
     turns = 0
     for session, principal in sessions.items():
         for n in range(1, work.randint(2, 6) + 1):
@@ -270,11 +341,16 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
     at_effect = None
     if FaultKind.CRASH_AT_EFFECT in kinds and faults.random() < 0.2:
         at_effect = faults.randint(1, 40 * turns)  # a turn is some 20-60 effects
+    crash_free = not any(isinstance(s, Kill) for s in steps) and crash is None and at_effect is None
+    timings, fallback = _odder_world(seed, kinds, sorted(files), steps, replies, turns * 2,
+                                     crash_free)
+    window = _small_window(seed, kinds, processes)
     steps.sort(key=lambda s: s.at_s)
     return WorldPlan(seed=seed, processes=processes, sessions=sessions, members=members,
                      max_iterations=iterations, files=files, steps=tuple(steps),
                      replies=tuple(replies), crash=crash, crash_at_effect=at_effect,
-                     write_failures=failures)
+                     write_failures=failures, tool_timings=timings, fallback_window=fallback,
+                     context_window=window)
 
 
 def _reply_faults(faults: random.Random, kinds: frozenset[FaultKind], share: float,
@@ -334,3 +410,63 @@ def _more_requests(seed: int, sessions: dict[str, str], steps: list[Step], proce
                             session=session, request_id=first_id, text="Say hello 1."))
     iterations = more.choice((1, 2, 3)) if more.random() < 0.2 else None
     return members, iterations
+
+
+def _small_window(seed: int, kinds: frozenset[FaultKind], processes: int) -> int | None:
+    """A context window a few turns fill, in some one-process worlds ("context")."""
+    pressure = _rng(seed, "context")
+    if FaultKind.SMALL_WINDOW in kinds and pressure.random() < 0.3 and processes == 1:
+        return pressure.choice((250, 320, 400))
+    return None
+
+
+def _odder_world(seed: int, kinds: frozenset[FaultKind], files: list[str], steps: list[Step],
+                 replies: list[ReplyFault], calls: int,
+                 crash_free: bool) -> tuple[tuple[ToolTiming, ...], int | None]:
+    """What the first parts leave out, each on a sub-stream of its own so the parts drawn
+    before do not move: the provider's odder replies and a fallback route ("provider"), the
+    user's hand on a running turn ("interventions"), slow tools ("tools"). A call past the
+    batch deadline comes only in a world where no process dies and the user interrupts
+    nothing (a crash or an interrupt closes such a call as unknown, which the deadline's
+    checker does not tell from a result that counts)."""
+    provider = _rng(seed, "provider")
+    taken = {r.call for r in replies}
+    odd = [k for k in ODD_REPLIES if k in kinds]
+    for _ in range(provider.choice((0, 1, 2, 2, 3)) if odd else 0):
+        call, kind = provider.randint(1, calls), provider.choice(odd)
+        if call in taken:
+            continue
+        taken.add(call)
+        replies.append(ReplyFault(call=call, kind=kind, deltas=provider.randint(1, 3)
+                                  if kind is FaultKind.STREAM_CUT else 0))
+        if kind is FaultKind.STREAM_CUT and call + 1 not in taken and provider.random() < 0.5:
+            taken.add(call + 1)  # and the retry's stream delivers everything, then breaks
+            replies.append(ReplyFault(call=call + 1, kind=kind, deltas=WHOLE_STREAM))
+    fallback = None
+    if FaultKind.FALLBACK in kinds and provider.random() < 0.4:
+        fallback = provider.choice((120, 200, 4_000))  # tokens: small ones refuse most requests
+        first = provider.randint(1, calls)  # the primary fails one request and its retries
+        if first not in taken and provider.random() < 0.8:
+            taken.add(first)
+            replies.append(ReplyFault(call=first, kind=FaultKind.OUTAGE))
+    replies.sort(key=lambda r: r.call)
+    hand = _rng(seed, "interventions")
+    drains = [s for s in steps if isinstance(s, Drain)]
+    wanted = [k for k in (FaultKind.INTERRUPT, FaultKind.REDIRECT) if k in kinds]
+    for _ in range(hand.choice((0, 1, 2, 3)) if wanted and drains else 0):
+        drain, kind = hand.choice(drains), hand.choice(wanted)
+        at = round(drain.at_s + hand.uniform(0.0, 40.0), 1)  # while its turn may be running
+        steps.append(Interrupt(at_s=at, session=drain.session) if kind is FaultKind.INTERRUPT
+                     else Redirect(at_s=at, session=drain.session,
+                                   text=f"Say hello {hand.randint(10, 99)} instead."))
+    tools = _rng(seed, "tools")
+    timings: list[ToolTiming] = []
+    if FaultKind.SLOW_TOOL in kinds and tools.random() < 0.35:
+        path, shape = tools.choice(files), tools.choice(("slow", "slow", "late", "past"))
+        calm_user = not any(isinstance(s, Interrupt) for s in steps)
+        shape = shape if shape != "past" or (crash_free and calm_user) else "slow"
+        timings.append(ToolTiming(
+            tool="read_file", path=path, seconds={"slow": float(tools.choice((20, 60))),
+                                                  "late": 1.0, "past": 500.0}.get(shape, 0.0),
+            start_delay_s=300.0 if shape == "late" else 0.0))
+    return tuple(timings), fallback

@@ -11,8 +11,18 @@ from __future__ import annotations
 
 import re
 
-from sim.explore.plan import ClockJump, Drain, Kill, Stall, Submit, WorldPlan
-from sim.explore.run import RunReport
+from sim.explore.plan import (
+    ClockJump,
+    Drain,
+    FaultKind,
+    Interrupt,
+    Kill,
+    Redirect,
+    Stall,
+    Submit,
+    WorldPlan,
+)
+from sim.explore.run import FALLBACK_MODEL, RunReport
 
 _NAMES = ("one", "two", "three", "four", "five", "six", "seven", "eight")
 
@@ -39,9 +49,10 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         "",
         "from __future__ import annotations",
         "",
+        *(["from hermes_ref.limits import ProviderRoute"] if plan.fallback_window else []),
         "from sim.explore.model import ExploreModel",
         "from sim.explore.plan import FaultKind, ReplyFault",
-        "from sim.explore.run import calm_phase, jump_clock",
+        "from sim.explore.run import calm_phase, jump_clock, redirect_a_running_turn",
         "from sim.harness import Story, scenario",
         "",
         "",
@@ -51,11 +62,13 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
     ]
     body = [f"s.seed = {plan.seed}  # the world's seed: it draws the interleaving",
             's.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed',
-            f"s.use_provider(ExploreModel(({_replies(plan)}), ids=s.world.chooser))"]
+            f"model = ExploreModel(({_replies(plan)}), ids=s.world.chooser)",
+            "s.use_provider(model)"]
     if plan.files:
         body.append(f"s.files({dict(plan.files)!r})")
     if plan.max_iterations is not None:
         body.append(f"s.limits(max_iterations={plan.max_iterations})")
+    body += _options(plan)
     for session, principal in plan.sessions.items():
         body.append(f"s.bind({principal!r}, session={session!r})")
         body.append(f"s.bind({'op-' + session!r}, session={session!r}, role=\"operator\", "
@@ -65,8 +78,10 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
     body.append(f"{', '.join(names)} = "
                 + ", ".join(["s.main_process()"] + ["s.process()"] * (plan.processes - 1)))
     for fault in plan.replies:
-        if fault.kind.value == "slow_reply":
+        if fault.kind is FaultKind.SLOW_REPLY:
             body.append(f"s.delay_reply({fault.call}, {fault.seconds!r})")
+        elif fault.kind is FaultKind.STREAM_CUT:  # the stream of that call breaks
+            body.append(f"s.world.stream_cuts[{fault.call}] = {fault.deltas}")
     if plan.crash is not None or plan.crash_at_effect is not None or plan.write_failures:
         crash = repr(plan.crash.name) if plan.crash else "None"
         writes = {s.value: n for s, n in plan.write_failures.items()}
@@ -74,16 +89,38 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
                     f"fail_writes={writes!r})")
     for step in plan.steps:
         body.append(_step(step, names))
-    body += ["s.run_all()",
-             "stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done",
+    body.append("s.run_all()")
+    if any(r.kind is FaultKind.STREAM_CUT for r in plan.replies):
+        body.append("s.world.stream_cuts.clear()  # a cut not reached is no fault of the calm")
+    body += ["stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done",
              's.expect(not stuck, f"every admission reached a terminal state: {stuck}")']
     return "\n".join(lines + ["    " + line for line in body]) + "\n"
 
 
 def _replies(plan: WorldPlan) -> str:
     parts = [f"ReplyFault(call={r.call}, kind=FaultKind.{r.kind.name}"
-             + (f", seconds={r.seconds!r})" if r.seconds else ")") for r in plan.replies]
+             + (f", seconds={r.seconds!r}" if r.seconds else "")
+             + (f", deltas={r.deltas}" if r.deltas else "") + ")" for r in plan.replies]
     return "".join(p + ", " for p in parts)
+
+
+def _options(plan: WorldPlan) -> list[str]:
+    """The slow tools, the context window and the fallback route, as ``stage`` sets them."""
+    lines = []
+    for t in plan.tool_timings:
+        if t.stuck:
+            lines.append(f"s.world.tools.stuck({t.tool!r}, path={t.path!r}, "
+                         f"start_delay_s={t.start_delay_s!r})")
+        else:
+            lines.append(f"s.world.tools.slow({t.tool!r}, {t.seconds!r}, path={t.path!r}, "
+                         f"start_delay_s={t.start_delay_s!r})")
+    if plan.context_window is not None:
+        lines.append(f"s.limits(context_window_tokens={plan.context_window})")
+    if plan.fallback_window is not None:
+        lines += [f"s.limits(fallback_providers=(ProviderRoute(model={FALLBACK_MODEL!r}, "
+                  f"context_window_tokens={plan.fallback_window}, token_ratio=1.25),))",
+                  f"s.use_provider_for({FALLBACK_MODEL!r}, model.for_fallback())"]
+    return lines
 
 
 def _step(step: object, names: tuple[str, ...]) -> str:
@@ -100,4 +137,9 @@ def _step(step: object, names: tuple[str, ...]) -> str:
         return f"s.stall({names[step.process]}, {step.seconds!r}, after_s={step.at_s!r})"
     if isinstance(step, ClockJump):
         return f"jump_clock(s, {step.seconds!r}, after_s={step.at_s!r})"
+    if isinstance(step, Interrupt):
+        return f"s.interrupt(after_s={step.at_s!r}, session={step.session!r})"
+    if isinstance(step, Redirect):
+        return (f"redirect_a_running_turn(s, {step.text!r}, after_s={step.at_s!r}, "
+                f"session={step.session!r})")
     raise TypeError(f"unknown step {step!r}")

@@ -32,14 +32,30 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from pydantic_core import PydanticSerializationError
+
+from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
+from hermes_ref.limits import ProviderRoute
 from sim.explore.model import ExploreModel
-from sim.explore.plan import ClockJump, Drain, FaultKind, Kill, Stall, Submit, WorldPlan
+from sim.explore.plan import (
+    ClockJump,
+    Drain,
+    FaultKind,
+    Interrupt,
+    Kill,
+    Redirect,
+    Stall,
+    Submit,
+    WorldPlan,
+)
 from sim.harness import Story
+from sim.interventions import running_turn
 from sim.processes import ProcessHandle
 from sim.world import World
 
 CALM_ROUNDS_MAX = 4  # drain passes of the calm phase before a queue counts as stuck
+FALLBACK_MODEL = "fallback-small"  # the model of a plan's fallback route (LOOP-6)
 
 
 class Verdict(StrEnum):
@@ -113,7 +129,7 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
     verdict = (Verdict.ENGINE_CRASH if error is not None else Verdict.SAFETY if violations
                else Verdict.LIVENESS if left else Verdict.PASSED)
     timeline = world.timeline.render()
-    record = world.store.snapshot().model_dump_json()
+    record = _record_text(world)
     digest = hashlib.sha256(f"{timeline}\n{record}".encode()).hexdigest()
     report = RunReport(
         seed=plan.seed, verdict=verdict, violations=violations,
@@ -125,6 +141,16 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
         actor.coro.close()  # the run is over: actors it left waiting never resume
     world.store.close()
     return report
+
+
+def _record_text(world: World) -> str:
+    """The durable record as text for the digest. A streamed delta keeps the text the
+    provider sent, a lone surrogate included, which JSON cannot encode: then its repr."""
+    snapshot = world.store.snapshot()
+    try:
+        return snapshot.model_dump_json()
+    except PydanticSerializationError:
+        return repr(snapshot.model_dump())
 
 
 def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
@@ -142,6 +168,8 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
     stage(story, plan)
     story.run_all()
     world.on_crash = None
+    world.stream_cuts.clear()  # a cut the faulty phase did not reach is no fault of the calm
+    fired |= _fired_in_the_world(world, plan)
     if any(point == "SIGKILL" for _, point in world.death_points):
         fired.add(FaultKind.KILL)  # a scheduled kill landed on a live process
     jumped = sum(len(entries) for entries in _jump_stalls(world))
@@ -149,6 +177,23 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
         fired.add(FaultKind.STALL)  # a stall began (a clock jump's pauses are not stalls)
     if world.clock_jumps:
         fired.add(FaultKind.CLOCK_JUMP)
+
+
+def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:
+    """The kinds the world carries out, not the model: an intervention that found a turn
+    running, a timed tool that was called, a request sent to the fallback route."""
+    fired = {FaultKind(i.what) for i in world.interventions
+             if i.what in ("interrupt", "redirect") and i.turn_id is not None}
+    called = {(c.name, c.arguments) for record in world.calls if record.reply is not None
+              for c in record.reply.tool_calls}
+    if any(name == t.tool and f'"{t.path}"' in args for t in plan.tool_timings
+           for name, args in called):
+        fired.add(FaultKind.SLOW_TOOL)
+    if any(record.request.model == FALLBACK_MODEL for record in world.calls):
+        fired.add(FaultKind.FALLBACK)
+    if plan.context_window is not None and world.summary_calls:
+        fired.add(FaultKind.SMALL_WINDOW)  # the window filled: a compaction asked for a summary
+    return fired
 
 
 def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
@@ -159,6 +204,7 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
     story.files(dict(plan.files))
     if plan.max_iterations is not None:
         story.limits(max_iterations=plan.max_iterations)
+    _stage_options(story, plan)  # limits before the processes: each starts with them
     for session, principal in plan.sessions.items():
         story.bind(principal, session=session)
         story.bind(f"op-{session}", session=session, role="operator", kind="operator")
@@ -169,6 +215,8 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
     for fault in plan.replies:
         if fault.kind is FaultKind.SLOW_REPLY:
             story.delay_reply(fault.call, fault.seconds)
+        elif fault.kind is FaultKind.STREAM_CUT:
+            story.world.stream_cuts[fault.call] = fault.deltas
     if plan.crash is not None or plan.crash_at_effect is not None or plan.write_failures:
         story.faults(crash=plan.crash.name if plan.crash else None,
                      crash_at_effect=plan.crash_at_effect,
@@ -186,7 +234,47 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
             story.stall(handles[step.process], step.seconds, after_s=step.at_s)
         elif isinstance(step, ClockJump):
             jump_clock(story, step.seconds, after_s=step.at_s)
+        elif isinstance(step, Interrupt):
+            story.interrupt(after_s=step.at_s, session=step.session)
+        elif isinstance(step, Redirect):
+            redirect_a_running_turn(story, step.text, after_s=step.at_s, session=step.session)
     return handles
+
+
+def redirect_a_running_turn(story: Story, text: str, *, after_s: float, session: str) -> None:
+    """``after_s`` from now, the user corrects the session's turn if it is waiting on a
+    model call (the correction cuts the call and the turn takes it in at once). To a turn
+    doing anything else, or to an idle session, the user would send a new message
+    instead, so then nothing is sent: a correction must not outlive its turn."""
+    world = story.world
+
+    def fire() -> None:
+        actor = running_turn(world, session)
+        if actor is not None and actor.wait is not None and isinstance(actor.pending,
+                                                                       fx.CallProvider):
+            story.redirect(text, after_s=0.0, session=session)
+        else:
+            world.timeline.add("redirect", f"nothing sent: no model call of {session} is under way")
+    world.scheduler.at(world.clock.now() + after_s, fire)
+
+
+def _stage_options(story: Story, plan: WorldPlan) -> None:
+    """The plan's slow tools, context window and fallback route (``stage``'s calls)."""
+    for timing in plan.tool_timings:
+        if timing.stuck:
+            story.world.tools.stuck(timing.tool, path=timing.path,
+                                    start_delay_s=timing.start_delay_s)
+        else:
+            story.world.tools.slow(timing.tool, timing.seconds, path=timing.path,
+                                   start_delay_s=timing.start_delay_s)
+    if plan.context_window is not None:
+        story.limits(context_window_tokens=plan.context_window)
+    if plan.fallback_window is not None:
+        story.limits(fallback_providers=(ProviderRoute(
+            model=FALLBACK_MODEL, context_window_tokens=plan.fallback_window, token_ratio=1.25),))
+        model = story.world.provider
+        if isinstance(model, ExploreModel):
+            story.use_provider_for(FALLBACK_MODEL, model.for_fallback())
 
 
 def jump_clock(story: Story, seconds: float, *, after_s: float) -> None:

@@ -7,8 +7,10 @@ ids (so a shrink never wanders off to a different bug). The edits, biggest first
 1. drop a process (its steps move to the first one);
 2. drop a session with its principal and steps; drop a second member with its requests;
    lift a tight iteration budget;
-3. drop one step (a submission, a drain claim, a kill, a stall, a clock jump);
-4. drop one reply fault, the crash point, the crash at an effect, a write failure;
+3. drop one step (a submission, a drain claim, a kill, a stall, a clock jump, an
+   interrupt, a correction);
+4. drop one reply fault, the crash point, the crash at an effect, a write failure, a slow
+   tool, the small context window, the fallback route;
 5. round the times of steps down to whole seconds.
 
 Passes repeat until none of them changes the plan, or the budget of runs is spent. The
@@ -77,6 +79,10 @@ def shrink(plan: WorldPlan, *, runs_max: int = RUNS_MAX,
             state.attempt(state.plan.model_copy(update={"crash_at_effect": None}))
         if state.plan.max_iterations is not None:
             state.attempt(state.plan.model_copy(update={"max_iterations": None}))
+        state.drop_chunks("tool_timings")
+        for option in ("context_window", "fallback_window"):
+            if getattr(state.plan, option) is not None:
+                state.attempt(state.plan.model_copy(update={option: None}))
         for member in list(state.plan.members):
             state.attempt(state.plan.model_copy(update={
                 "members": {m: s for m, s in state.plan.members.items() if m != member},

@@ -18,7 +18,7 @@ from sim.explore.plan import WorldPlan
 from sim.explore.run import RunReport
 
 STORE_KINDS = frozenset({"write", "lease", "FENCED", "epoch", "bind", "ack"})
-MARKED = frozenset({"FAULT", "CRASH", "VIOLATE", "ENGINE", "EXPECT"})
+MARKED = frozenset({"FAULT", "CRASH", "VIOLATE", "ENGINE", "EXPECT", "INTERRUPT"})
 WORLD_KINDS = frozenset({"calm", "restart", "process", "verdict"})
 CELL_TEXT_MAX = 60
 

@@ -17,9 +17,13 @@ from sim.explore.plan import (
     Drain,
     FaultKind,
     FaultMix,
+    Interrupt,
     Kill,
+    Redirect,
+    ReplyFault,
     Stall,
     Submit,
+    ToolTiming,
     WorldPlan,
     generate,
     load_plan,
@@ -30,6 +34,12 @@ from sim.explore.sweep import Shard, SweepReport, first_difference, merge, sweep
 from sim.explore.swimlane import lanes_of, render_html, rows_of
 from sim.faults import CrashPoint
 from sim.harness import REGISTRY, run_scenario
+
+ODD_KINDS = (FaultKind.AUTH_ERROR, FaultKind.REASONING_ONLY, FaultKind.NARRATED_CALL,
+             FaultKind.LONE_SURROGATE, FaultKind.SHARED_CALL_IDS, FaultKind.DEEP_ARGUMENTS,
+             FaultKind.WIDE_BATCH, FaultKind.STREAM_CUT, FaultKind.OVERFLOW, FaultKind.OUTAGE,
+             FaultKind.INTERRUPT, FaultKind.REDIRECT, FaultKind.SLOW_TOOL, FaultKind.FALLBACK,
+             FaultKind.SMALL_WINDOW)  # the kinds drawn after the first parts
 
 # a stalled holder whose lease runs out while its model call is slow: a small world with
 # one lease loss, used wherever a test needs a run with a fault in it
@@ -155,6 +165,65 @@ def test_a_rendered_scenario_replays_the_run(tmp_path: Path) -> None:
     ran = outcome.timeline.splitlines()
     assert ran[:len(report.timeline.splitlines())] == report.timeline.splitlines()
     assert outcome.passed == (report.verdict is Verdict.PASSED)
+
+
+ODDER = STALLED.model_copy(update={
+    "steps": (
+        *STALLED.steps,
+        Submit(at_s=40.0, process=0, principal="p-1", session="s-1", request_id="r-3",
+               text="Read notes-1.txt and notes-2.txt."),
+        Drain(at_s=41.0, process=0, session="s-1"),
+        Redirect(at_s=43.0, session="s-1", text="Say hello 12 instead."),
+        Interrupt(at_s=60.0, session="s-1")),
+    "files": {"notes-1.txt": "one", "notes-2.txt": "two"},
+    "replies": (ReplyFault(call=1, kind=FaultKind.STREAM_CUT, deltas=2),
+                ReplyFault(call=2, kind=FaultKind.OUTAGE),
+                ReplyFault(call=7, kind=FaultKind.SLOW_REPLY, seconds=90.0)),
+    "tool_timings": (ToolTiming(tool="read_file", path="notes-2.txt", seconds=30.0),),
+    "context_window": 900, "fallback_window": 4_000})
+
+
+def test_the_odder_parts_render_as_story_calls_and_replay() -> None:
+    """Corrections, interrupts, slow tools, a small window, a fallback route, stream cuts
+    and outages render as plain Story calls, and the scenario replays the run."""
+    report = run_plan(ODDER)
+    assert {FaultKind.STREAM_CUT, FaultKind.OUTAGE, FaultKind.FALLBACK,
+            FaultKind.SLOW_TOOL} <= report.fired, report.fired
+    source = render(ODDER, report)
+    for call in ("redirect_a_running_turn(s, 'Say hello 12 instead.'", "s.interrupt(after_s=60.0",
+                 "s.world.tools.slow('read_file', 30.0, path='notes-2.txt'",
+                 "s.limits(context_window_tokens=900)", "s.world.stream_cuts[1] = 2",
+                 "s.use_provider_for('fallback-small', model.for_fallback())"):
+        assert call in source, call
+    namespace: dict[str, object] = {"__name__": "explored_odder"}
+    exec(compile(source, "explored.py", "exec"), namespace)
+    try:
+        outcome = run_scenario(REGISTRY[scenario_name(ODDER)])
+    finally:
+        REGISTRY.pop(scenario_name(ODDER), None)
+    assert outcome.timeline.splitlines()[:len(report.timeline.splitlines())] == \
+        report.timeline.splitlines()
+
+
+def test_the_odder_parts_have_streams_of_their_own() -> None:
+    """The parts drawn later (odd replies, interventions, tools, windows) move nothing of
+    the parts drawn before them: without their kinds a plan is the older parts alone."""
+    older = FaultMix(kinds=frozenset(FaultKind) - set(ODD_KINDS))
+    for seed in range(30):
+        every, fewer = generate(seed), generate(seed, older)
+        assert [s for s in every.steps if s.op not in ("interrupt", "redirect")] == list(fewer.steps)
+        assert [r for r in every.replies if r.kind not in ODD_KINDS] == list(fewer.replies)
+        assert not (fewer.tool_timings or fewer.context_window or fewer.fallback_window)
+
+
+def test_a_small_window_is_drawn_only_when_named() -> None:
+    """Compaction in an explored world breaks checkers on the intact engine today, so the
+    small window is opt-in: ``all`` leaves it out, ``all,small_window`` draws it."""
+    assert FaultKind.SMALL_WINDOW not in FaultMix.parse("all").kinds
+    named = FaultMix.parse("all,small_window")
+    assert named.kinds == FaultMix.parse("all").kinds | {FaultKind.SMALL_WINDOW}
+    assert not any(generate(seed).context_window for seed in range(40))
+    assert any(generate(seed, named).context_window for seed in range(40))
 
 
 def test_a_clock_jump_pauses_every_live_process() -> None:
