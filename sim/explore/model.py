@@ -10,8 +10,9 @@ During the faulty phase the plan's ``replies`` replace the answer to a given wor
 (1-based, in world order): an empty reply, a 429 with Retry-After, a 5xx, a dropped tool
 call, a read of a file that is not there, a 401, a reply that only reasoned, a narrated
 call that was never made, a lone surrogate, two calls under one id, arguments nested past
-the parser's limit, ten reads in one round, a 400 saying the context is too long, or an
-outage (a 503 to the request and to every retry of it, so the turn falls back). A slow
+the parser's limit, ten reads in one round, a round of ``execute_code`` (refunded), a read
+of a huge log (spilled), a 400 saying the context is too long, or an outage (a 503 to
+the request and to every retry of it, so the turn falls back). A slow
 reply thinks aloud first (an inline think block), so a correction that cuts it has
 something to leave out; a stream cut is the world's (``World.stream_cuts``), not the
 model's. In the calm phase the model answers every call. The model behind a fallback
@@ -26,7 +27,7 @@ from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderServer
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.wire import ProviderRequest
 from sim.choices import Chooser
-from sim.explore.plan import FaultKind, ReplyFault
+from sim.explore.plan import BIG_LOG, FaultKind, ReplyFault
 from sim.provider import LONE_SURROGATE, _FakeBase, calls_sharing_id, text, tool_calls
 
 _READ = re.compile(r"^Read (\S+)\.$")
@@ -118,6 +119,10 @@ def _faulty(fault: ReplyFault) -> ProviderReply:
         return ProviderReply(content="Let me read notes-1.txt now.", finish_reason="tool_calls")
     if kind is FaultKind.DEEP_ARGUMENTS:  # the same every time: a local bug, not bad JSON
         return tool_calls(("read_file", "[" * 50_000 + "]" * 50_000))
+    if kind is FaultKind.RUN_CODE:
+        return tool_calls(("execute_code", {"code": "print(6 * 7)"}))
+    if kind is FaultKind.HUGE_READ:
+        return tool_calls(("read_file", {"path": BIG_LOG}))
     if kind is FaultKind.WIDE_BATCH:
         return tool_calls(*(("read_file", {"path": f"notes-{1 + n % 2}.txt"}) for n in range(10)))
     return ProviderReply(content="", finish_reason="stop")

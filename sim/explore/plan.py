@@ -51,11 +51,14 @@ class FaultKind(StrEnum):
     STREAM_CUT = "stream_cut"          # the reply's stream breaks after a few deltas
     OVERFLOW = "overflow"              # 400: the request is past the model's context window
     OUTAGE = "outage"                  # 503 to one request and to every retry of it
+    RUN_CODE = "run_code"              # a round of execute_code only: its budget unit comes back
+    HUGE_READ = "huge_read"            # a read of a 120,000-character log: the result is spilled
     INTERRUPT = "interrupt"            # the user stops the session's running turn
     REDIRECT = "redirect"              # the user sends a correction to the running turn
     SLOW_TOOL = "slow_tool"            # a tool runs long, begins late, or never returns
     FALLBACK = "fallback"              # a fallback route behind the primary (LOOP-6)
     SMALL_WINDOW = "small_window"      # a context window a few turns fill: compaction, rotation
+    VERIFY_GATE = "verify_gate"        # the first answer after a file change waits for a check
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
@@ -64,7 +67,10 @@ REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ER
 # the provider's odder replies, drawn from a sub-stream of their own ("provider")
 ODD_REPLIES = (FaultKind.AUTH_ERROR, FaultKind.REASONING_ONLY, FaultKind.NARRATED_CALL,
                FaultKind.LONE_SURROGATE, FaultKind.SHARED_CALL_IDS, FaultKind.DEEP_ARGUMENTS,
-               FaultKind.WIDE_BATCH, FaultKind.STREAM_CUT, FaultKind.OVERFLOW)
+               FaultKind.WIDE_BATCH, FaultKind.STREAM_CUT, FaultKind.OVERFLOW,
+               FaultKind.RUN_CODE, FaultKind.HUGE_READ)
+BIG_LOG = "big.log"  # the file a HUGE_READ reads; ``stage`` writes it (``BIG_LOG_TEXT``)
+BIG_LOG_TEXT = "x" * 120_000 + "\n"
 WHOLE_STREAM = 99  # STREAM_CUT deltas past any reply's last: the whole stream came, then it broke
 # kinds that also come in bursts of calls in a row (the loop's bounds are about runs of them)
 BURST_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.DROPPED_CALL, FaultKind.BAD_ARGUMENTS,
@@ -173,6 +179,7 @@ class WorldPlan(Frozen):
     tool_timings: tuple[ToolTiming, ...] = ()
     fallback_window: int | None = Field(default=None, ge=1)  # tokens of the fallback route
     context_window: int | None = Field(default=None, ge=1)  # tokens of the primary's window
+    verify_before_answer: bool = False  # the verification gate (FIN-1's withheld answer)
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -203,6 +210,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.FALLBACK)
         if self.context_window is not None:
             kinds.add(FaultKind.SMALL_WINDOW)
+        if self.verify_before_answer:
+            kinds.add(FaultKind.VERIFY_GATE)
         if self.crash is not None:
             kinds.add(FaultKind.CRASH_POINT)
         if self.crash_at_effect is not None:
@@ -217,7 +226,7 @@ class WorldPlan(Frozen):
         faults = (len(self.replies) + (self.crash is not None) + (self.crash_at_effect is not None)
                   + sum(self.write_failures.values())
                   + len(self.tool_timings) + (self.fallback_window is not None)
-                  + (self.context_window is not None)
+                  + (self.context_window is not None) + self.verify_before_answer
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS))
         turns = sum(1 for s in self.steps if s.op == "submit")
         return (self.processes, len(self.sessions), turns, faults, len(self.steps))
@@ -344,13 +353,15 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
     crash_free = not any(isinstance(s, Kill) for s in steps) and crash is None and at_effect is None
     timings, fallback = _odder_world(seed, kinds, sorted(files), steps, replies, turns * 2,
                                      crash_free)
-    window = _small_window(seed, kinds, processes)
+    if failures:  # a huge result whose write fails is closed as unknown, which TOOL-7 takes
+        replies = [r for r in replies if r.kind is not FaultKind.HUGE_READ]  # for unspilled
     steps.sort(key=lambda s: s.at_s)
     return WorldPlan(seed=seed, processes=processes, sessions=sessions, members=members,
                      max_iterations=iterations, files=files, steps=tuple(steps),
                      replies=tuple(replies), crash=crash, crash_at_effect=at_effect,
                      write_failures=failures, tool_timings=timings, fallback_window=fallback,
-                     context_window=window)
+                     context_window=_small_window(seed, kinds, processes),
+                     verify_before_answer=_verify_gate(seed, kinds, iterations))
 
 
 def _reply_faults(faults: random.Random, kinds: frozenset[FaultKind], share: float,
@@ -410,6 +421,14 @@ def _more_requests(seed: int, sessions: dict[str, str], steps: list[Step], proce
                             session=session, request_id=first_id, text="Say hello 1."))
     iterations = more.choice((1, 2, 3)) if more.random() < 0.2 else None
     return members, iterations
+
+
+def _verify_gate(seed: int, kinds: frozenset[FaultKind], iterations: int | None) -> bool:
+    """The verification gate, in a world in four with the whole budget ("gate"): with a
+    tight one, the held-back answer delivered at max_iterations breaks FIN-1 and LOOP-3 on
+    the intact engine."""
+    return FaultKind.VERIFY_GATE in kinds and _rng(seed, "gate").random() < 0.25 \
+        and iterations is None
 
 
 def _small_window(seed: int, kinds: frozenset[FaultKind], processes: int) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from sim.explore.plan import (
+    BIG_LOG,
     ClockJump,
     Drain,
     FaultKind,
@@ -51,7 +52,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         "",
         *(["from hermes_ref.limits import ProviderRoute"] if plan.fallback_window else []),
         "from sim.explore.model import ExploreModel",
-        "from sim.explore.plan import FaultKind, ReplyFault",
+        "from sim.explore.plan import " + ("BIG_LOG_TEXT, " if any(
+            r.kind is FaultKind.HUGE_READ for r in plan.replies) else "") + "FaultKind, ReplyFault",
         "from sim.explore.run import calm_phase, jump_clock, redirect_a_running_turn",
         "from sim.harness import Story, scenario",
         "",
@@ -107,6 +109,10 @@ def _replies(plan: WorldPlan) -> str:
 def _options(plan: WorldPlan) -> list[str]:
     """The slow tools, the context window and the fallback route, as ``stage`` sets them."""
     lines = []
+    if any(r.kind is FaultKind.HUGE_READ for r in plan.replies):
+        lines.append(f"s.files({{{BIG_LOG!r}: BIG_LOG_TEXT}})  # a log of 120,000 characters")
+    if plan.verify_before_answer:
+        lines.append("s.limits(verify_before_answer=True)")
     for t in plan.tool_timings:
         if t.stuck:
             lines.append(f"s.world.tools.stuck({t.tool!r}, path={t.path!r}, "

@@ -39,6 +39,8 @@ from hermes_ref.admission import AdmissionStatus
 from hermes_ref.limits import ProviderRoute
 from sim.explore.model import ExploreModel
 from sim.explore.plan import (
+    BIG_LOG,
+    BIG_LOG_TEXT,
     ClockJump,
     Drain,
     FaultKind,
@@ -191,6 +193,10 @@ def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:
         fired.add(FaultKind.SLOW_TOOL)
     if any(record.request.model == FALLBACK_MODEL for record in world.calls):
         fired.add(FaultKind.FALLBACK)
+    if plan.verify_before_answer and any(
+            "check that the file changes" in (m.content or "")
+            for record in world.calls for m in record.request.messages[-1:]):
+        fired.add(FaultKind.VERIFY_GATE)  # an answer was held back and the model asked to check
     if plan.context_window is not None and world.summary_calls:
         fired.add(FaultKind.SMALL_WINDOW)  # the window filled: a compaction asked for a summary
     return fired
@@ -259,7 +265,11 @@ def redirect_a_running_turn(story: Story, text: str, *, after_s: float, session:
 
 
 def _stage_options(story: Story, plan: WorldPlan) -> None:
-    """The plan's slow tools, context window and fallback route (``stage``'s calls)."""
+    """The plan's huge log, slow tools, limits and fallback route (``stage``'s calls)."""
+    if any(r.kind is FaultKind.HUGE_READ for r in plan.replies):
+        story.files({BIG_LOG: BIG_LOG_TEXT})
+    if plan.verify_before_answer:
+        story.limits(verify_before_answer=True)
     for timing in plan.tool_timings:
         if timing.stuck:
             story.world.tools.stuck(timing.tool, path=timing.path,

@@ -10,7 +10,7 @@ ids (so a shrink never wanders off to a different bug). The edits, biggest first
 3. drop one step (a submission, a drain claim, a kill, a stall, a clock jump, an
    interrupt, a correction);
 4. drop one reply fault, the crash point, the crash at an effect, a write failure, a slow
-   tool, the small context window, the fallback route;
+   tool, the small context window, the fallback route, the verification gate;
 5. round the times of steps down to whole seconds.
 
 Passes repeat until none of them changes the plan, or the budget of runs is spent. The
@@ -83,6 +83,8 @@ def shrink(plan: WorldPlan, *, runs_max: int = RUNS_MAX,
         for option in ("context_window", "fallback_window"):
             if getattr(state.plan, option) is not None:
                 state.attempt(state.plan.model_copy(update={option: None}))
+        if state.plan.verify_before_answer:
+            state.attempt(state.plan.model_copy(update={"verify_before_answer": False}))
         for member in list(state.plan.members):
             state.attempt(state.plan.model_copy(update={
                 "members": {m: s for m, s in state.plan.members.items() if m != member},

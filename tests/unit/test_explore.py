@@ -39,7 +39,8 @@ ODD_KINDS = (FaultKind.AUTH_ERROR, FaultKind.REASONING_ONLY, FaultKind.NARRATED_
              FaultKind.LONE_SURROGATE, FaultKind.SHARED_CALL_IDS, FaultKind.DEEP_ARGUMENTS,
              FaultKind.WIDE_BATCH, FaultKind.STREAM_CUT, FaultKind.OVERFLOW, FaultKind.OUTAGE,
              FaultKind.INTERRUPT, FaultKind.REDIRECT, FaultKind.SLOW_TOOL, FaultKind.FALLBACK,
-             FaultKind.SMALL_WINDOW)  # the kinds drawn after the first parts
+             FaultKind.SMALL_WINDOW, FaultKind.RUN_CODE, FaultKind.HUGE_READ,
+             FaultKind.VERIFY_GATE)  # the kinds drawn after the first parts
 
 # a stalled holder whose lease runs out while its model call is slow: a small world with
 # one lease loss, used wherever a test needs a run with a fault in it
@@ -178,22 +179,24 @@ ODDER = STALLED.model_copy(update={
     "files": {"notes-1.txt": "one", "notes-2.txt": "two"},
     "replies": (ReplyFault(call=1, kind=FaultKind.STREAM_CUT, deltas=2),
                 ReplyFault(call=2, kind=FaultKind.OUTAGE),
+                ReplyFault(call=5, kind=FaultKind.HUGE_READ),
                 ReplyFault(call=7, kind=FaultKind.SLOW_REPLY, seconds=90.0)),
     "tool_timings": (ToolTiming(tool="read_file", path="notes-2.txt", seconds=30.0),),
-    "context_window": 900, "fallback_window": 4_000})
+    "context_window": 900, "fallback_window": 4_000, "verify_before_answer": True})
 
 
 def test_the_odder_parts_render_as_story_calls_and_replay() -> None:
     """Corrections, interrupts, slow tools, a small window, a fallback route, stream cuts
     and outages render as plain Story calls, and the scenario replays the run."""
     report = run_plan(ODDER)
-    assert {FaultKind.STREAM_CUT, FaultKind.OUTAGE, FaultKind.FALLBACK,
-            FaultKind.SLOW_TOOL} <= report.fired, report.fired
+    assert {FaultKind.STREAM_CUT, FaultKind.OUTAGE, FaultKind.FALLBACK, FaultKind.SLOW_TOOL,
+            FaultKind.HUGE_READ} <= report.fired, report.fired
     source = render(ODDER, report)
     for call in ("redirect_a_running_turn(s, 'Say hello 12 instead.'", "s.interrupt(after_s=60.0",
                  "s.world.tools.slow('read_file', 30.0, path='notes-2.txt'",
                  "s.limits(context_window_tokens=900)", "s.world.stream_cuts[1] = 2",
-                 "s.use_provider_for('fallback-small', model.for_fallback())"):
+                 "s.use_provider_for('fallback-small', model.for_fallback())",
+                 "s.files({'big.log': BIG_LOG_TEXT})", "s.limits(verify_before_answer=True)"):
         assert call in source, call
     namespace: dict[str, object] = {"__name__": "explored_odder"}
     exec(compile(source, "explored.py", "exec"), namespace)
@@ -213,7 +216,8 @@ def test_the_odder_parts_have_streams_of_their_own() -> None:
         every, fewer = generate(seed), generate(seed, older)
         assert [s for s in every.steps if s.op not in ("interrupt", "redirect")] == list(fewer.steps)
         assert [r for r in every.replies if r.kind not in ODD_KINDS] == list(fewer.replies)
-        assert not (fewer.tool_timings or fewer.context_window or fewer.fallback_window)
+        assert not (fewer.tool_timings or fewer.context_window or fewer.fallback_window
+                    or fewer.verify_before_answer)
 
 
 def test_a_small_window_is_drawn_only_when_named() -> None:
