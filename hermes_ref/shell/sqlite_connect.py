@@ -321,6 +321,24 @@ def connect(path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS)
         raise BadInput(f"{path}: cannot open as a SQLite database: {exc}") from exc
 
 
+def open_reader(path: str | Path) -> sqlite3.Connection | None:
+    """A read-only connection for point reads on the event loop, or None if it cannot open.
+
+    In WAL a reader never waits for the writer, so a read through it costs no thread hop
+    and takes no place in the writer's queue (the worker runs the group commit's batches).
+    It never waits at all (``busy_timeout`` 0): a read it cannot make at once (a database
+    not in WAL, whose writer locks readers out while it commits) raises, and the caller asks
+    on the worker instead. Call only after ``prepare`` ran on the writer.
+    """
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True,
+                               isolation_level=None, timeout=0)
+        conn.execute("PRAGMA query_only = ON")
+    except sqlite3.Error:
+        return None
+    return conn
+
+
 def prepare(
     conn: StoreConnection,
     path: str | Path,

@@ -30,6 +30,7 @@ the next batch; the batch already committing ends whole or not at all.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
@@ -83,6 +84,7 @@ class AsyncSqliteStore:
         self._closed = False
         self._watermark = 0  # highest message id committed or read here (see ``watermark``)
         self._group: GroupCommit[Write] = GroupCommit(self._start_batch)
+        self._reader: sqlite3.Connection | None = None  # LEASE-4's reads, on the loop
 
     @classmethod
     async def open(
@@ -113,6 +115,7 @@ class AsyncSqliteStore:
         try:
             await store._hop(sqlite_connect.prepare, path, synchronous=mode, busy_timeout_ms=busy_timeout_ms)
             store._watermark = await store._hop(ops.watermark)
+            store._reader = sqlite_connect.open_reader(path)
         except BaseException:
             await store.close()
             raise
@@ -280,7 +283,16 @@ class AsyncSqliteStore:
         return await self._write(ops.refresh_lease, lease, now, ttl_s, self.clock())
 
     async def lease_holds(self, session_id: str, lease_token: int) -> bool:
-        """LEASE-4: would a write with ``lease_token`` be accepted now? One read."""
+        """LEASE-4: would a write with ``lease_token`` be accepted now? One read of the
+        committed lease, on the loop through the reader when it can answer at once (it sees
+        every commit made so far, this process's and others'), else on the worker."""
+        if self._closed:
+            raise PersistenceError(f"{self.path}: store is closed", cause="closed")
+        if self._reader is not None:
+            try:
+                return ops.lease_holds(self._reader, session_id, lease_token, self.clock())
+            except sqlite3.Error:
+                pass  # it would have to wait: ask the worker, in line with the writes
         return bool(await self._hop(ops.lease_holds, session_id, lease_token, self.clock()))
 
     # -- events ---------------------------------------------------------------------------
@@ -321,6 +333,9 @@ class AsyncSqliteStore:
         self._pending_events.clear()
         if not self._closed:
             self._closed = True
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
             await self._group.drain()
             await self._db.close()
 

@@ -3,6 +3,7 @@ call or a tool run goes out under a turn's lease, and refuses it once the lease 
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,48 @@ async def _call(token: int) -> ProviderReply:
 async def _tools(token: int) -> tuple[ToolResult, ...]:
     call = ToolCall(id="call_1", name="read_file", arguments='{"path": "a.txt"}')
     return await ExecuteTools(token, "s-1", (call,), parallel=False)
+
+
+async def test_the_store_answers_on_the_loop_and_sees_another_writers_grant(tmp_path: Path) -> None:
+    """The check is one read on the loop (no hop to the writer's thread), and it reads what
+    another connection committed: once a second process took the expired lease, the first
+    holder's token no longer holds."""
+    store, now, token = await _world(tmp_path)
+    hops: list[str] = []
+    real_hop = store._hop
+
+    async def counted(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        hops.append(fn.__name__)
+        return await real_hop(fn, *args, **kwargs)
+    store._hop = counted  # type: ignore[method-assign]
+    other = await AsyncSqliteStore.open(tmp_path / "vouch.db")
+    try:
+        assert await store.lease_holds("s-1", token) and hops == []
+        now[0] += TTL_S + 1
+        other.clock = lambda: now[0]
+        taken = await other.acquire_lease("s-1", "pid=2:pidns=x:turn=turn-2:platform=cli",
+                                          now[0], TTL_S)
+        assert taken is not None and taken.token == token + 1
+        assert not await store.lease_holds("s-1", token)
+        assert await store.lease_holds("s-1", taken.token) and hops == []
+    finally:
+        await other.close()
+        await store.close()
+
+
+async def test_a_read_the_loop_cannot_make_at_once_goes_to_the_worker(tmp_path: Path) -> None:
+    """A reader that would have to wait (it raises) hands the check to the writer's thread."""
+    store, _now, token = await _world(tmp_path)
+
+    class Busy:
+        def execute(self, *args: object) -> None:
+            raise sqlite3.OperationalError("database is locked")
+
+        def close(self) -> None:
+            pass
+    store._reader = Busy()  # type: ignore[assignment]
+    try:
+        assert await store.lease_holds("s-1", token)
+        assert not await store.lease_holds("s-1", token + 1)
+    finally:
+        await store.close()
