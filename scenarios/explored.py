@@ -34,3 +34,38 @@ def frozen_holder_sends_nothing_after_expiry(s: Story) -> None:
     s.expect(len(s.world.calls) == 1, "the woken turn sent no second model call")
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A session rotated by compaction keeps no copied rows of an earlier turn that CTX-9 "
+          "would take for a late start (explored seed 3, small windows)",
+          invariants=("CTX-9", "CMP-5"), stage="explore")
+def rotated_copies_are_no_late_start(s: Story) -> None:
+    """Seven turns fill a 320-token window, so preflight compacts and rotates the session.
+    The child starts with copies of earlier turns' rows (a summary, the protected head and
+    tail), and an earlier turn's copies there need not end on its final row: that turn made
+    its final persist in the parent. The sweep found CTX-9's checker reading those copies
+    as a turn the next one started before; copies are not a turn's own writes, and the
+    checker now skips them, as CTX-1's does."""
+    s.seed = 3  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({'notes-1.txt': 'note 1 of seed 3', 'notes-2.txt': 'note 2 of seed 3'})
+    s.limits(context_window_tokens=320)
+    s.bind('p-3', session='s-3')
+    s.bind('op-s-3', session='s-3', role="operator", kind="operator")
+    s.bind('q-3', session='s-3')
+    one = s.main_process()
+    s.start_submit(one, 'p-3', 'r-80d8ac', {'text': 'Read notes-1.txt and notes-2.txt.'},
+                   session='s-3', after_s=31.0)
+    s.start_submit(one, 'p-3', 'r-bd8c56', {'text': 'Say hello 1.'}, session='s-3', after_s=65.0)
+    s.start_submit(one, 'p-3', 'r-deb033', {'text': 'Say hello 2.'}, session='s-3', after_s=69.0)
+    s.start_submit(one, 'q-3', 'r-bd8c56', {'text': 'Say hello bd8c56 from q-3.'},
+                   session='s-3', after_s=70.0)
+    s.start_submit(one, 'q-3', 'r-deb033', {'text': 'Say hello deb033 from q-3.'},
+                   session='s-3', after_s=70.0)
+    s.start_submit(one, 'p-3', 'r-2d3836', {'text': 'Read notes-2.txt.'}, session='s-3', after_s=87.0)
+    s.start_submit(one, 'p-3', 'r-090ad7', {'text': 'Say hello 5.'}, session='s-3', after_s=88.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

@@ -238,11 +238,12 @@ def late_start_is_warned(obs: Observation) -> list[Violation]:
     warned = {(e.turn_id, str(e.data.get("previous_turn_id")))
               for e in obs.events(EventKind.TURN_OVERLAP)}
     out: list[Violation] = []
+    copied = obs.copied_row_ids  # a compaction's copies: their turns wrote them elsewhere
     for session_id in obs.record.session_ids():
         order: list[str] = []
         rows: dict[str, list[Message]] = defaultdict(list)
         for message in obs.record.transcript(session_id):
-            if message.turn_id is None:
+            if message.turn_id is None or message.row_id in copied:
                 continue
             if message.turn_id not in rows:
                 order.append(message.turn_id)
