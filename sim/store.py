@@ -54,6 +54,9 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
         self._init_admissions()  # ADM: the admission door's rows (sim/store_admissions.py)
         self._init_routes()  # SES: route revisions, markers, lane log (sim/store_routes.py)
         self._init_compaction()  # CMP-5, CMP-6: archive, lock log (sim/store_compaction.py)
+        # what snapshots handed out: each row's wrapper, each event numbered (``snapshot``)
+        self._snapshot_rows: list[tuple[tuple[str, Message], StoredMessage]] = []
+        self._snapshot_events: list[Event] = []
 
     # -- sessions -------------------------------------------------------------------
     def create_session(self, record: SessionRecord) -> None:
@@ -331,11 +334,32 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
     def snapshot(self) -> DurableRecord:
         return self._with_compaction(self._with_routes(self._with_admissions(DurableRecord(
             sessions=tuple(self._sessions.values()),
-            messages=tuple(StoredMessage(session_id=s, message=m) for s, m in self._messages),
-            events=tuple(e.model_copy(update={"seq": seq}) for seq, e in self._events),
+            messages=self._stored_rows(),
+            events=self._logged_events(),
             leases=tuple(self._leases.values()),
             lease_grants=tuple(self._grants),
         ))))  # ADM; SES: routes; CMP: archive, locks
+
+    def _stored_rows(self) -> tuple[StoredMessage, ...]:
+        """Every row as a ``StoredMessage``, each wrapper made once and handed out again by
+        every later snapshot while its row stands (a row rewritten in place gets a new one)."""
+        kept = self._snapshot_rows
+        del kept[len(self._messages):]
+        for index, pair in enumerate(self._messages):
+            if index < len(kept):
+                if kept[index][0] is pair:
+                    continue
+                kept[index] = (pair, StoredMessage(session_id=pair[0], message=pair[1]))
+            else:
+                kept.append((pair, StoredMessage(session_id=pair[0], message=pair[1])))
+        return tuple(stored for _, stored in kept)
+
+    def _logged_events(self) -> tuple[Event, ...]:
+        """The committed events numbered by their seq; the log only grows, so each numbered
+        copy is made once, when a snapshot first sees its event."""
+        kept = self._snapshot_events
+        kept.extend(e.model_copy(update={"seq": seq}) for seq, e in self._events[len(kept):])
+        return tuple(kept)
 
     def close(self) -> None:
         self._pending_events.clear()
