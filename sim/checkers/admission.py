@@ -35,7 +35,7 @@ from hermes_ref.admission import (
     Refusal,
 )
 from hermes_ref.models import Role
-from sim.checkers.base import Observation, Violation, checker
+from sim.checkers.base import Observation, Violation, checker, remembered
 from sim.world import SIM_PID_NAMESPACE, AckRecord
 
 
@@ -59,7 +59,13 @@ def digest_of(session_id: str, payload: Any, intent: str) -> str:
 
 
 def submitted_digest(obs: Observation, rec: AckRecord) -> str | None:
-    """The digest of what was submitted, or None when it does not normalize."""
+    """The digest of what was submitted, or None when it does not normalize (read once
+    per ack record and limits: both are values)."""
+    return remembered(obs, "submitted digest", (rec, obs.limits),
+                      lambda: _submitted_digest(obs, rec))
+
+
+def _submitted_digest(obs: Observation, rec: AckRecord) -> str | None:
     sub = rec.submitted
     try:
         payload = admission.normalize_payload(sub.payload, obs.limits)
@@ -166,8 +172,7 @@ def one_request_one_row(obs: Observation) -> list[Violation]:
     keys: dict[tuple[str, str, str], list[AdmissionRow]] = defaultdict(list)
     for row in obs.record.admissions:
         keys[(row.principal_id, row.session_id, row.request_id)].append(row)
-        if digest_of(row.session_id, json.loads(row.payload_json), row.intent.value) \
-                != row.payload_digest:
+        if _row_digest(obs, row) != row.payload_digest:
             out.append(_v3(f"admission {row.admission_id} stores a digest of another payload"))
     out.extend(_v3(f"request {key} has {len(rows)} rows") for key, rows in keys.items()
                if len(rows) > 1)
@@ -191,6 +196,12 @@ def one_request_one_row(obs: Observation) -> list[Violation]:
                 not found or found[0].payload_digest == digest):
             out.append(_v3(f"request {_key(rec)} was refused as a conflict without one"))
     return out
+
+
+def _row_digest(obs: Observation, row: AdmissionRow) -> str:
+    """The digest of the payload ``row`` stores (read once per row value)."""
+    return remembered(obs, "row digest", (row,), lambda: digest_of(
+        row.session_id, json.loads(row.payload_json), row.intent.value))
 
 
 def _v3(message: str) -> Violation:

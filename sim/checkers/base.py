@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from operator import is_
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 
@@ -64,6 +65,62 @@ class TurnView:
         return done if isinstance(done, Completion) else None
 
 
+T = TypeVar("T")
+
+
+class Memo:
+    """Readings of the record kept from one check of a world to the next.
+
+    A reading is a pure function of the values it reads. The memo keeps each one with the
+    very objects it was read from (so none of them is freed and its id reused while kept)
+    and hands it back only when every one of them is the same object again, and ``extra``
+    is equal; otherwise it reads again. The record's values are frozen, so the same
+    objects mean the same answer: a kept reading equals the one a full check would make.
+    """
+
+    __slots__ = ("_kept", "_views")
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, int, Any], tuple[tuple[object, ...], Any]] = {}
+        self._views: dict[tuple[str, str], TurnView] = {}
+
+    def same_views(self, fresh: dict[tuple[str, str], TurnView]) -> dict[tuple[str, str], TurnView]:
+        """``fresh``, each view that holds the very same run, rows, calls and events as the
+        last check's view of its turn replaced by that one (its exits and completions are
+        read from those events alike), so a reading keyed by a view finds what it read."""
+        kept = self._views
+        for key, view in fresh.items():
+            old = kept.get(key)
+            if old is not None and old.run is view.run and _same_items(old.rows, view.rows) \
+                    and _same_items(old.calls, view.calls) and _same_items(old.events, view.events):
+                fresh[key] = old
+        self._views = dict(fresh)
+        return fresh
+
+    def get(self, name: str, sources: tuple[object, ...], read: Callable[[], T],
+            extra: Any = None) -> T:
+        if not sources:
+            return read()
+        key = (name, id(sources[0]), extra)
+        kept = self._kept.get(key)
+        if kept is not None and _same_items(kept[0], sources):
+            return cast(T, kept[1])
+        value = read()
+        self._kept[key] = (sources, value)
+        return value
+
+
+def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
+    """The same objects, in the same places."""
+    return len(a) == len(b) and all(map(is_, a, b))
+
+
+def remembered(obs: Observation, name: str, sources: tuple[object, ...],
+               read: Callable[[], T], extra: Any = None) -> T:
+    """``read()``, or what it gave for the same ``sources`` at an earlier check of the world."""
+    return read() if obs.memo is None else obs.memo.get(name, sources, read, extra)
+
+
 @dataclass(frozen=True)
 class Observation:
     record: DurableRecord
@@ -90,6 +147,8 @@ class Observation:
     # CMP: compaction's summary requests, apart from the turn's calls (None: nobody logged them)
     summary_calls: tuple[CallRecord, ...] | None = None
     manual_compactions: tuple[tuple[str, int], ...] = ()  # CMP-4: (session, effect count)
+    # readings kept between checks of one world (``Memo``); never part of what is judged
+    memo: Memo | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def turns(self) -> dict[tuple[str, str], TurnView]:
@@ -115,8 +174,8 @@ class Observation:
         for call in self.calls:
             view(call.session_id, call.turn_id).calls.append(call)
         for event in self.record.events:
-            _file_event(view(event.session_id, event.turn_id), event)
-        return views
+            _file_event(self, view(event.session_id, event.turn_id), event)
+        return views if self.memo is None else self.memo.same_views(views)
 
     def ended_turns(self) -> list[TurnView]:
         """The turns that must show an ending: every one whose process did not die in it.
@@ -124,6 +183,10 @@ class Observation:
         With the runs known, a turn is excused only when the world saw its process crash;
         without them, only when the record shows a crash at all.
         """
+        return list(self._ended_turns)
+
+    @cached_property
+    def _ended_turns(self) -> list[TurnView]:
         if self.runs is None:
             return list(self.turns.values()) if not self.crash_seqs else [
                 v for v in self.turns.values() if v.exits or v.completions]
@@ -135,13 +198,26 @@ class Observation:
         return {m.message.row_id or 0: m for m in self.record.messages}
 
     def at_rest(self, session_id: str) -> bool:
+        holder = self._lease_holders.get(session_id, _NO_LEASE)
+        return holder is _NO_LEASE or holder is None
+
+    @cached_property
+    def _lease_holders(self) -> dict[str, str | None]:
+        """Each session's holder, as its first lease row names it."""
+        holders: dict[str, str | None] = {}
         for lease in self.record.leases:
-            if lease.session_id == session_id:
-                return lease.holder is None
-        return True
+            holders.setdefault(lease.session_id, lease.holder)
+        return holders
 
     def events(self, kind: str) -> list[Event]:
-        return [e for e in self.record.events if e.kind == kind]
+        return list(self._events_by_kind.get(kind, ()))
+
+    @cached_property
+    def _events_by_kind(self) -> dict[str, list[Event]]:
+        grouped: dict[str, list[Event]] = defaultdict(list)
+        for event in self.record.events:
+            grouped[event.kind].append(event)
+        return grouped
 
     @cached_property
     def copied_row_ids(self) -> frozenset[int]:
@@ -149,21 +225,70 @@ class Observation:
         return lineage.copied_row_ids(self.record)
 
     def rows_of_turn(self, turn_id: str) -> list[Message]:
+        return list(self._rows_by_turn.get(turn_id, ()))
+
+    @cached_property
+    def _rows_by_turn(self) -> dict[str | None, list[Message]]:
         copied = self.copied_row_ids
-        return [m.message for m in lineage.written(self.record)
-                if m.message.turn_id == turn_id and m.message.row_id not in copied]
+        grouped: dict[str | None, list[Message]] = defaultdict(list)
+        for stored in lineage.written(self.record):
+            if stored.message.row_id not in copied:
+                grouped[stored.message.turn_id].append(stored.message)
+        return grouped
 
     def calls_of_turn(self, turn_id: str) -> list[CallRecord]:
-        return [c for c in self.calls if c.turn_id == turn_id]
+        return list(self._calls_by_turn.get(turn_id, ()))
+
+    @cached_property
+    def _calls_by_turn(self) -> dict[str, list[CallRecord]]:
+        grouped: dict[str, list[CallRecord]] = defaultdict(list)
+        for call in self.calls:
+            grouped[call.turn_id].append(call)
+        return grouped
+
+    @cached_property
+    def call_rows_by_turn(self) -> dict[tuple[str, str | None], list[Message]]:
+        """The rows that carry tool calls, by (session, turn), in row order."""
+        grouped: dict[tuple[str, str | None], list[Message]] = defaultdict(list)
+        for stored in self.record.messages:
+            if stored.message.tool_calls:
+                grouped[(stored.session_id, stored.message.turn_id)].append(stored.message)
+        return grouped
+
+    def reading(self, name: str, read: Callable[[], Any]) -> Any:
+        """``read()``, made once per observation and shared by every checker that asks."""
+        readings = self._readings
+        if name not in readings:
+            readings[name] = read()
+        return readings[name]
+
+    @cached_property
+    def _readings(self) -> dict[str, Any]:
+        return {}
+
+    def written_rows(self, session_id: str) -> list[Message]:
+        """``session_id``'s rows, live or archived, in row order (``lineage.written``)."""
+        return self._written_by_session.get(session_id, [])
+
+    @cached_property
+    def _written_by_session(self) -> dict[str, list[Message]]:
+        grouped: dict[str, list[Message]] = defaultdict(list)
+        for stored in lineage.written(self.record):
+            grouped[stored.session_id].append(stored.message)
+        return grouped
 
 
-def _file_event(view: TurnView, event: Event) -> None:
+_NO_LEASE = object()  # ``at_rest``: the session has no lease row at all
+
+
+def _file_event(obs: Observation, view: TurnView, event: Event) -> None:
     view.events.append(event)
-    try:
+    try:  # each event value is parsed once; a malformed one raises again at every check
         if event.kind == EventKind.TURN_EXIT:
-            view.exits.append(ExitLine.of(event))
+            view.exits.append(remembered(obs, "exit line", (event,), lambda: ExitLine.of(event)))
         elif event.kind == EventKind.TURN_COMPLETED:
-            view.completions.append(Completion.of(event))
+            view.completions.append(remembered(obs, "completion", (event,),
+                                               lambda: Completion.of(event)))
     except ValidationError as error:
         problem = f"malformed {event.kind} event: {error.errors()[0]['msg']}"
         (view.exits if event.kind == EventKind.TURN_EXIT else view.completions).append(problem)
@@ -266,7 +391,9 @@ def invalid_streak_at_end(obs: Observation, records: list[CallRecord]) -> int:
 
 def call_rows(obs: Observation) -> list[Message]:
     """Every durable assistant row that carries tool calls, in row order."""
-    return [m.message for m in obs.record.messages if m.message.tool_calls]
+    rows: list[Message] = obs.reading("call rows", lambda: [
+        m.message for m in obs.record.messages if m.message.tool_calls])
+    return list(rows)
 
 
 def durable_call_row(entry: LedgerEntry, rows: list[Message]) -> Message | None:
@@ -303,10 +430,9 @@ def call_row_of(obs: Observation, entry: LedgerEntry) -> tuple[TurnKey, Message 
     key = ran_in(obs, entry)
     if key is None:
         return None
-    for stored in reversed(obs.record.messages):
-        row = stored.message
-        if ((stored.session_id, row.turn_id) == key and (row.row_id or 0) <= entry.watermark
-                and any(c.id == entry.call_id and c.name == entry.name for c in row.tool_calls)):
+    for row in reversed(obs.call_rows_by_turn.get(key, ())):  # the turn's call rows only
+        if (row.row_id or 0) <= entry.watermark and any(
+                c.id == entry.call_id and c.name == entry.name for c in row.tool_calls):
             return key, row
     return key, None
 

@@ -32,10 +32,10 @@ from sim.checkers.compaction_record import (
     lineage_of,
     passes,
     pre_tokens,
-    sent_tokens,
     summary_calls_of,
     threshold_tokens,
     tokens_of,
+    tokens_sent,
     window_tokens,
 )
 from sim.checkers.wire import sent_messages
@@ -131,7 +131,7 @@ def _compressible(call: CallRecord, limits: Limits) -> bool:
 def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:
     out = []
     for call in obs.calls:
-        tokens = sent_tokens(call)
+        tokens = tokens_sent(obs, call)
         if window_tokens(obs.limits, call.request.model) != obs.limits.context_window_tokens:
             continue  # a fallback route's threshold is its own (LOOP-6)
         if tokens is None or tokens < limit or call.request.purpose != "turn":

@@ -21,7 +21,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.tokens import count_message, count_wire_messages
-from sim.checkers.base import Observation, TurnView
+from sim.checkers.base import Observation, TurnView, remembered
 from sim.checkers.lineage import roots
 from sim.checkers.rotation import CompactionRun  # a story's own compaction, not judged here
 from sim.checkers.wire import sent_messages
@@ -56,6 +56,11 @@ def tail_tokens(limits: Limits) -> int:
 def sent_tokens(call: CallRecord) -> int | None:
     sent = sent_messages(call)
     return None if isinstance(sent, str) else count_wire_messages(sent)
+
+
+def tokens_sent(obs: Observation, call: CallRecord) -> int | None:
+    """``sent_tokens``, counted once per call (its body never changes)."""
+    return remembered(obs, "sent tokens", (call,), lambda: sent_tokens(call))
 
 
 def is_summary(message: Message) -> bool:

@@ -19,12 +19,12 @@ from sim.checkers.compaction_record import (
     excused_early,
     is_summary,
     passes,
-    sent_tokens,
     smallest_window,
     summary_of,
     tail_tokens,
     threshold_tokens,
     tokens_of,
+    tokens_sent,
     window_tokens,
 )
 from sim.checkers.wire import sent_messages
@@ -192,7 +192,7 @@ def requests_fit_the_window(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     refused: set[tuple[str, bytes]] = set()
     for call in obs.calls:
-        tokens = sent_tokens(call)
+        tokens = tokens_sent(obs, call)
         window = window_tokens(obs.limits, call.request.model)
         if tokens is not None and tokens > window:
             out.append(Violation("requests_fit_the_window", "CMP-7",
@@ -246,7 +246,7 @@ def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
                                          f"{tag} ended the turn as {line.reason.value}, not "
                                          "through preflight's fail-closed exit"))
                 continue
-            smaller = (sent_tokens(after) or 0) < (sent_tokens(call) or 0)
+            smaller = (tokens_sent(obs, after) or 0) < (tokens_sent(obs, call) or 0)
             compacted = attempts(obs, view.turn_id, before=after, after=call) > 0
             if not (smaller and compacted):
                 out.append(Violation("overflow_goes_back_to_preflight", "LOOP-5",

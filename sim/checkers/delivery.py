@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import pairwise
 
 from pydantic import ValidationError
@@ -14,7 +15,7 @@ from hermes_ref.closure import (
 )
 from hermes_ref.models import EventKind, Role
 from hermes_ref.outcomes import ToolProgress
-from sim.checkers.base import Observation, TurnView, Violation, checker
+from sim.checkers.base import Observation, TurnView, Violation, checker, remembered
 
 _END = [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED]
 # what may stand between the opening and the end: progress and a kept call's deltas (DEL-1)
@@ -35,13 +36,15 @@ def event_stream_ordered(obs: Observation) -> list[Violation]:
         out.append(_v("event sequence numbers are not strictly increasing"))
     ended = {(v.session_id, v.turn_id) for v in obs.ended_turns()}
     for key, view in obs.turns.items():
-        problem = _turn_problem(obs, view, key in ended)
+        problem = remembered(obs, "DEL-1 order", (view,), partial(_turn_problem, view, key in ended),
+                             extra=key in ended)
         if problem:
             out.append(_v(f"turn {view.key}: {problem}"))
     return out
 
 
-def _turn_problem(obs: Observation, view: TurnView, ended: bool) -> str | None:
+def _turn_problem(view: TurnView, ended: bool) -> str | None:
+    """What is wrong with the turn's stream, read from its view alone."""
     kinds = [e.kind.value for e in view.events]
     if ended and (len(view.completions) != 1 or view.completion is None):
         return (f"it ended with {len(view.completions)} completion events "

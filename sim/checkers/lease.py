@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import pairwise
 
 from hermes_ref.lease import holder_fields
@@ -49,6 +50,7 @@ class Activity:
     what: str
 
 
+@lru_cache(maxsize=4096)  # a holder string's fields never change; every step reads them again
 def _turn_of(holder: str) -> str | None:
     return holder_fields(holder).get("turn")
 
@@ -63,7 +65,13 @@ def grants_by_turn(obs: Observation) -> dict[tuple[str, str], list[LeaseGrantRow
 
 
 def activities(obs: Observation) -> list[Activity]:
-    """Every model call (the provider's log) and tool run (the ledger) with its turn."""
+    """Every model call (the provider's log) and tool run (the ledger) with its turn (read
+    once per observation: three checkers ask)."""
+    found: list[Activity] = obs.reading("lease activities", lambda: _activities(obs))
+    return list(found)
+
+
+def _activities(obs: Observation) -> list[Activity]:
     found = [Activity(c.session_id, c.turn_id, c.at, f"model call at effect {c.seq}")
              for c in obs.calls if c.turn_id]
     # call ids repeat across turns: a run belongs to the latest row of its id that was

@@ -14,7 +14,7 @@ from typing import Any
 from hermes_ref.models import Event, EventKind, Message, Role, StreamDelta
 from hermes_ref.reply_intake import clean_text
 from hermes_ref.scaffolding import EMPTY_SENTINEL
-from sim.checkers.base import Observation, TurnView, Violation, checker
+from sim.checkers.base import Observation, TurnView, Violation, checker, remembered
 from sim.world import CallRecord
 
 _SHOWN = {"text": EventKind.DELTA_TEXT, "reasoning": EventKind.DELTA_REASONING,
@@ -55,10 +55,16 @@ def deltas_match_the_stream(obs: Observation) -> list[Violation]:
             shown = ", ".join(str(n) for n in numbers[:12])
             out.append(_v1(f"turn {view.key}: its events are numbered {shown}, not 1, 2, ..."))
         if view.completion is not None:
-            problem = _stream_problem(view)
+            problem = _stream_problem_of(obs, view)
             if problem:
                 out.append(_v1(f"turn {view.key}: {problem}"))
     return out
+
+
+def _stream_problem_of(obs: Observation, view: TurnView) -> str | None:
+    """``_stream_problem``, read once per view (a view is kept from check to check while
+    its turn's rows, calls and events stay the same: ``Memo.same_views``)."""
+    return remembered(obs, "DEL-1 stream", (view,), lambda: _stream_problem(view))
 
 
 def _stream_problem(view: TurnView) -> str | None:

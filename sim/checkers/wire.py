@@ -7,14 +7,18 @@ engine's request object: a key that leaks anywhere on the way out is in those by
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from functools import partial
+from itertools import repeat
+from operator import le
 from typing import Any
 
 from hermes_ref.models import WIRE_MESSAGE_KEYS, Message, Role
-from sim.checkers import lineage
 from sim.checkers.base import (
     Observation,
     Violation,
     checker,
+    remembered,
 )
 from sim.world import CallRecord, RewriteRun
 
@@ -30,7 +34,7 @@ def sent_messages(call: CallRecord) -> list[WireMessage] | str:
     if not isinstance(sent, dict):
         return f"its recorded body is not a JSON object ({len(call.body)} bytes)"
     messages = sent.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+    if not isinstance(messages, list) or not all(map(isinstance, messages, repeat(dict))):
         return "its recorded body carries no list of message objects"
     return messages
 
@@ -42,20 +46,23 @@ def sent_messages(call: CallRecord) -> list[WireMessage] | str:
          "request bodies carry only wire keys: no _-keys, no sidecar or bookkeeping fields")
 def no_private_keys_on_wire(obs: Observation) -> list[Violation]:
     out = []
-    for call in obs.calls:
-        messages = sent_messages(call)
-        if isinstance(messages, str):  # silence is no pass: a body must be there to judge
+    for call in obs.calls:  # a call's body never changes: its finding is read once
+        problem = remembered(obs, "WIRE-3", (call,), partial(_private_keys, call))
+        if problem is not None:
             out.append(Violation("no_private_keys_on_wire", "WIRE-3",
-                                 f"call at effect {call.seq}: {messages}"))
-            continue
-        for index, message in enumerate(messages):
-            bad = sorted(k for k in message if k.startswith("_") or k not in WIRE_MESSAGE_KEYS)
-            if bad:
-                out.append(Violation("no_private_keys_on_wire", "WIRE-3",
-                                     f"call at effect {call.seq}: message {index} "
-                                     f"carries {', '.join(bad)}"))
-                break
+                                 f"call at effect {call.seq}: {problem}"))
     return out
+
+
+def _private_keys(call: CallRecord) -> str | None:
+    messages = sent_messages(call)
+    if isinstance(messages, str):  # silence is no pass: a body must be there to judge
+        return messages
+    for index, message in enumerate(messages):
+        bad = sorted(k for k in message if k.startswith("_") or k not in WIRE_MESSAGE_KEYS)
+        if bad:
+            return f"message {index} carries {', '.join(bad)}"
+    return None
 
 
 Shape = tuple[Any, Any, tuple[Any, ...], Any]
@@ -72,17 +79,55 @@ def _shape(wire: WireMessage) -> Shape:
 def requests_match_record(obs: Observation) -> list[Violation]:
     out = []
     for call in obs.calls:
-        _, problem = align_request(call, _durable_at(obs, call), rewritten_since(obs, call))
+        problem = aligned(obs, call)[1]
         if problem:
             out.append(Violation("requests_match_record", "CTX-2",
                                  f"call at effect {call.seq}: {problem}"))
     return out
 
 
+def aligned(obs: Observation, call: CallRecord, by_content: bool = True,
+            ) -> tuple[Aligned, str | None]:
+    """``align_request`` of ``call`` against the rows durable when it was made.
+
+    The answer depends only on the call, those rows and the rewrites since: kept between
+    checks while every one of those rows is the same value (a compaction or a rewrite
+    that replaces one makes it read again)."""
+    durable = _durable_at(obs, call)
+    rewritten = rewritten_since(obs, call)
+    return remembered(obs, "align", (call, *durable),
+                      lambda: align_request(call, durable, rewritten, by_content),
+                      extra=(by_content, rewritten))
+
+
 def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
-    """The session's rows that were committed when ``call`` was made."""
-    rows = lineage.rows_at(obs.record, call.session_id, call.watermark)  # CMP-5: archives
-    return [m for m in rows if not m.hidden]  # a hidden row never goes out (LOOP-4)
+    """The session's rows that were committed when ``call`` was made (``lineage.rows_at``)."""
+    cuts = [c.first_row_id for c in obs.record.compactions if c.child_id is None
+            and c.session_id == call.session_id and c.first_row_id <= call.watermark]
+    floor = max(cuts, default=0)  # the last compaction in place by then archived what was before
+    ids, rows = _sent_rows(obs).get(call.session_id, ((), ()))
+    if ids is None:  # row ids out of order: no slicing by them
+        return [m for m in rows if floor <= (m.row_id or 0) <= call.watermark]
+    return list(rows[bisect_left(ids, floor):bisect_right(ids, call.watermark)])
+
+
+SentRows = dict[str, tuple[list[int] | None, list[Message]]]
+
+
+def _sent_rows(obs: Observation) -> SentRows:
+    """Each session's rows that may go out (a hidden row never does, LOOP-4), live or
+    archived, in row order, with their ids (None when they are not ascending), read once
+    per observation."""
+    def read() -> SentRows:
+        out: SentRows = {}
+        for session_id in {m.session_id for m in obs.record.messages} | {
+                m.session_id for m in obs.record.archived}:
+            rows = [m for m in obs.written_rows(session_id) if not m.hidden]
+            ids = [m.row_id or 0 for m in rows]
+            out[session_id] = (ids if all(map(le, ids, ids[1:])) else None, rows)
+        return out
+    found: SentRows = obs.reading("sent rows", read)
+    return found
 
 
 def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset(),
@@ -95,8 +140,9 @@ def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset
 
 def rewritten_since(obs: Observation, call: CallRecord) -> frozenset[int]:
     """Rows whose content a rewrite the harness asked for changed after ``call`` was made."""
-    return frozenset(r.row_id for r in obs.runs or ()
-                     if isinstance(r, RewriteRun) and r.seq >= call.seq)
+    rewrites: tuple[RewriteRun, ...] = obs.reading("rewrites", lambda: tuple(
+        r for r in obs.runs or () if isinstance(r, RewriteRun)))
+    return frozenset(r.row_id for r in rewrites if r.seq >= call.seq)
 
 
 Aligned = list[tuple[WireMessage, Message]]
@@ -149,8 +195,7 @@ def sidecar_bytes_replayed(obs: Observation) -> list[Violation]:
                                  "sidecar (the injection leaked into the record)"))
     for call in obs.calls:
         # paired without reading content: a row sent without its sidecar must still pair
-        pairs, _ = align_request(call, _durable_at(obs, call), rewritten_since(obs, call),
-                                 by_content=False)
+        pairs, _ = aligned(obs, call, by_content=False)
         for sent, row in pairs:
             if row.api_content is not None and sent.get("content") != row.api_content:
                 out.append(Violation("sidecar_bytes_replayed", "WIRE-1",
