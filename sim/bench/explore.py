@@ -74,7 +74,8 @@ def lines(report: dict[str, Any]) -> list[str]:
     out = ["explore (sim.bench.explore):"]
     for name, how in LABELS:
         stat = report.get(name)
-        if stat is not None:
-            out.append(f"  {name:<38} {stat['median']:>12,.3f} [{stat['min']:,.3f} - "
-                       f"{stat['max']:,.3f}]  {how}")
+        if stat is not None:  # the ratio to calibration is a few ten-thousandths: six places
+            places = 6 if name == "explore_seeds_per_calibration_turn" else 3
+            out.append(f"  {name:<38} {stat['median']:>12,.{places}f} [{stat['min']:,.{places}f} - "
+                       f"{stat['max']:,.{places}f}]  {how}")
     return out
