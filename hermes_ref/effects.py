@@ -160,9 +160,11 @@ class OpenTurn(Effect[LeaseGrant]):
     row exists before the lease that refers to it (CTX-4). One commit instead of two: a
     turn's first write both creates its lane and claims it, so no other process ever sees
     a new session without its first holder. A turn of a session this engine has served
-    asks with it too (the row exists; its cached record is sent), so that ``opening``, the
-    user row, can ride the same commit when ``Opening.applies``; then the sites ``lease``
-    and ``user`` are one commit. Later polls of a busy lease use AcquireLease.
+    asks with it too (its cached record is sent with ``create=False``: a row that is gone
+    is refused with ``foreign_key``, as ``AcquireLease`` refuses it, never recreated), so
+    that ``opening``, the user row, can ride the same commit when ``Opening.applies``; then
+    the sites ``lease`` and ``user`` are one commit. Later polls of a busy lease use
+    AcquireLease.
     """
 
     record: SessionRecord
@@ -171,6 +173,7 @@ class OpenTurn(Effect[LeaseGrant]):
     ttl_s: float
     poll_s: float = 0.0  # > 0: join the session's queue of waiters when busy, asking again within
     opening: Opening | None = None  # the user row, stored with the grant when nothing comes between
+    create: bool = True  # False: a served session's row must exist (missing: foreign_key)
     kind: ClassVar[str] = "open_turn"
 
     @property

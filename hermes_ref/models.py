@@ -350,7 +350,9 @@ class Opening(Frozen):
     def applies(self, session_id: str, created: bool, lease: Lease | None) -> bool:
         if lease is None or lease.session_id != session_id or not self.rows:
             return False  # no grant, or a rotated session's tip: the turn syncs first (CMP-5)
-        return created or (self.expected_token > 0 and lease.token == self.expected_token)
+        if self.expected_token == 0:  # a session the asker has not seen: only a new one
+            return created and lease.token == 1
+        return not created and lease.token == self.expected_token
 
 
 class LeaseGrant(Frozen):

@@ -172,7 +172,8 @@ class Taken:
 
 
 def _cached_record(cache: SessionCache, inp: TurnInput, now: float) -> SessionRecord:
-    """A served session's row as this engine knows it (the row exists; nothing is inserted)."""
+    """A served session's row as this engine knows it, sent with ``create=False``: the row
+    must exist, and nothing is inserted."""
     return SessionRecord(id=cache.session_id, key=inp.session_key, platform=inp.platform,
                          system_prompt=cache.system_prompt, started_at=now)
 
@@ -230,7 +231,7 @@ async def _take_lease(
         record = session_record(inp, deps.tools, now) if cache is None else \
             _cached_record(cache, inp, now)
         grant = await OpenTurn(record, holder, now, limits.lease_ttl_s, limits.lease_poll_s,
-                               opening)
+                               opening, create=cache is None)
         if cache is None:
             prompt = grant.session.system_prompt
             cache = SessionCache(grant.session.id, prompt, Message(role=Role.SYSTEM, content=prompt))

@@ -58,6 +58,12 @@ def unrecorded_message_is_handed_back(s: Story) -> None:
     s.expect(lost is not None and lost.carried_input is not None
              and lost.carried_input.content == "Second question." and lost.retryable,
              "the unrecorded message came back, retryable")
+    record = s.world.store.snapshot()
+    grants = [g for g in record.lease_grants if lost is not None and lost.turn_id in g.holder]
+    s.expect(len(grants) == 1 and grants[0].end_reason == "released",
+             "the failed turn held its own grant (only the row failed) and released it")
+    s.expect(any(e.kind == "turn.started" and lost is not None and e.turn_id == lost.turn_id
+                 for e in record.events), "and it logged that it started")
     s.faults()
     again = s.turn("Second question.")
     s.expect(again is not None and again.final_response == "Second answer.", "the retry runs")

@@ -82,7 +82,8 @@ class LeaseHandlers:
         try:
             grant: LeaseGrant = self._write(self.world.store.open_turn, effect.record,
                                             effect.holder, effect.now, effect.ttl_s, effect.poll_s,
-                                            opening, lambda: self._fail_if_planned(Site.USER))
+                                            opening, lambda: self._fail_if_planned(Site.USER),
+                                            effect.create)
         except PersistenceError:
             if opening is not None and opening.events:
                 self._opening_events(opening, committed=False)

@@ -141,9 +141,10 @@ class SqliteStore:
 
     def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
                   poll_s: float = 0.0, opening: Opening | None = None,
-                  before_opening: Callable[[], None] | None = None) -> LeaseGrant:
+                  before_opening: Callable[[], None] | None = None,
+                  create: bool = True) -> LeaseGrant:
         return self._write(ops.open_turn, record, holder, now, ttl_s, self._holder_alive, poll_s,
-                           opening, before_opening)
+                           opening, before_opening, create)
 
     def would_open(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
                    poll_s: float, opening: Opening) -> bool:

@@ -216,12 +216,15 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
 
     def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
                   poll_s: float = 0.0, opening: Opening | None = None,
-                  before_opening: Callable[[], None] | None = None) -> LeaseGrant:
+                  before_opening: Callable[[], None] | None = None,
+                  create: bool = True) -> LeaseGrant:
         """Ensure the session row, take its lease and store the opening rows when they apply,
         as one commit (see sqlite_ops.open_turn). ``before_opening`` runs just before the
         rows are stored; a ``PersistenceError`` it raises fails the rows alone, as a failed
         savepoint does in SQLite (the simulator's planned write failures)."""
         existing = self._sessions.get(record.id)
+        if existing is None and not create:
+            raise PersistenceError(f"no session {record.id!r}", cause="foreign_key")
         if existing is not None and rotation.lease_follows_tip(existing.end_reason):  # CMP-5
             existing = self.compression_tip(record.id) or existing
         if existing is None:

@@ -180,7 +180,7 @@ class AsyncDriver:
                 update={"events": tuple(self._turn_seqs.stamp(e, now) for e in opening.events)})
         try:
             grant = await self.store.open_turn(effect.record, effect.holder, effect.now,
-                                               effect.ttl_s, effect.poll_s, opening)
+                                               effect.ttl_s, effect.poll_s, opening, effect.create)
         except PersistenceError:
             if opening is not None and opening.events:
                 self._turn_seqs.forget(opening.events[0].turn_id)

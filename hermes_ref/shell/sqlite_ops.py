@@ -418,6 +418,7 @@ def open_turn(
     poll_s: float = 0.0,
     opening: Opening | None = None,
     before_opening: Callable[[], None] | None = None,
+    create: bool = True,
 ) -> LeaseGrant:
     """Ensure the session row, take its lease and store the opening rows when they apply
     (``Opening.applies``), in ONE transaction (one commit, one fsync).
@@ -426,7 +427,8 @@ def open_turn(
     transaction rolls back and pending events stay pending, as with ``acquire_lease``.
     The opening rows are a savepoint of the transaction: if they fail, the grant still
     commits and the grant says why the rows did not (``before_opening`` runs first; the
-    simulator plans its write failures there).
+    simulator plans its write failures there). With ``create`` False the row must exist
+    already (a served session's turn): a missing one is refused with ``foreign_key``.
     """
     expires_at = now + ttl_s
     stored: SessionRecord = record
@@ -434,7 +436,10 @@ def open_turn(
     grant: LeaseGrant
     try:
         with _write(conn):
-            created = conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(record)).rowcount == 1
+            if create:
+                created = conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(record)).rowcount == 1
+            elif conn.execute(_SELECT_SESSION, (record.id,)).fetchone() is None:
+                raise PersistenceError(f"no session {record.id!r}", cause="foreign_key")
             if not created:
                 stored = decode_session(conn.execute(_SELECT_SESSION, (record.id,)).fetchone())
                 if _follows_tip(stored.end_reason):  # CMP-5: the turn runs on the tip
@@ -471,6 +476,8 @@ def _store_opening(conn: StoreConnection, grant: LeaseGrant, opening: Opening,
             first = _insert_messages(conn, [message_row(session_id, m) for m in opening.rows])
             _insert_events(conn, [encode_event(e) for e in opening.events])
     except PersistenceError as error:
+        if not conn.in_transaction:  # SQLite abandoned the whole transaction: nothing stands
+            raise
         return grant.model_copy(update={"opening_failure": (error.cause, str(error))})
     opened = tuple(m.model_copy(update={"row_id": first + i}) for i, m in enumerate(opening.rows))
     return grant.model_copy(update={"opened": opened})

@@ -262,10 +262,10 @@ class AsyncSqliteStore:
 
     async def open_turn(
         self, record: SessionRecord, holder: str, now: float, ttl_s: float, poll_s: float = 0.0,
-        opening: Opening | None = None,
+        opening: Opening | None = None, create: bool = True,
     ) -> LeaseGrant:
         grant: LeaseGrant = await self._write(ops.open_turn, record, holder, now, ttl_s,
-                                              self._holder_alive, poll_s, opening)
+                                              self._holder_alive, poll_s, opening, None, create)
         if grant.opened:
             self._watermark = max(self._watermark, grant.opened[-1].row_id or 0)
             if opening is not None and opening.events:  # DEL-2: committed with the rows

@@ -89,7 +89,7 @@ def failure_boundary(obs: Observation) -> list[Violation]:
 @checker("next_turn_opens_on_a_closed_tail", ("FIN-5",),
          "a turn's user row never follows an open tail: what an earlier turn left open (its "
          "user row after a context-pressure failure or a crash, a call without its result) "
-         "is closed before the next turn's own row")
+         "is closed, boundary row included, before the next turn's own row")
 def next_turn_opens_on_a_closed_tail(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     copied = obs.copied_row_ids
@@ -101,7 +101,7 @@ def next_turn_opens_on_a_closed_tail(obs: Observation) -> list[Violation]:
                 and row.turn_id not in opened and row.row_id not in copied
             if row.role is Role.USER and row.turn_id is not None:
                 opened.add(row.turn_id)
-            if opener and previous is not None and previous.turn_id != row.turn_id \
+            if opener and previous is not None \
                     and (previous.role is not Role.ASSISTANT or previous.tool_calls):
                 out.append(Violation(
                     "next_turn_opens_on_a_closed_tail", "FIN-5",

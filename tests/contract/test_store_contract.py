@@ -66,9 +66,9 @@ class SyncFacade:
 
     def open_turn(self, record: SessionRecord, holder: str, now: float, ttl_s: float,
                   poll_s: float = 0.0, opening: Opening | None = None,
-                  before_opening: Any = None) -> Any:
+                  before_opening: Any = None, create: bool = True) -> Any:
         assert before_opening is None  # the simulator's hook; a real store has none
-        return self._run(self.inner.open_turn(record, holder, now, ttl_s, poll_s, opening))
+        return self._run(self.inner.open_turn(record, holder, now, ttl_s, poll_s, opening, create))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         return self._run(self.inner.get_session(session_id))  # type: ignore[no-any-return]
@@ -351,6 +351,52 @@ def test_a_failed_opening_leaves_the_grant_standing(harness: Harness) -> None:
     assert grant.opening_failure is not None and grant.opening_failure[0] == "scaffolding"
     assert store.snapshot().messages == ()
     store.append_messages("s1", grant.lease.token, (user("hi"),))  # the lease holds
+
+
+def test_a_served_sessions_open_turn_never_recreates_a_missing_row(store: Store) -> None:
+    """create=False (a served session's ask): a row that is gone is refused, nothing written."""
+    with pytest.raises(PersistenceError) as refused:
+        store.open_turn(session("gone"), "w1", 0.0, 30.0, opening=opening(expected_token=2),
+                        create=False)
+    assert refused.value.cause == "foreign_key"
+    record = store.snapshot()
+    assert record.sessions == () and record.messages == () and record.lease_grants == ()
+
+
+def test_an_opening_for_a_new_session_never_lands_on_an_existing_one(store: Store) -> None:
+    """expected_token 0 means 'a session I have not seen': only a session created now takes it."""
+    first = store.open_turn(session("s1"), "w1", 0.0, 30.0)
+    assert first.lease is not None
+    store.release_lease(first.lease)
+    again = store.open_turn(session("s1"), "w1", 1.0, 30.0, opening=opening())
+    assert again.lease is not None and not again.created and again.opened == ()
+    assert store.snapshot().messages == ()
+
+
+@pytest.mark.parametrize("kind", ("memory", "sqlite"))
+def test_would_open_answers_what_open_turn_then_does(kind: str, tmp_path: Path) -> None:
+    """The simulator's question (``would_open``) agrees with the act, case by case: a new
+    session, an existing one for a new asker, the expected and an unexpected token, a busy
+    lease, a waiter queued ahead; and asking writes nothing."""
+    harness = Harness(kind, tmp_path)
+    store = harness.store
+    try:
+        cases: list[tuple[str, Opening, float, float]] = [
+            ("w1", opening(), 0.0, 0.0),                     # created: applies
+            ("w2", opening(), 1.0, 0.0),                     # busy: no grant
+            ("w2", opening(expected_token=2), 40.0, 0.0),    # expired: token 2, expected
+            ("w3", opening(expected_token=9), 80.0, 0.0),    # expired: token 3, unexpected
+            ("w4", opening(expected_token=4), 81.0, 1.0),    # busy, joins the queue
+            ("w5", opening(expected_token=4), 200.0, 1.0),   # w4 queued ahead of w5
+        ]
+        for holder, offer, now, poll in cases:
+            before = store.snapshot()
+            answer = store.would_open(session("s1"), holder, now, 30.0, poll, offer)
+            assert store.snapshot() == before, holder
+            grant = store.open_turn(session("s1"), holder, now, 30.0, poll, opening=offer)
+            assert answer == bool(grant.opened), (holder, answer, grant)
+    finally:
+        harness.close()
 
 
 def test_duplicate_session_is_refused(store: Store) -> None:

@@ -320,7 +320,7 @@ def test_a_new_session_offers_its_user_row_and_start_event_with_the_grant() -> N
     rig = Rig(OpenTurn=storing(1))
     ctx = begin(rig)
     (ask,) = rig.of(fx.OpenTurn)
-    assert ask.opening is not None and ask.opening.expected_token == 0
+    assert ask.create is True and ask.opening is not None and ask.opening.expected_token == 0
     assert [m.content for m in ask.opening.rows] == ["hello"]
     (started,) = ask.opening.events
     assert (started.kind, started.data["lease_token"], started.data["user_turn"]) == (
@@ -356,6 +356,7 @@ def test_a_served_session_expects_the_next_token_and_a_closed_history() -> None:
     rig = Rig(OpenTurn=storing(6, created=False))
     begin(rig, deps(cached(5)))
     (ask,) = rig.of(fx.OpenTurn)
+    assert ask.create is False  # a served session's row must exist; it is never recreated
     assert ask.opening is not None and ask.opening.expected_token == 6
     assert ask.opening.events[0].data["lease_token"] == 6
     open_tail = Message(role=Role.USER, content="q", row_id=1, turn_id="old")
