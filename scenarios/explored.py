@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase
+from sim.explore.run import calm_phase, redirect_a_running_turn
 from sim.harness import Story, scenario
 
 
@@ -66,6 +66,43 @@ def rotated_copies_are_no_late_start(s: Story) -> None:
                    session='s-3', after_s=70.0)
     s.start_submit(one, 'p-3', 'r-2d3836', {'text': 'Read notes-2.txt.'}, session='s-3', after_s=87.0)
     s.start_submit(one, 'p-3', 'r-090ad7', {'text': 'Say hello 5.'}, session='s-3', after_s=88.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A correction taken in by a turn that dies before it settles came through the door "
+          "with that turn (explored seed 22)", invariants=("ADM-1", "LOOP-4"), stage="explore")
+def correction_of_an_unsettled_turn_is_admitted(s: Story) -> None:
+    """A turn of s-3 takes in a correction (LOOP-4), answers, releases its lease, and its
+    process dies before the admission settles, so the admission never names the turn. The
+    turn is still known as the admitted one (its first row carries the claimed text, after
+    the claim); the sweep found ADM-1's checker holding the correction row to that same
+    text-match and calling it an input that never came through the door. The checker now
+    admits every user row of a turn it has matched, as it does for a settled one."""
+    s.seed = 22  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((ReplyFault(call=3, kind=FaultKind.SLOW_REPLY, seconds=90.0), ), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({'notes-1.txt': 'note 1 of seed 22', 'notes-2.txt': 'note 2 of seed 22'})
+    s.limits(verify_before_answer=True)
+    s.bind('p-2', session='s-2')
+    s.bind('op-s-2', session='s-2', role="operator", kind="operator")
+    s.bind('p-3', session='s-3')
+    s.bind('op-s-3', session='s-3', role="operator", kind="operator")
+    one = s.main_process()
+    s.delay_reply(3, 90.0)
+    s.faults(crash='after:release#3', crash_at_effect=None, fail_writes={'user': 1})
+    s.start_submit(one, 'p-3', 'r-fb8058', {'text': 'Write note 2 to s-3-out-2.txt.'},
+                   session='s-3', after_s=5.0)
+    s.start_submit(one, 'p-3', 'r-92d744', {'text': 'Write note 3 to s-3-out-3.txt.'},
+                   session='s-3', after_s=16.0)
+    s.start_drain(one, 's-3', after_s=17.0)
+    s.start_submit(one, 'p-2', 'r-fb8058', {'text': 'Read notes-1.txt and notes-2.txt.'},
+                   session='s-2', after_s=27.0)
+    s.start_drain(one, 's-3', after_s=34.0)
+    s.start_drain(one, 's-2', after_s=47.0)
+    redirect_a_running_turn(s, 'Say hello 69 instead.', after_s=71.0, session='s-3')
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

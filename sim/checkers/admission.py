@@ -121,10 +121,18 @@ def inputs_come_through_the_door(obs: Observation) -> list[Violation]:
     linked = {r.turn_id for r in obs.record.admissions if r.turn_id is not None}
     open_claims = [r for r in obs.record.admissions
                    if r.claims and r.turn_id is None and r.claim_mark is not None]
-    for stored in obs.record.messages:
+    users = [s for s in obs.record.messages
+             if s.session_id in door_sessions and s.message.role is Role.USER]
+    # a claimed input whose turn never settled is known by its text, after the claim; the
+    # turn whose row that is was admitted, and so are the corrections it took in (LOOP-4)
+    for stored in users:
         row = stored.message
-        if stored.session_id not in door_sessions or row.role is not Role.USER:
-            continue
+        if row.turn_id is not None and row.turn_id not in linked and any(
+                a.session_id == stored.session_id and (row.row_id or 0) > (a.claim_mark or 0)
+                and a.text == row.content for a in open_claims):
+            linked.add(row.turn_id)
+    for stored in users:
+        row = stored.message
         if row.turn_id in linked or any(
                 a.session_id == stored.session_id and (row.row_id or 0) > (a.claim_mark or 0)
                 and a.text == row.content for a in open_claims):
