@@ -245,10 +245,13 @@ def load_plan(text: str, where: str = "plan") -> WorldPlan:
 # ---- drawing a plan from a seed -------------------------------------------------------------
 
 
-# kinds a sweep draws only when named: in every explored world where a small window made
+# kinds a sweep draws only when named. In every explored world where a small window made
 # a compaction happen, the intact engine broke a checker (CTX-9 in the rotated child, and
-# CMP-2/5/7), so drawn by default they would only hide the seeds they are in
-OPT_IN = frozenset({FaultKind.SMALL_WINDOW})
+# CMP-2/5/7), so drawn by default it would only hide the seeds it is in. The verification
+# gate finds no sabotage the default plan misses, and a sabotage that persists its nudge
+# breaks CTX-8 alone (SCAF-1 does not know that nudge), which takes the causal credit
+# from the scaffolding sabotages the default plan finds
+OPT_IN = frozenset({FaultKind.SMALL_WINDOW, FaultKind.VERIFY_GATE})
 
 
 class FaultMix(Frozen):

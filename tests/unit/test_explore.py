@@ -220,14 +220,16 @@ def test_the_odder_parts_have_streams_of_their_own() -> None:
                     or fewer.verify_before_answer)
 
 
-def test_a_small_window_is_drawn_only_when_named() -> None:
-    """Compaction in an explored world breaks checkers on the intact engine today, so the
-    small window is opt-in: ``all`` leaves it out, ``all,small_window`` draws it."""
-    assert FaultKind.SMALL_WINDOW not in FaultMix.parse("all").kinds
-    named = FaultMix.parse("all,small_window")
-    assert named.kinds == FaultMix.parse("all").kinds | {FaultKind.SMALL_WINDOW}
-    assert not any(generate(seed).context_window for seed in range(40))
+def test_the_opt_in_kinds_are_drawn_only_when_named() -> None:
+    """The small window and the verification gate are opt-in: ``all`` leaves them out,
+    ``all,small_window,verify_gate`` draws them."""
+    assert not {FaultKind.SMALL_WINDOW, FaultKind.VERIFY_GATE} & FaultMix.parse("all").kinds
+    named = FaultMix.parse("all,small_window,verify_gate")
+    assert named.kinds == set(FaultKind)
+    assert not any(generate(seed).context_window or generate(seed).verify_before_answer
+                   for seed in range(40))
     assert any(generate(seed, named).context_window for seed in range(40))
+    assert any(generate(seed, named).verify_before_answer for seed in range(40))
 
 
 def test_a_clock_jump_pauses_every_live_process() -> None:
