@@ -8,6 +8,7 @@ it came from exactly, then the calm phase, which must leave every admission term
 
 from __future__ import annotations
 
+from hermes_ref.limits import ProviderRoute
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, redirect_a_running_turn
@@ -103,6 +104,50 @@ def correction_of_an_unsettled_turn_is_admitted(s: Story) -> None:
     s.start_drain(one, 's-3', after_s=34.0)
     s.start_drain(one, 's-2', after_s=47.0)
     redirect_a_running_turn(s, 'Say hello 69 instead.', after_s=71.0, session='s-3')
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A turn that fell back to a small window compacts for that window, and may still "
+          "fail closed with nothing more to write (explored seed 111)",
+          invariants=("CMP-1", "CMP-5", "LOOP-6"), stage="explore")
+def fallback_window_compaction_fails_closed(s: Story) -> None:
+    """The primary's outage sends a turn to a 120-token fallback route; preflight compacts
+    for that window (LOOP-6: the fallback's threshold is its own) and rotates the session,
+    and the request still does not fit, so the turn fails closed and writes nothing more
+    (FIN-5: no boundary row after context pressure). The sweep found CMP-1's checker
+    judging that compaction by the primary's threshold, and CMP-5's asking the turn to
+    write in the child after it failed closed; both now read the record as it is."""
+    s.seed = 111  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((ReplyFault(call=2, kind=FaultKind.REASONING_ONLY),
+                          ReplyFault(call=6, kind=FaultKind.TOOL_ERROR),
+                          ReplyFault(call=11, kind=FaultKind.OUTAGE)), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({'notes-1.txt': 'note 1 of seed 111', 'notes-2.txt': 'note 2 of seed 111'})
+    s.limits(fallback_providers=(ProviderRoute(model='fallback-small', context_window_tokens=120,
+                                               token_ratio=1.25),))
+    s.use_provider_for('fallback-small', model.for_fallback())
+    s.bind('p-2', session='s-2')
+    s.bind('op-s-2', session='s-2', role="operator", kind="operator")
+    s.bind('p-3', session='s-3')
+    s.bind('op-s-3', session='s-3', role="operator", kind="operator")
+    s.bind('q-3', session='s-3')
+    one = s.main_process()
+    s.start_submit(one, 'p-3', 'r-f15b39', {'text': 'Read notes-1.txt.'}, session='s-3', after_s=4.0)
+    s.start_submit(one, 'p-2', 'r-4e20d7', {'text': 'Read notes-2.txt.'}, session='s-2', after_s=8.0)
+    s.start_drain(one, 's-2', after_s=9.0)
+    s.start_submit(one, 'p-3', 'r-e8103b', {'text': 'Say hello 5.'}, session='s-3', after_s=16.0)
+    s.start_drain(one, 's-3', after_s=17.0)
+    s.start_submit(one, 'p-3', 'r-bf3455', {'text': 'Read notes-1.txt.'}, session='s-3', after_s=19.0)
+    s.start_drain(one, 's-3', after_s=21.0)
+    s.start_submit(one, 'p-3', 'r-603873', {'text': 'Say hello 4.'}, session='s-3', after_s=24.0)
+    s.start_submit(one, 'q-3', 'r-bf3455', {'text': 'Say hello bf3455 from q-3.'},
+                   session='s-3', after_s=24.0)
+    s.start_drain(one, 's-3', after_s=27.0)
+    s.start_drain(one, 's-3', after_s=66.0)
+    s.start_drain(one, 's-3', after_s=109.0)
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

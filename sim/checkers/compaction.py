@@ -79,6 +79,11 @@ def compaction_threshold(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     for call in summary_calls_of(obs):
         tokens = pre_tokens(obs, call)
+        window = window_tokens(obs.limits, call.request.model)
+        if window != obs.limits.context_window_tokens:  # compacted for a fallback (LOOP-6)
+            fallback = obs.limits.model_copy(update={"context_window_tokens": window})
+            if tokens >= threshold_tokens(fallback):
+                continue
         if tokens >= limit or excused_early(obs, views.get(call.turn_id), call):
             continue
         idle = _idle_due(obs, call)

@@ -39,6 +39,7 @@ from itertools import combinations
 
 from hermes_ref.lease import holder_fields
 from hermes_ref.models import Message, Role
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.rotation import COMPRESSION, ROTATED
 from sim.checkers.base import Observation, Violation, checker
@@ -189,12 +190,14 @@ def _compacting_turns_go_on(obs: Observation, copied: frozenset[int]) -> list[Vi
     rows, where they live (a lost lease excuses it: then nothing may be written)."""
     record = obs.record
     ran = {run.turn_id: run for run in obs.runs or () if run.turn_id is not None}
+    failed_closed = {v.turn_id for v in obs.turns.values()
+                     if v.exit is not None and v.exit.reason in CONTEXT_PRESSURE_EXITS}
     out: list[Violation] = []
     for done in record.compactions:
         turn = holder_fields(done.holder).get("turn")
         run = ran.get(turn or "")
-        if run is None or run.crashed:
-            continue
+        if run is None or run.crashed or turn in failed_closed:
+            continue  # died, or still did not fit and failed closed: FIN-5 adds no row then
         target = done.child_id or done.session_id
         if any(c.session_id == target and c.first_row_id > done.first_row_id
                and holder_fields(c.holder).get("turn") == turn for c in record.compactions):
