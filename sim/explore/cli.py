@@ -43,8 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", metavar="K/M", help="run the K-th of M slices of the seeds")
     parser.add_argument("--faults", metavar="PLAN",
                         help="fault kinds to draw: all (default; every kind but the opt-in "
-                             "small_window and verify_gate), none, or a comma list "
-                             "(all,small_window adds one)")
+                             "verify_gate), none, or a comma list (all,verify_gate adds it)")
     parser.add_argument("--check-determinism", action="store_true",
                         help="run every seed twice and compare the hashed records")
     parser.add_argument("--store", choices=("memory", "sqlite"), default="memory")

@@ -245,13 +245,11 @@ def load_plan(text: str, where: str = "plan") -> WorldPlan:
 # ---- drawing a plan from a seed -------------------------------------------------------------
 
 
-# kinds a sweep draws only when named. In every explored world where a small window made
-# a compaction happen, the intact engine broke a checker (CTX-9 in the rotated child, and
-# CMP-2/5/7), so drawn by default it would only hide the seeds it is in. The verification
-# gate finds no sabotage the default plan misses, and a sabotage that persists its nudge
-# breaks CTX-8 alone (SCAF-1 does not know that nudge), which takes the causal credit
-# from the scaffolding sabotages the default plan finds
-OPT_IN = frozenset({FaultKind.SMALL_WINDOW, FaultKind.VERIFY_GATE})
+# kinds a sweep draws only when named. The verification gate finds no sabotage the default
+# plan misses, and a sabotage that persists its nudge breaks CTX-8 alone (SCAF-1 does not
+# know that nudge), which takes the causal credit from the scaffolding sabotages the
+# default plan finds
+OPT_IN = frozenset({FaultKind.VERIFY_GATE})
 
 
 class FaultMix(Frozen):
@@ -264,7 +262,7 @@ class FaultMix(Frozen):
     @classmethod
     def parse(cls, text: str | None) -> FaultMix:
         """``all`` (every kind but the opt-in ones), ``none`` or a comma list of kinds, e.g.
-        ``kill,empty_reply``; ``all,small_window`` adds an opt-in kind to all."""
+        ``kill,empty_reply``; ``all,verify_gate`` adds an opt-in kind to all."""
         if text is None or text == "all":
             return cls()
         if text == "none":
