@@ -236,13 +236,16 @@ class Shape:
 
 
 def _tail_start(messages: tuple[Message, ...], tail_tokens: int, floor: int) -> int:
-    """Walk back from the end until the budget is spent, keeping at least ``floor`` messages."""
-    start, spent = len(messages), 0
+    """Walk back from the end until the budget is spent, keeping at least ``floor`` messages
+    of the conversation: a retry's scaffolding in the working list (a nudge, a prefill) is
+    kept too but does not count toward the floor, since it is never stored."""
+    start, spent, kept = len(messages), 0, 0
     while start > 0:
-        cost = messages[start - 1].tokens
-        if len(messages) - start >= floor and spent + cost > tail_tokens:
+        message = messages[start - 1]
+        if kept >= floor and spent + message.tokens > tail_tokens:
             break
-        spent += cost
+        spent += message.tokens
+        kept += message.scaffold is None
         start -= 1
     return start
 

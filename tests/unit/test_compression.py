@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hermes_ref import compression as c
 from hermes_ref.limits import Limits
-from hermes_ref.models import Message, Role, ToolCall
+from hermes_ref.models import Message, Role, ScaffoldFlag, ToolCall
 
 
 def _threshold(context: int, max_tokens: int | None = None, configured: float = 0.50) -> int:
@@ -150,6 +152,19 @@ def test_plan_keeps_groups_whole_and_the_tail_floor() -> None:
     compacted = c.compose(layout, "the files were read", None)
     assert c.repair_orphans(compacted) == compacted
     assert sum(1 for m in compacted if c.is_summary(m)) == 1
+
+
+def test_the_tail_floor_counts_conversation_messages_not_scaffolding() -> None:
+    """A retry's nudge at the end of the working list is kept, but the floor of 8 is of
+    messages that are stored: the tail still holds the last 8 of the conversation."""
+    limits = Limits(context_window_tokens=4_000)
+    figures = dataclasses.replace(c.budget(limits), tail_tokens=0)  # the floor alone decides
+    nudge = Message(role=Role.USER, content="Please answer.", scaffold=ScaffoldFlag.EMPTY_RECOVERY)
+    rows = (*_history(12), nudge)
+    layout = c.plan(rows, figures, limits)
+    assert layout is not None and layout.tail[-1] is nudge
+    stored = [m for m in layout.tail if m.scaffold is None]
+    assert len(stored) >= 8 and stored[-8:] == list(rows[-9:-1])
 
 
 def test_plan_decays_the_head_and_updates_the_previous_summary() -> None:
