@@ -185,7 +185,9 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
     following = [c for c in view.calls[view.calls.index(call) + 1:] if c.cut is None]
     nxt = following[0] if following else None
     line, done = view.exit, view.completion
-    if nxt is None or is_grace(nxt):
+    if nxt is not None and is_grace(nxt):
+        return None  # the loop reached its bound: FIN-1's grace call comes instead of a rung
+    if nxt is None:
         if line is None or line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED,
                                            ExitReason.INTERRUPTED):
             return None  # out of budget before the next rung, or stopped from outside
