@@ -97,7 +97,8 @@ def test_a_setsid_grandchild_is_ended_and_the_call_returns_at_its_timeout(tmp_pa
     command = f"setsid sh -c 'echo $$ > {marker}; exec sleep 60' & sleep 60"
     content, took_s = _terminal(WorkspaceTools(tmp_path), command, timeout_s=1.0)
     assert "timed out after 1s" in content
-    assert 1.0 <= took_s < 1.5, f"the call returned after {took_s:.2f}s for a 1 s timeout"
+    # waiting for the group would take its 60 s; the margin is for a loaded machine
+    assert 1.0 <= took_s < 5.0, f"the call returned after {took_s:.2f}s for a 1 s timeout"
     grandchild = int(marker.read_text())
     deadline = time.monotonic() + 2.0
     while _alive(grandchild) and time.monotonic() < deadline:
@@ -114,7 +115,7 @@ def test_a_grandchild_whose_parent_died_is_found_by_the_pipe_it_holds(tmp_path: 
     deadline = time.monotonic() + 2.0
     while _alive(orphan) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(orphan) and took_s < 1.5
+    assert not _alive(orphan) and took_s < 5.0  # not the 60 s of the sleep
 
 
 def test_a_background_job_holding_the_pipe_does_not_hold_the_call(tmp_path: Path) -> None:
@@ -123,7 +124,7 @@ def test_a_background_job_holding_the_pipe_does_not_hold_the_call(tmp_path: Path
                                 timeout_s=10.0)
     subprocess.run(["pkill", "-f", "sleep 7.25"], check=False)
     assert content.startswith("started\n") and content.endswith("[exit code 0]")
-    assert took_s < 1.5
+    assert took_s < 5.0  # not the 7.25 s of the job
 
 
 def test_own_process_is_never_a_target(tmp_path: Path) -> None:
@@ -192,4 +193,4 @@ def test_a_failure_after_the_start_ends_the_tree_and_leaves_the_effect_unknown(
         os.killpg(pid, signal.SIGKILL)
     assert result.is_error and result.disposition == "unknown", result.content
     assert "could not start" not in result.content and "the spill broke" in result.content
-    assert not survived and took_s < 1.5, f"the command {pid} kept running after the failure"
+    assert not survived and took_s < 5.0, f"the command {pid} kept running after the failure"
