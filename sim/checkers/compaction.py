@@ -38,7 +38,6 @@ from sim.checkers.compaction_record import (
     tokens_sent,
     window_tokens,
 )
-from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
 
 # ---- CMP-1: compaction at the threshold, and only there ------------------------------------
@@ -80,17 +79,16 @@ def compaction_threshold(obs: Observation) -> list[Violation]:
     for call in summary_calls_of(obs):
         tokens = pre_tokens(obs, call)
         window = window_tokens(obs.limits, call.request.model)
-        if window != obs.limits.context_window_tokens:  # compacted for a fallback (LOOP-6)
-            fallback = obs.limits.model_copy(update={"context_window_tokens": window})
-            if tokens >= threshold_tokens(fallback):
-                continue
-        if tokens >= limit or excused_early(obs, views.get(call.turn_id), call):
+        mine = limit  # a compaction for a fallback is judged by that route's threshold (LOOP-6)
+        if window != obs.limits.context_window_tokens:
+            mine = threshold_tokens(obs.limits.model_copy(update={"context_window_tokens": window}))
+        if tokens >= mine or excused_early(obs, views.get(call.turn_id), call):
             continue
         idle = _idle_due(obs, call)
         if idle is None:
             out.append(Violation("compaction_threshold", "CMP-1",
                                  f"turn {call.turn_id} compacted at {tokens} tokens, under the "
-                                 f"threshold of {limit}, unasked"))
+                                 f"threshold of {mine}, unasked"))
         elif not idle:
             out.append(Violation("compaction_threshold", "CTX-5",
                                  f"turn {call.turn_id} compacted at {tokens} tokens, under the "
@@ -124,12 +122,13 @@ def _blocked(obs: Observation, call: CallRecord) -> bool:
 
 
 def _compressible(call: CallRecord, limits: Limits) -> bool:
-    """More messages than the head, the tail floor and a tool group's slack could hold."""
-    sent = sent_messages(call)
-    if isinstance(sent, str):
-        return False
-    rest = [m for m in sent if m.get("role") != "system"
-            and not str(m.get("content") or "").startswith(SUMMARY_PREFIX)]
+    """More messages than the head, the tail floor and a tool group's slack could hold.
+
+    Counted from the request as the engine held it, without its scaffolding (a retry's
+    nudge rides in the tail but is no message of the conversation: the floor is of stored
+    messages, ``compression._tail_start``)."""
+    rest = [m for m in call.request.messages if m.role is not Role.SYSTEM
+            and m.scaffold is None and not (m.content or "").startswith(SUMMARY_PREFIX)]
     return len(rest) > limits.compression_protect_first + limits.compression_tail_floor_messages + 2
 
 

@@ -211,8 +211,10 @@ def requests_fit_the_window(obs: Observation) -> list[Violation]:
             continue
         if view.calls and view.calls[-1].error == "ContextOverflow":
             continue
-        prompt = next((s.system_prompt for s in obs.record.sessions if s.id == view.session_id), "")
-        rows = [m.message for m in obs.record.messages if m.session_id == view.session_id]
+        # the session the turn ended in (a view is keyed by its lineage's root, CMP-5)
+        where = next((e.session_id for e in view.events if e.kind == "turn.exit"), view.session_id)
+        prompt = next((s.system_prompt for s in obs.record.sessions if s.id == where), "")
+        rows = [m.message for m in obs.record.messages if m.session_id == where]
         unsent = count_message({"role": "system", "content": prompt}) + tokens_of(rows)
         if unsent <= smallest_window(obs.limits):
             out.append(Violation("requests_fit_the_window", "CMP-7",

@@ -247,10 +247,14 @@ def late_start_is_warned(obs: Observation) -> list[Violation]:
               for e in obs.events(EventKind.TURN_OVERLAP)}
     out: list[Violation] = []
     copied = obs.copied_row_ids  # a compaction's copies: their turns wrote them elsewhere
-    for session_id in obs.record.session_ids():
+    root = lineage.roots(obs.record)
+    by_lineage: dict[str, list[Message]] = defaultdict(list)
+    for stored in lineage.written(obs.record):  # a lineage is one conversation (CMP-5)
+        by_lineage[root.get(stored.session_id, stored.session_id)].append(stored.message)
+    for session_id, lineage_rows in by_lineage.items():
         order: list[str] = []
         rows: dict[str, list[Message]] = defaultdict(list)
-        for message in obs.record.transcript(session_id):
+        for message in lineage_rows:
             if message.turn_id is None or message.row_id in copied:
                 continue
             if message.turn_id not in rows:

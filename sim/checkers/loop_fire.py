@@ -37,8 +37,10 @@ from sim.checkers.base import (
     Violation,
     all_invalid,
     checker,
+    distinct_requests,
     is_grace,
     ran_in,
+    refunded_rounds,
     round_landed,
 )
 from sim.checkers.lease import lost_leases
@@ -178,16 +180,16 @@ class _Walk:
 
 
 def _observed(view: TurnView, calls: list[CallRecord], index: int,
-              landed: set[int]) -> str | None:
+              landed: set[int], at_bound: bool = True) -> str | None:
     """The rung the record shows after the empty reply at ``index`` (None: not judged)."""
     call, reply = calls[index], calls[index].reply
     assert reply is not None
     following = [c for c in view.calls[view.calls.index(call) + 1:] if c.cut is None]
     nxt = following[0] if following else None
     line, done = view.exit, view.completion
-    if nxt is not None and is_grace(nxt):
+    if nxt is not None and is_grace(nxt) and at_bound:
         return None  # the loop reached its bound: FIN-1's grace call comes instead of a rung
-    if nxt is None:
+    if nxt is None or is_grace(nxt):
         if line is None or line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED,
                                            ExitReason.INTERRUPTED):
             return None  # out of budget before the next rung, or stopped from outside
@@ -233,7 +235,10 @@ def empty_ladder_in_order(obs: Observation) -> list[Violation]:
                 walk.tool_rounds += 1
             if not _is_empty(reply):
                 continue
-            seen = _observed(view, calls, index, landed)
+            spent = len(distinct_requests(calls[:index + 1]))
+            at_bound = spent >= obs.limits.max_iterations or \
+                spent - refunded_rounds(view) >= obs.limits.iteration_budget
+            seen = _observed(view, calls, index, landed, at_bound)
             if seen is None:
                 break
             want = walk.expected(obs.limits, calls, index, landed)

@@ -38,6 +38,28 @@ sabotage("ladder_retries_before_prefill", ("LOOP-8",),
          "only reasoned is asked again blind")(_retry_before_prefill)
 
 
+def _gives_up_after_tools() -> list[AbstractContextManager[Any]]:
+    gave_up: set[str] = set()
+    rungs = list(ladder.RUNGS)
+    index = _rung("nudge")
+
+    def give_up(ctx: TurnContext, reply: ProviderReply) -> None:
+        ctx.state.post_tool_nudged = True  # "the tools ran: nothing more to ask"
+        gave_up.add(ctx.turn_id)
+    original = loop._loop_may_continue
+
+    def may_continue(ctx: TurnContext) -> bool:
+        return original(ctx) and ctx.turn_id not in gave_up
+    rungs[index] = replace(rungs[index], act=give_up)
+    return [mock.patch.object(ladder, "RUNGS", tuple(rungs)),
+            mock.patch.object(loop, "_loop_may_continue", may_continue)]
+
+
+sabotage("empty_after_tools_leaves_the_loop", ("LOOP-8",),
+         "an empty reply after a tool round ends the loop instead of nudging, so the turn "
+         "falls to the grace call long before its bound")(_gives_up_after_tools)
+
+
 def _retries_never_spent() -> list[AbstractContextManager[Any]]:
     rungs = list(ladder.RUNGS)
     index = _rung("retry")
