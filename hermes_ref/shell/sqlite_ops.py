@@ -267,17 +267,23 @@ def append_messages(
 
     Checks in MemoryStore's order: session exists, fence holds, no scaffolding (SCAF-1).
     """
-    rows = [message_row(session_id, m) for m in messages]
     with _write(conn):
         _check_fence(conn, session_id, lease_token, session_required=True, now=now)
-        for message in messages:
-            if message.scaffold is not None:
-                raise PersistenceError(
-                    f"refusing to persist scaffolding ({message.scaffold.value})",
-                    cause="scaffolding",
-                )
-        first = _insert_messages(conn, rows)
+        stored = _store_rows(conn, session_id, messages)
         _insert_events(conn, events)
+    return stored
+
+
+def _store_rows(conn: sqlite3.Connection, session_id: str,
+                messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """Insert ``messages`` (never scaffolding: SCAF-1) and return them with their row ids."""
+    for message in messages:
+        if message.scaffold is not None:
+            raise PersistenceError(
+                f"refusing to persist scaffolding ({message.scaffold.value})",
+                cause="scaffolding",
+            )
+    first = _insert_messages(conn, [message_row(session_id, m) for m in messages])
     return tuple(m.model_copy(update={"row_id": first + i}) for i, m in enumerate(messages))
 
 
@@ -438,10 +444,11 @@ def open_turn(
         with _write(conn):
             if create:
                 created = conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(record)).rowcount == 1
-            elif conn.execute(_SELECT_SESSION, (record.id,)).fetchone() is None:
-                raise PersistenceError(f"no session {record.id!r}", cause="foreign_key")
             if not created:
-                stored = decode_session(conn.execute(_SELECT_SESSION, (record.id,)).fetchone())
+                row = conn.execute(_SELECT_SESSION, (record.id,)).fetchone()
+                if row is None:  # only when not asked to create it
+                    raise PersistenceError(f"no session {record.id!r}", cause="foreign_key")
+                stored = decode_session(row)
                 if _follows_tip(stored.end_reason):  # CMP-5: the turn runs on the tip
                     tip = _lease_target(conn, stored.id)
                     stored = decode_session(conn.execute(_SELECT_SESSION, (tip,)).fetchone())
@@ -463,23 +470,16 @@ def open_turn(
 def _store_opening(conn: StoreConnection, grant: LeaseGrant, opening: Opening,
                    before_opening: Callable[[], None] | None) -> LeaseGrant:
     """The opening rows in a savepoint of the grant's transaction; a failure fails them alone."""
-    session_id = grant.session.id
     try:
         with _write(conn):  # inside the open transaction: a SAVEPOINT
             if before_opening is not None:
                 before_opening()
-            for message in opening.rows:
-                if message.scaffold is not None:
-                    raise PersistenceError(
-                        f"refusing to persist scaffolding ({message.scaffold.value})",
-                        cause="scaffolding")
-            first = _insert_messages(conn, [message_row(session_id, m) for m in opening.rows])
+            opened = _store_rows(conn, grant.session.id, opening.rows)
             _insert_events(conn, [encode_event(e) for e in opening.events])
     except PersistenceError as error:
         if not conn.in_transaction:  # SQLite abandoned the whole transaction: nothing stands
             raise
         return grant.model_copy(update={"opening_failure": (error.cause, str(error))})
-    opened = tuple(m.model_copy(update={"row_id": first + i}) for i, m in enumerate(opening.rows))
     return grant.model_copy(update={"opened": opened})
 
 
