@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hermes_ref.models import Event
+from hermes_ref.models import Event, Opening
 
 Listener = Callable[[Event], None]
 
@@ -115,7 +115,15 @@ class TurnSeqs:
                 self._last.pop(key, None)
         return event.model_copy(update=update) if update else event
 
-    def forget(self, turn_id: str) -> None:
-        """Drop a turn's counter: the events stamped so far were never committed, and they
-        were its first (an ``Opening`` that did not apply), so it counts from 1 again."""
-        self._last.pop(("", turn_id), None)
+    def number_opening(self, opening: Opening | None, now: float) -> Opening | None:
+        """An ``Opening`` whose events are numbered now, as ``Emit`` would number them: they
+        are the turn's first, and they commit with the grant or not at all."""
+        if opening is None or not opening.events:
+            return opening
+        return opening.model_copy(update={"events": tuple(self.stamp(e, now) for e in opening.events)})
+
+    def settle_opening(self, opening: Opening | None, committed: bool) -> None:
+        """Events of an opening that did not commit never existed: the turn's counter is
+        dropped, so the turn numbers the events it emits itself from 1 again."""
+        if opening is not None and opening.events and not committed:
+            self._last.pop(("", opening.events[0].turn_id), None)

@@ -41,7 +41,7 @@ from hermes_ref.errors import (
     TurnInterrupted,
 )
 from hermes_ref.lease import LOST_REASON
-from hermes_ref.models import EventKind, Lease, LeaseGrant
+from hermes_ref.models import Event, EventKind, Lease, LeaseGrant
 from hermes_ref.outcomes import ExitLine
 from sim.compaction_handlers import CompactionHandlers  # CMP-5, CMP-6
 from sim.door_handlers import AdmissionHandlers
@@ -407,13 +407,17 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         self._fail_if_planned(Site.EVENTS)
         self._write(self.world.store.flush_events)
 
+    def _show(self, event: Event) -> None:
+        """An emitted event joins the world's stream and reaches its subscribers."""
+        self.world.stream.append(event)
+        for subscriber in self.world.subscribers:
+            subscriber(event)
+
     def _emit(self, effect: fx.Emit) -> None:
         world = self.world
         event = self._stamp(effect.event)  # its clock time and its place in the turn (DEL-2)
         self.process.pending_events.append(event)
-        world.stream.append(event)
-        for subscriber in world.subscribers:
-            subscriber(event)
+        self._show(event)
         if world.timeline.enabled and event.kind is EventKind.TURN_OVERLAP:
             world.timeline.add("warn", f"{event.turn_id} started before "
                                f"{event.data.get('previous_turn_id')}'s final persist")

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.effects import Site
-from hermes_ref.errors import LeaseLost, PersistenceError, TurnInterrupted
-from hermes_ref.models import Event, Lease, LeaseGrant, Opening
+from hermes_ref.errors import LeaseLost, TurnInterrupted
+from hermes_ref.models import Event, Lease, LeaseGrant
 
 if TYPE_CHECKING:
     from sim.scheduler import Actor
@@ -47,7 +47,7 @@ class LeaseHandlers:
     # SimDriver's own steps, which these handlers use (declared here, defined there)
     _write: Callable[..., Any]
     _fail_if_planned: Callable[[Site], None]
-    _stamp: Callable[[Event], Event]
+    _show: Callable[[Event], None]
     _publish: Callable[[list[Event], int], None]
     spawn: Callable[..., Actor]
     stop_actor: Callable[[Actor], None]
@@ -75,21 +75,21 @@ class LeaseHandlers:
     # -- grants -----------------------------------------------------------------------
     def _open_turn(self, effect: fx.OpenTurn) -> LeaseGrant:
         self._fail_if_planned(Site.LEASE)
-        opening = effect.opening
-        if opening is not None and opening.events:  # numbered now, as an Emit would be (DEL-1)
-            opening = opening.model_copy(
-                update={"events": tuple(self._stamp(e) for e in opening.events)})
+        seqs = self.world.turn_seqs  # the opening's events numbered now, as Emits (DEL-1)
+        opening = seqs.number_opening(effect.opening, self.world.clock.now())
+        committed = False
         try:
             grant: LeaseGrant = self._write(self.world.store.open_turn, effect.record,
                                             effect.holder, effect.now, effect.ttl_s, effect.poll_s,
                                             opening, lambda: self._fail_if_planned(Site.USER),
                                             effect.create)
-        except PersistenceError:
-            if opening is not None and opening.events:
-                self._opening_events(opening, committed=False)
-            raise
-        if opening is not None and opening.events:
-            self._opening_events(opening, committed=bool(grant.opened))
+            committed = bool(grant.opened)
+        finally:
+            seqs.settle_opening(opening, committed)
+        if committed and opening is not None:  # delivered as the events a write commits are
+            for event in opening.events:
+                self._show(event)
+            self._publish(list(opening.events), 0)
         timeline = self.world.timeline
         if grant.created:
             timeline.add("write", f"session   {effect.record.id} created")
@@ -106,19 +106,6 @@ class LeaseHandlers:
         else:
             self._log_busy(effect.record.id, effect.holder)
         return grant
-
-    def _opening_events(self, opening: Opening, committed: bool) -> None:
-        """The opening's events were committed with its rows (emitted and delivered now, as
-        events a write commits are), or never were (the turn emits them itself later)."""
-        if not committed:
-            self.world.turn_seqs.forget(opening.events[0].turn_id)
-            return
-        world = self.world
-        for event in opening.events:
-            world.stream.append(event)
-            for subscriber in world.subscribers:
-                subscriber(event)
-        self._publish(list(opening.events), 0)
 
     def _acquire_lease(self, effect: fx.AcquireLease) -> Lease | None:
         self._fail_if_planned(Site.LEASE)

@@ -52,7 +52,7 @@ from hermes_ref import delivery  # DEL-2
 from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.admission import Ack, Refusal
-from hermes_ref.errors import OperatingError, PersistenceError, TurnInterrupted
+from hermes_ref.errors import OperatingError, TurnInterrupted
 from hermes_ref.models import Event, EventKind, LeaseGrant, ToolResult
 from hermes_ref.outcomes import ExitLine
 from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
@@ -173,20 +173,14 @@ class AsyncDriver:
         The opening's events are numbered now, as an ``Emit`` would number them (DEL-1); if
         they were not committed, they never existed and the turn numbers its own from 1.
         """
-        opening = effect.opening
-        if opening is not None and opening.events:
-            now = self.clock()
-            opening = opening.model_copy(
-                update={"events": tuple(self._turn_seqs.stamp(e, now) for e in opening.events)})
+        opening = self._turn_seqs.number_opening(effect.opening, self.clock())
+        committed = False
         try:
             grant = await self.store.open_turn(effect.record, effect.holder, effect.now,
                                                effect.ttl_s, effect.poll_s, opening, effect.create)
-        except PersistenceError:
-            if opening is not None and opening.events:
-                self._turn_seqs.forget(opening.events[0].turn_id)
-            raise
-        if opening is not None and opening.events and not grant.opened:
-            self._turn_seqs.forget(opening.events[0].turn_id)
+            committed = bool(grant.opened)
+        finally:
+            self._turn_seqs.settle_opening(opening, committed)  # bookkeeping, not an effect
         return grant
 
     def _sleep_effect(self, effect: fx.Sleep) -> Awaitable[None]:
