@@ -39,17 +39,19 @@ sabotage("ladder_retries_before_prefill", ("LOOP-8",),
 
 
 def _gives_up_after_tools() -> list[AbstractContextManager[Any]]:
-    gave_up: set[str] = set()
+    # by the turn's own state, kept alive here so its id is never reused: turn ids repeat
+    # from one story run to the next (counted ids), and one run must not stop the next
+    gave_up: dict[int, object] = {}
     rungs = list(ladder.RUNGS)
     index = _rung("nudge")
 
     def give_up(ctx: TurnContext, reply: ProviderReply) -> None:
         ctx.state.post_tool_nudged = True  # "the tools ran: nothing more to ask"
-        gave_up.add(ctx.turn_id)
+        gave_up[id(ctx.state)] = ctx.state
     original = loop._loop_may_continue
 
     def may_continue(ctx: TurnContext) -> bool:
-        return original(ctx) and ctx.turn_id not in gave_up
+        return original(ctx) and id(ctx.state) not in gave_up
     rungs[index] = replace(rungs[index], act=give_up)
     return [mock.patch.object(ladder, "RUNGS", tuple(rungs)),
             mock.patch.object(loop, "_loop_may_continue", may_continue)]
