@@ -151,3 +151,97 @@ def fallback_window_compaction_fails_closed(s: Story) -> None:
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A turn that fails closed right after an empty reply was refused a request that held "
+          "the ladder's nudge (explored seed 108)", invariants=("CMP-1", "CMP-7", "LOOP-8"),
+          stage="explore")
+def nudged_request_refused_at_preflight(s: Story) -> None:
+    """A 250-token window; after a tool round the model answers empty, so the next request
+    carries the ladder's nudge pair, and compaction cannot bring that request under the
+    window: the turn fails closed. Scaffolding is never stored, so the checkers rebuild the
+    refused request from the rows and the nudge the empty reply called for (the run found
+    CMP-1, CMP-7 and LOOP-8 counting the rows alone)."""
+    s.seed = 108  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((ReplyFault(call=9, kind=FaultKind.EMPTY_REPLY),), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({'notes-1.txt': 'note 1 of seed 108', 'notes-2.txt': 'note 2 of seed 108'})
+    s.world.tools.slow('read_file', 20.0, path='notes-1.txt', start_delay_s=0.0)
+    s.limits(context_window_tokens=250)
+    s.bind('p-1', session='s-1')
+    s.bind('op-s-1', session='s-1', role="operator", kind="operator")
+    s.bind('p-2', session='s-2')
+    s.bind('op-s-2', session='s-2', role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, 'p-2', 'r-03d604', {'text': 'Say hello 6.'}, session='s-2', after_s=13.0)
+    s.start_submit(one, 'p-2', 'r-03d604x', {'text': 'Say hello 6.', 'role': 'operator'},
+                   session='s-2', after_s=17.0)
+    s.start_drain(one, 's-2', after_s=21.0)
+    s.start_submit(one, 'p-2', 'r-663911', {'text': 'Say hello 5.'}, session='s-2', after_s=33.0)
+    s.start_submit(one, 'p-2', 'r-663911x', {'text': 'Say hello 5.', 'role': 'operator'},
+                   session='s-2', after_s=48.0)
+    s.start_drain(one, 's-2', after_s=55.0)
+    s.start_submit(one, 'p-2', 'r-408d5d', {'text': 'Say hello 2.'}, session='s-2', after_s=94.0)
+    s.start_drain(one, 's-2', after_s=96.0)
+    s.start_submit(one, 'p-2', 'r-6544e0', {'text': 'Write note 1 to s-2-out-1.txt.'},
+                   session='s-2', after_s=97.0)
+    s.start_submit(one, 'p-1', 'r-62d2bc', {'text': 'Say hello 3.'}, session='s-1', after_s=98.0)
+    s.start_drain(one, 's-2', after_s=101.0)
+    s.start_submit(one, 'p-1', 'r-6544e0', {'text': 'Read notes-1.txt and notes-2.txt.'},
+                   session='s-1', after_s=101.0)
+    s.start_drain(one, 's-2', after_s=117.0)
+    s.start_drain(one, 's-1', after_s=127.0)
+    s.start_drain(one, 's-1', after_s=128.0)
+    s.start_drain(one, 's-2', after_s=130.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A restarted process starts without its predecessor's compaction block "
+          "(explored seed 108)", invariants=("CMP-4",), stage="explore")
+def restart_forgets_the_compaction_block(s: Story) -> None:
+    """In a 250-token window one turn compacts twice and stays over the threshold (two
+    ineffective passes: automatic compaction is blocked in that process), then fails
+    closed. The calm phase restarts the world and the new process compacts the same
+    lineage again: the block is what one engine remembers (``CompressionState`` lives in
+    its session cache), so CMP-4 judges the streak of each process apart (the run found
+    the checker counting passes of both processes as one streak)."""
+    s.seed = 108  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((ReplyFault(call=9, kind=FaultKind.EMPTY_REPLY),
+                          ReplyFault(call=11, kind=FaultKind.TOOL_ERROR),
+                          ReplyFault(call=12, kind=FaultKind.EMPTY_REPLY)), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({'notes-1.txt': 'note 1 of seed 108', 'notes-2.txt': 'note 2 of seed 108'})
+    s.limits(context_window_tokens=250)
+    s.bind('p-1', session='s-1')
+    s.bind('op-s-1', session='s-1', role="operator", kind="operator")
+    s.bind('p-2', session='s-2')
+    s.bind('op-s-2', session='s-2', role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, 'p-2', 'r-03d604', {'text': 'Say hello 6.'}, session='s-2', after_s=13.0)
+    s.start_submit(one, 'p-2', 'r-03d604x', {'text': 'Say hello 6.', 'role': 'operator'},
+                   session='s-2', after_s=17.0)
+    s.start_submit(one, 'p-1', 'r-339a47', {'text': 'Read notes-1.txt and notes-2.txt.'},
+                   session='s-1', after_s=19.0)
+    s.start_drain(one, 's-2', after_s=21.0)
+    s.start_submit(one, 'p-2', 'r-663911', {'text': 'Say hello 5.'}, session='s-2', after_s=33.0)
+    s.start_drain(one, 's-1', after_s=47.0)
+    s.start_submit(one, 'p-2', 'r-663911x', {'text': 'Say hello 5.', 'role': 'operator'},
+                   session='s-2', after_s=48.0)
+    s.start_drain(one, 's-2', after_s=55.0)
+    s.start_submit(one, 'p-2', 'r-408d5d', {'text': 'Say hello 2.'}, session='s-2', after_s=94.0)
+    s.start_drain(one, 's-2', after_s=96.0)
+    s.start_submit(one, 'p-2', 'r-6544e0', {'text': 'Write note 1 to s-2-out-1.txt.'},
+                   session='s-2', after_s=97.0)
+    s.start_drain(one, 's-2', after_s=101.0)
+    s.start_submit(one, 'p-2', 'r-62d2bc', {'text': 'Say hello 3.'}, session='s-2', after_s=111.0)
+    s.start_submit(one, 'p-1', 'r-408d5d', {'text': 'Say hello 2.'}, session='s-1', after_s=116.0)
+    s.start_drain(one, 's-2', after_s=117.0)
+    s.start_drain(one, 's-1', after_s=128.0)
+    s.start_drain(one, 's-2', after_s=130.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

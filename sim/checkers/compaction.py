@@ -32,6 +32,7 @@ from sim.checkers.compaction_record import (
     lineage_of,
     passes,
     pre_tokens,
+    same_engine,
     summary_calls_of,
     threshold_tokens,
     tokens_of,
@@ -107,13 +108,15 @@ def _blocked(obs: Observation, call: CallRecord) -> bool:
     lineage = lineage_of(obs)
     root = lineage.get(call.session_id, call.session_id)
     failed = [c.at for c in summary_calls_of(obs) if c.error is not None
+              and same_engine(obs, c.turn_id, call.turn_id)
               and lineage.get(c.session_id, c.session_id) == root and c.seq < call.seq]
     if failed and call.at < failed[-1] + limits.compression_cooldown_s:
         return True
     streak = 0
     for done in passes(obs):
         if lineage.get(done.done.session_id, done.done.session_id) != root \
-                or done.done.first_row_id > call.watermark:
+                or done.done.first_row_id > call.watermark \
+                or not same_engine(obs, done.turn, call.turn_id):
             continue
         streak = streak + 1 if done.tokens_after >= threshold_tokens(limits) else 0
     if streak >= limits.compression_ineffective_max:
@@ -184,8 +187,10 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
     for index, call in enumerate(calls):
         root = lineage.get(call.session_id, call.session_id)
         asked = any(r == root and seq < call.seq for r, seq in manual)
+        # the cooldown and the streak are one process's memory: a restart starts without them
         failed = [c for c in calls[:index] if c.error is not None
-                  and lineage.get(c.session_id, c.session_id) == root]
+                  and lineage.get(c.session_id, c.session_id) == root
+                  and same_engine(obs, c.turn_id, call.turn_id)]
         if failed and call.at < failed[-1].at + limits.compression_cooldown_s and not any(
                 r == root and failed[-1].seq < seq < call.seq for r, seq in manual):
             out.append(Violation("cooldown_respected", "CMP-4",
@@ -194,7 +199,8 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
         streak = 0
         for step in steps:
             if lineage.get(step.done.session_id, step.done.session_id) == root \
-                    and step.done.first_row_id <= call.watermark and step.turn != call.turn_id:
+                    and step.done.first_row_id <= call.watermark and step.turn != call.turn_id \
+                    and same_engine(obs, step.turn, call.turn_id):
                 streak = streak + 1 if step.tokens_after >= threshold_tokens(limits) else 0
         if streak >= limits.compression_ineffective_max and not asked:
             out.append(Violation("cooldown_respected", "CMP-4",

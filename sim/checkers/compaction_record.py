@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hermes_ref.ladder import visible_text
 from hermes_ref.limits import Limits
-from hermes_ref.models import Message
+from hermes_ref.models import Message, Role
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
+from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL
 from hermes_ref.tokens import count_message, count_wire_messages
 from sim.checkers.base import Observation, TurnView, remembered
 from sim.checkers.lineage import roots
@@ -190,11 +192,80 @@ def excused_early(obs: Observation, view: TurnView | None, call: CallRecord) -> 
 
 def pre_tokens(obs: Observation, call: CallRecord) -> int:
     """The request the turn would have sent when it asked for the summary: the system
-    prompt and the session's rows committed by then."""
+    prompt, the session's rows committed by then, and the retry scaffolding (a nudge, a
+    refused reply) that the turn's next model call is seen carrying on the wire."""
     prompt = next((s.system_prompt for s in obs.record.sessions if s.id == call.session_id), "")
     rows = [m.message for m in obs.record.messages
             if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
-    return count_message({"role": "system", "content": prompt}) + tokens_of(rows)
+    return count_message({"role": "system", "content": prompt}) + tokens_of(rows) + \
+        _scaffolding_sent_after(obs, call)
+
+
+def _scaffolding_sent_after(obs: Observation, call: CallRecord) -> int:
+    return scaffolding_tokens(obs, call.turn_id, call.seq)
+
+
+AFTER_EVERY_CALL = 1 << 62  # an effect count past any call: what the turn held at its end
+
+
+def scaffolding_tokens(obs: Observation, turn_id: str, seq: int) -> int:
+    """Tokens of the retry scaffolding in the turn's working list at effect ``seq``.
+
+    Scaffolding is never stored, so the rows alone undercount a request measured while a
+    retry's nudge rode in it. The provider's log of the turn's next model call shows what
+    rode. With no later call (the turn failed closed at preflight), it is what the last
+    call carried plus the pair its reply called for: a dropped call's re-prompt (LOOP-7),
+    or the nudge after a tool round's empty reply (LOOP-8)."""
+    calls = [c for c in obs.calls if c.turn_id == turn_id and c.request.purpose != "grace"]
+    later = [c for c in calls if c.seq > seq]
+    if later:
+        return tokens_of(_scaffolding(min(later, key=lambda c: c.seq)))
+    earlier = [c for c in calls if c.seq < seq]
+    if not earlier:
+        return 0
+    last = max(earlier, key=lambda c: c.seq)
+    carried = _scaffolding(last)
+    return tokens_of(carried + _called_for(last, carried))
+
+
+def _scaffolding(call: CallRecord) -> list[Message]:
+    return [m for m in call.request.messages if m.scaffold is not None]
+
+
+def _called_for(call: CallRecord, carried: list[Message]) -> list[Message]:
+    """The scaffolding pair the reply of ``call`` adds to the next request, if any."""
+    reply = call.reply
+    if reply is None or reply.tool_calls:
+        return []
+    if reply.finish_reason == "tool_calls":
+        return [Message(role=Role.ASSISTANT, content=reply.content or ""),
+                Message(role=Role.USER, content=DROPPED_TOOLCALL_NUDGE)]
+    after_tools = bool(call.request.messages) and call.request.messages[-1].role is Role.TOOL
+    nudged = any(m.content == EMPTY_AFTER_TOOLS_NUDGE for m in carried)
+    if after_tools and not nudged and not visible_text(reply.content):
+        return [Message(role=Role.ASSISTANT, content=EMPTY_SENTINEL),
+                Message(role=Role.USER, content=EMPTY_AFTER_TOOLS_NUDGE)]
+    return []
+
+
+def engine_of(obs: Observation) -> dict[str, str]:
+    """Each turn's process (the ``pid`` its lease grants name): what one engine remembers
+    between turns (the cooldown, the anti-thrash streak) is that process's alone."""
+    def read() -> dict[str, str]:
+        pids: dict[str, str] = {}
+        for grant in obs.record.lease_grants:
+            fields = dict(p.partition("=")[::2] for p in grant.holder.split(":") if "=" in p)
+            if "turn" in fields and "pid" in fields:
+                pids.setdefault(fields["turn"], fields["pid"])
+        return pids
+    return remembered(obs, "engine of turn", (obs.record.lease_grants,), read)
+
+
+def same_engine(obs: Observation, turn: str | None, other: str | None) -> bool:
+    """Whether two turns ran in one process (or the record cannot tell them apart)."""
+    engines = engine_of(obs)
+    mine, theirs = engines.get(turn or ""), engines.get(other or "")
+    return mine is None or theirs is None or mine == theirs
 
 
 def summary_of(obs: Observation, step: Pass) -> CallRecord | None:

@@ -12,6 +12,7 @@ from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS
 from hermes_ref.tokens import count_message
 from sim.checkers.base import Observation, Violation, checker
 from sim.checkers.compaction_record import (
+    AFTER_EVERY_CALL,
     PRUNED_PREFIX,
     SUMMARY_PREFIX,
     Pass,
@@ -19,6 +20,7 @@ from sim.checkers.compaction_record import (
     excused_early,
     is_summary,
     passes,
+    scaffolding_tokens,
     smallest_window,
     summary_of,
     tail_tokens,
@@ -215,7 +217,8 @@ def requests_fit_the_window(obs: Observation) -> list[Violation]:
         where = next((e.session_id for e in view.events if e.kind == "turn.exit"), view.session_id)
         prompt = next((s.system_prompt for s in obs.record.sessions if s.id == where), "")
         rows = [m.message for m in obs.record.messages if m.session_id == where]
-        unsent = count_message({"role": "system", "content": prompt}) + tokens_of(rows)
+        unsent = count_message({"role": "system", "content": prompt}) + tokens_of(rows) + \
+            scaffolding_tokens(obs, view.turn_id, AFTER_EVERY_CALL)
         if unsent <= smallest_window(obs.limits):
             out.append(Violation("requests_fit_the_window", "CMP-7",
                                  f"turn {view.key} failed closed ({line.reason.value}) though its "

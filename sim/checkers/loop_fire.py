@@ -193,6 +193,8 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
         if line is None or line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED,
                                            ExitReason.INTERRUPTED):
             return None  # out of budget before the next rung, or stopped from outside
+        if nxt is None and line.reason in CONTEXT_PRESSURE_EXITS:
+            return None  # preflight refused the rung's request (CMP-7 judges that it did not fit)
         answer = done.final_response if done is not None else None
         if line.reason is ExitReason.TEXT_RESPONSE and answer:
             if answer == visible_text(reply.streamed_text):
