@@ -276,7 +276,7 @@ async def after_overflow(ctx: TurnContext, request: ProviderRequest,
         fail_closed(ctx, f"context_overflow: {error}; compaction could not relieve the request "
                     f"of {tokens} tokens, which was not sent again", last)
         return None
-    if request.purpose != "grace" and (ctx.state.api_calls >= limits.max_iterations
+    if request.purpose != "grace" and (ctx.state.iterations >= limits.max_iterations
                                        or not ctx.state.budget.consume()):
         return None
     ctx.state.api_calls += 1

@@ -156,10 +156,16 @@ class TurnState:
     # LOOP-5/6/8, LOOP-4, FIN-1: the loop under fire
     thinking_prefills: int = 0        # LOOP-8 rung 4, at most thinking_prefill_retries_max
     route: int = 0                    # LOOP-6: 0 the primary, n the n-th fallback provider
+    hops: int = 0                     # LOOP-2: fallback hops, each refunding the call it replaced
     provider_errors: int = 0          # LOOP-5: failed calls this turn (outer_loop_errors_max)
     cut_partial: str | None = None    # LOOP-4: raw text of a call a correction cut short
     withheld_answer: str | None = None  # FIN-1: an answer the verification gate held back
     files_changed: bool = False       # FIN-1's gate: a writer tool ran this turn
+
+    @property
+    def iterations(self) -> int:
+        """LOOP-1's count of calls against ``max_iterations``: a hop's call is refunded."""
+        return self.api_calls - self.hops
 
 
 @dataclass(slots=True)

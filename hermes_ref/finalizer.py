@@ -57,9 +57,9 @@ PENDING_TOOL_RESULT_TEXT = (
 async def _budget_fallback(ctx: TurnContext) -> None:
     """FIN-1 / LOOP-2: out of budget without an answer → one tool-less summary call."""
     state = ctx.state
-    at_max = state.api_calls >= ctx.limits.max_iterations
+    at_max = state.iterations >= ctx.limits.max_iterations
     reason = ExitReason.MAX_ITERATIONS if at_max else ExitReason.BUDGET_EXHAUSTED
-    ctx.finish(reason, f"{state.api_calls}/{ctx.limits.max_iterations}")
+    ctx.finish(reason, f"{state.iterations}/{ctx.limits.max_iterations}")
     if ctx.ending.answer is None and state.withheld_answer is not None:
         _reuse_withheld(ctx, state.withheld_answer)
     if ctx.ending.answer is not None or not ctx.limits.grace_call_enabled:

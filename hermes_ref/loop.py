@@ -2,7 +2,9 @@
 
 Theory of operation
 -------------------
-The loop runs while ``api_calls < max_iterations`` and a budget unit can be spent (LOOP-1).
+The loop runs while its iterations (``api_calls`` less the fallback hops, each of which
+gives back the call it replaced: ``routes.fall_back``) stay under ``max_iterations`` and a
+budget unit can be spent (LOOP-1).
 The one grace call that LOOP-1 allows past that bound is made by the finalizer once the
 loop has ended (FIN-1), so here it needs no flag. Each iteration spends one budget unit
 and counts one API call (LOOP-2), but only for a request that is sent: when preflight
@@ -19,7 +21,8 @@ classifies failures (LOOP-5):
 * any other provider error: terminal;
 * retries spent on a transient or auth error: the next provider of ``fallback_providers``
   (LOOP-6, ``routes``): the iteration starts over, so preflight and the request are
-  rebuilt for it; a turn's failed calls stop at ``outer_loop_errors_max`` whatever is left.
+  rebuilt for it, and the spent call and its unit are refunded (LOOP-2); a turn's failed
+  calls stop at ``outer_loop_errors_max`` whatever is left.
 
 At the top of each iteration the user's corrections are taken in (LOOP-4, ``redirect``); a
 correction that cut the call in flight starts the iteration over. A reply the engine cannot
@@ -162,9 +165,9 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
 
 
 def _loop_may_continue(ctx: TurnContext) -> bool:
-    """LOOP-1's cap on calls; its budget half is spending a unit (``IterationBudget.consume``),
-    so each bound is checked in exactly one place."""
-    return ctx.state.api_calls < ctx.limits.max_iterations
+    """LOOP-1's cap on calls (a fallback hop's call refunded); its budget half is spending
+    a unit (``IterationBudget.consume``), so each bound is checked in exactly one place."""
+    return ctx.state.iterations < ctx.limits.max_iterations
 
 
 async def run_loop(ctx: TurnContext) -> None:

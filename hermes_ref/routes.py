@@ -8,9 +8,11 @@ ladder reached its ``fallback`` rung, LOOP-8), the turn falls back to the next r
 ``fallback_providers``, in order. A fallback may have another window and count tokens
 differently (``ProviderRoute.token_ratio``), so nothing of the primary's request is
 reused: ``fall_back`` only switches the turn's limits to the route's model and window
-(the window as this engine's estimate counts it), and the loop starts the next
-iteration from the top, where preflight runs again against the new window and the
-request is rebuilt from the transcript for the new model.
+(the window as this engine's estimate counts it), and the loop starts the iteration
+over from the top, where preflight runs again against the new window and the request
+is rebuilt from the transcript for the new model. The hop refunds the spent call and its
+budget unit (LOOP-2), as a compaction pass that replaces a call does: the call on the
+fallback is the same iteration's, not another one.
 
 The switch lives in the turn's own ``TurnContext`` (its ``limits`` and ``state.route``),
 never in the engine or the session cache, so the next turn starts on the primary again.
@@ -39,7 +41,14 @@ def can_fall_back(ctx: TurnContext) -> bool:
 
 
 def fall_back(ctx: TurnContext) -> ProviderRoute:
-    """Switch the turn to its next fallback route (``can_fall_back`` must hold)."""
+    """Switch the turn to its next fallback route (``can_fall_back`` must hold).
+
+    The hop gives back the call it replaces, and that call's budget unit (LOOP-2): the
+    fallback's call takes its place in the same iteration, so a turn at its last
+    iteration still makes it rather than ending on the spent primary.
+    """
+    ctx.state.hops += 1
+    ctx.state.budget.refund()
     ctx.state.route += 1
     route = ctx.limits.fallback_providers[ctx.state.route - 1]
     ctx.limits = ctx.limits.model_copy(update={

@@ -245,3 +245,36 @@ def restart_forgets_the_compaction_block(s: Story) -> None:
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A turn on its last iteration falls back after the primary's retries are spent; "
+          "the small fallback's preflight refuses and the turn fails closed (explored seed 146)",
+          invariants=("LOOP-2", "LOOP-6", "CMP-7"), stage="explore")
+def last_iteration_falls_back_and_fails_closed(s: Story) -> None:
+    """``max_iterations`` is 2 and the turn's second request meets an outage. The hop to
+    the fallback refunds that call, so the fallback's request is still the second
+    iteration's; its 200-token window cannot hold it, and the turn fails closed. (The run
+    found the hop charged: the loop ended at its bound before the fallback, and the grace
+    call went to the fallback's preflight instead, so LOOP-6, FIN-1 and LOOP-5 each saw
+    a different turn.)"""
+    s.seed = 146  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((ReplyFault(call=2, kind=FaultKind.SERVER_ERROR),
+                          ReplyFault(call=5, kind=FaultKind.OUTAGE)), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({'notes-1.txt': 'note 1 of seed 146', 'notes-2.txt': 'note 2 of seed 146'})
+    s.limits(max_iterations=2)
+    s.limits(fallback_providers=(ProviderRoute(model='fallback-small', context_window_tokens=200,
+                                               token_ratio=1.25),))
+    s.use_provider_for('fallback-small', model.for_fallback())
+    s.bind('p-1', session='s-1')
+    s.bind('op-s-1', session='s-1', role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, 'p-1', 'r-c8f3e2', {'text': 'Read notes-1.txt and notes-2.txt.'},
+                   session='s-1', after_s=37.0)
+    s.start_submit(one, 'p-1', 'r-4e19e2', {'text': 'Read notes-2.txt.'}, session='s-1', after_s=40.0)
+    s.start_drain(one, 's-1', after_s=42.0)
+    s.start_drain(one, 's-1', after_s=57.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

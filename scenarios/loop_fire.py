@@ -127,6 +127,21 @@ def failing_primary_falls_back_and_the_next_turn_restores_it(s: Story) -> None:
     s.expect(_sent_models(s)[-1] == "hermes-ref-model", "the next turn started on the primary")
 
 
+@scenario("A fallback hop gives back the call it replaced: on the turn's last iteration the "
+          "fallback still answers, and the turn spends one unit",
+          invariants=("LOOP-2", "LOOP-6", "LOOP-1"), stage="loop_fire")
+def fallback_hop_is_refunded(s: Story) -> None:
+    s.limits(max_iterations=1, fallback_providers=(FALLBACK,))
+    s.script(*(ProviderServerError("overloaded", status=503) for _ in range(4)))
+    s.script_for(FALLBACK.model, text("The fallback answers."))
+    result = s.turn("Are you there?")
+    s.expect(result is not None and result.exit_reason is ExitReason.TEXT_RESPONSE
+             and result.final_response == "The fallback answers.",
+             "the fallback's call was the same iteration's, not a grace call past the bound")
+    s.expect([c.request.purpose for c in s.world.calls][-1] == "turn", "no grace call was needed")
+    s.expect(_sent_models(s)[-1] == FALLBACK.model, "the last call went to the fallback")
+
+
 # ---- LOOP-5: classification ------------------------------------------------------------------
 
 

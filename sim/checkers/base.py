@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import pairwise
 from operator import is_
 from typing import Any, TypeVar, cast
 
@@ -345,6 +346,17 @@ def distinct_requests(records: list[CallRecord]) -> list[ProviderRequest]:
     for record in records:
         seen.setdefault(id(record.request), record.request)
     return list(seen.values())
+
+
+def charged_requests(records: list[CallRecord]) -> int:
+    """The budgeted requests a turn paid for: its distinct requests less the grace call
+    and less its fallback hops. A hop is a request to another model than the one before
+    it (a grace call on another model than the last request shows one too: only a hop
+    changes a turn's model); it replaces that request in the same iteration, which is
+    refunded (LOOP-2)."""
+    requests = distinct_requests(records)
+    hops = sum(1 for a, b in pairwise(requests) if a.model != b.model)
+    return sum(1 for r in requests if r.purpose != "grace") - hops
 
 
 def is_grace(record: CallRecord) -> bool:

@@ -17,6 +17,7 @@ from sim.checkers.base import (
     TurnKey,
     Violation,
     call_row_of,
+    charged_requests,
     checker,
     distinct_requests,
     is_grace,
@@ -64,7 +65,7 @@ def _ran_out(limits: Limits, line: ExitLine, records: list[CallRecord]) -> bool:
     """The loop stopped at its bound (calls or budget), not on an answer or a failure of its own."""
     if line.reason not in BUDGET_END_REASONS:
         return False
-    regular = len(distinct_requests([r for r in records if not is_grace(r)]))
+    regular = charged_requests(records)
     return regular >= limits.max_iterations or line.budget_used >= line.budget_max
 
 

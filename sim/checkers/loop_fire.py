@@ -36,8 +36,8 @@ from sim.checkers.base import (
     TurnView,
     Violation,
     all_invalid,
+    charged_requests,
     checker,
-    distinct_requests,
     is_grace,
     ran_in,
     refunded_rounds,
@@ -237,7 +237,7 @@ def empty_ladder_in_order(obs: Observation) -> list[Violation]:
                 walk.tool_rounds += 1
             if not _is_empty(reply):
                 continue
-            spent = len(distinct_requests(calls[:index + 1]))
+            spent = charged_requests(calls[:index + 1])
             at_bound = spent >= obs.limits.max_iterations or \
                 spent - refunded_rounds(view) >= obs.limits.iteration_budget
             seen = _observed(view, calls, index, landed, at_bound)

@@ -24,7 +24,7 @@ from sim.checkers import loop_fire
 from sim.checkers.base import (
     Observation,
     TurnView,
-    distinct_requests,
+    charged_requests,
     invalid_streak_at_end,
     is_grace,
     refunded_rounds,
@@ -75,7 +75,7 @@ def _text_response(obs: Observation, view: TurnView, line: ExitLine) -> str | No
 
 
 def _max_iterations(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
-    regular = len(distinct_requests(_budgeted(view)))
+    regular = charged_requests(_budgeted(view))
     if regular != obs.limits.max_iterations:
         return f"it made {regular} budgeted calls, not max_iterations={obs.limits.max_iterations}"
     return _summary_problem(view)
@@ -96,7 +96,7 @@ def _summary_problem(view: TurnView) -> str | None:
 
 
 def _budget_exhausted(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
-    regular = len(distinct_requests(_budgeted(view)))
+    regular = charged_requests(_budgeted(view))
     used = regular - refunded_rounds(view)
     if used < obs.limits.iteration_budget:
         return f"it spent {used} of {obs.limits.iteration_budget} budget units"

@@ -7,6 +7,7 @@ from collections import defaultdict
 from itertools import pairwise
 
 from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderError
+from hermes_ref.ladder import visible_text
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
@@ -20,6 +21,7 @@ from sim.checkers.base import (
     Violation,
     call_row_of,
     calls_by_turn,
+    charged_requests,
     checker,
     distinct_requests,
     exit_reasons,
@@ -142,13 +144,15 @@ def budget_accounting(obs: Observation) -> list[Violation]:
             continue  # the exit line's absence is FIN-7's finding
         requests = distinct_requests(view.calls)
         grace = sum(1 for r in requests if r.purpose == "grace")
-        regular = len(requests) - grace
+        # a fallback hop's call is refunded (LOOP-2), a hop whose request preflight refused too
+        regular = charged_requests(view.calls) - _refused_hop(obs.limits, view)
+        hops = len(requests) - grace - regular
         refunds = refunded_rounds(view)
         tag = f"turn {view.key}"
         if line.api_calls != len(requests):
             out.append(Violation("budget_accounting", "LOOP-1",
                                  f"{tag} reports {line.api_calls} calls, the provider "
-                                 f"saw {len(requests)}"))
+                                 f"saw {len(requests)} (of them {hops} fallback hops)"))
         if regular - refunds > obs.limits.iteration_budget:
             out.append(Violation("budget_accounting", "LOOP-1",
                                  f"{tag} spent {regular - refunds} budget units, past its budget "
@@ -166,6 +170,25 @@ def budget_accounting(obs: Observation) -> list[Violation]:
                                  f"{tag} ran with a budget of {line.budget_max}, "
                                  f"not a fresh {obs.limits.iteration_budget}"))
     return out
+
+
+def _refused_hop(limits: Limits, view: TurnView) -> int:
+    """1 when the turn fell back and preflight refused the fallback's first request: its
+    last request went unanswered on a route with a fallback after it, and the turn failed
+    closed for context pressure without calling again (the hop refunded that call)."""
+    line = view.exit
+    budgeted = [c for c in view.calls if c.request.purpose != "grace"]
+    if line is None or line.reason not in CONTEXT_PRESSURE_EXITS or not budgeted \
+            or len(budgeted) < len(view.calls):
+        return 0
+    last = budgeted[-1].request
+    attempts = [c for c in budgeted if c.request is last]
+    chain = [limits.model, *(r.model for r in limits.fallback_providers)]
+    spent = all(c.reply is None for c in attempts) or all(
+        c.reply is not None and not c.reply.tool_calls and not visible_text(c.reply.content)
+        for c in attempts)
+    has_next = last.model in chain and chain.index(last.model) < len(chain) - 1
+    return int(spent and has_next)
 
 
 def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent: int,
