@@ -36,7 +36,9 @@ class LaneEntry(Frozen):
     background process starting or ending for a key."""
 
     at: float
-    kind: str  # start_clean | start_unclean | stop | running | background_started | background_ended
+    # start_clean | start_unclean | stop | running | cleared (a successful turn reset the
+    # key's restart count) | background_started | background_ended
+    kind: str
     key: str = ""
 
 

@@ -302,9 +302,11 @@ async def shutdown(running: tuple[str, ...], drained: bool) -> None:
 
 
 async def after_turn(routed: Routed, result: TurnResult | None) -> None:
-    """A successful turn clears its key's restart count."""
+    """A successful turn clears its key's restart count, and the lane log says so: a process
+    that dies between the turn's last commit and this write keeps the count."""
     if result is None or result.failed:
         return
-    name = lane_restart.restart_marker(routed.route.key)
+    key = routed.route.key
+    name = lane_restart.restart_marker(key)
     if name in await ReadMarkers():
-        await WriteLane(((name, None),))
+        await WriteLane(((name, None),), (LaneEntry(at=await Now(), kind="cleared", key=key),))

@@ -3,15 +3,17 @@
 Theory of operation
 -------------------
 The lane log says when each process started (with or without the clean-exit marker) and
-stopped (with the keys whose turns were still running). The event log says which turns
-completed. From those alone this checker derives, for every start, which lanes it owed a
-resume_pending mark (a start without the marker: lanes active within
+stopped (with the keys whose turns were still running), and when a successful turn
+cleared its key's restart count (``cleared``: the write after the turn, which a process
+that dies right after the turn's last commit never makes, so its completion event alone
+proves nothing). From those alone this checker derives, for every start, which lanes it
+owed a resume_pending mark (a start without the marker: lanes active within
 ``restart_resume_window_s``, neither suspended nor pending) and which it owed a
 suspension (still running across ``stuck_restart_threshold`` graceful stops in a row, with
-no successful turn between), and demands exactly those revisions at that start: a mark
+no cleared count between), and demands exactly those revisions at that start: a mark
 missing is a violation as much as one too many.
 
-Entries at one instant are ordered completions, then stops, then starts; the revisions a
+Entries at one instant are ordered clearings, then stops, then starts; the revisions a
 start owed are those at its instant with the start pass's causes, and the state it judged
 is the last revision before the first one written by the start pass or the watcher pass
 that follows it.
@@ -22,7 +24,6 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime
 
-from hermes_ref.models import EventKind
 from hermes_ref.session import Route
 from sim.checkers.base import Observation, Violation, checker
 
@@ -31,15 +32,11 @@ _AFTER_START = (*_PASS, "expiry_finalized", "pruned")  # the start pass, then th
 
 
 def _timeline(obs: Observation) -> list[tuple[float, int, int, str, str]]:
-    """(at, rank, seq, kind, key): successful turns, stops, running keys, starts."""
-    keys = {r.session_id: r.key for r in obs.record.routes}
+    """(at, rank, seq, kind, key): cleared counts, stops, running keys, starts."""
     items: list[tuple[float, int, int, str, str]] = []
-    for seq, event in enumerate(obs.record.events):
-        if event.kind == EventKind.TURN_COMPLETED and event.data.get("failed") is False \
-                and event.session_id in keys:
-            items.append((event.at or 0.0, 0, seq, "ok", keys[event.session_id]))
     for seq, entry in enumerate(obs.record.lane_log):
-        rank = {"stop": 1, "running": 1, "start_clean": 2, "start_unclean": 2}.get(entry.kind)
+        rank = {"cleared": 0, "stop": 1, "running": 1, "start_clean": 2,
+                "start_unclean": 2}.get(entry.kind)
         if rank is not None:
             items.append((entry.at, rank, seq, entry.kind, entry.key))
     return sorted(items)
@@ -106,7 +103,7 @@ def restart_marking(obs: Observation) -> list[Violation]:
             for name in running:
                 streak[name] += 1
             running = None
-        if kind == "ok":
+        if kind == "cleared":
             streak[key] = 0
         elif kind == "stop":
             running = set()
