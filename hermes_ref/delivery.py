@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hermes_ref.models import Event, Opening
+from hermes_ref.models import Closing, Event, Opening
 
 Listener = Callable[[Event], None]
 
@@ -121,6 +121,25 @@ class TurnSeqs:
         if opening is None or not opening.events:
             return opening
         return opening.model_copy(update={"events": tuple(self.stamp(e, now) for e in opening.events)})
+
+    def number_closing(self, closing: Closing, now: float) -> Closing:
+        """A ``Closing`` whose events are numbered now, as ``Emit`` would number them: they
+        are the turn's last (its counter ends with the completion)."""
+        if not closing.events:
+            return closing
+        return closing.model_copy(update={"events": tuple(self.stamp(e, now) for e in closing.events)})
+
+    def settle_closing(self, closing: Closing, committed: bool) -> None:
+        """Events of a closing that did not commit never existed: the turn's counter goes back
+        to where it stood, and the ending the turn then emits is numbered from there."""
+        if committed or not closing.events:
+            return
+        first = closing.events[0]
+        key, before = ("", first.turn_id), (first.turn_seq or 1) - 1
+        if before > 0:
+            self._last[key] = before
+        else:
+            self._last.pop(key, None)
 
     def settle_opening(self, opening: Opening | None, committed: bool) -> None:
         """Events of an opening that did not commit never existed: the turn's counter is

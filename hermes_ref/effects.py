@@ -45,6 +45,8 @@ from hermes_ref.admission import (
 from hermes_ref.errors import BadInput
 from hermes_ref.lane_restart import LaneEntry  # SES
 from hermes_ref.models import (
+    Closed,
+    Closing,
     Compacted,
     Event,
     Lease,
@@ -225,6 +227,27 @@ class ReleaseLease(Effect[None]):
     @property
     def site(self) -> Site:
         return Site.RELEASE
+
+
+@dataclass(frozen=True, slots=True)
+class CloseTurn(Effect[Closed]):
+    """Commit the turn's final rows and ending and release its lease, in one transaction.
+
+    The finalizer's last write when the turn delivers an answer (``Closing``): the final
+    row, the exit line and the completion, then the release, so a tool-round turn costs
+    one commit fewer. Fenced by the lease token as every row is. A release that fails
+    is reported in ``Closed.release_failure`` (the rows and the ending committed); rows
+    that fail raise, and nothing of the effect committed. The sites ``final`` and
+    ``release`` are this one commit.
+    """
+
+    lease: Lease
+    closing: Closing
+    kind: ClassVar[str] = "close_turn"
+
+    @property
+    def site(self) -> Site:
+        return Site.FINAL
 
 
 @dataclass(frozen=True, slots=True)

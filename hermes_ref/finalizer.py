@@ -23,6 +23,16 @@ order, each guarded on its own so one failure never costs the user the answer (F
    assistant row (not after context-pressure failures); open calls get a result first.
 9. The turn-exit line and the completion event (FIN-7, DEL-1), then stop the lease's
    refresher, clear its interrupt and release the lease, in that order (LEASE-6).
+
+When the delivered answer's row is all that step 6 has to write, steps 7 and 8 have
+nothing to do, and steps 6 and 9 are one commit (``CloseTurn``): the refresher is stopped
+and its interrupt cleared, then the final row, the exit line and the completion (built
+for the tail that row will be) and the release commit together, the release in a
+savepoint of its own, so that a release that fails still leaves the answer and the ending
+durable (FIN-6). If the rows fail, nothing of that commit holds and the finalizer goes on
+from step 7 as after any failed final write, with the ending that is then true. A
+delivered tool-round turn so makes 4 commits: the grant with the user row, the call row,
+the results, the final row with the release.
 """
 
 from __future__ import annotations
@@ -30,9 +40,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hermes_ref import closure, preflight
-from hermes_ref.context import TurnContext
+from hermes_ref.context import TurnContext, check_stored
 from hermes_ref.effects import (
     ClearInterrupt,
+    CloseTurn,
     Emit,
     FlushEvents,
     ReleaseLease,
@@ -41,7 +52,7 @@ from hermes_ref.effects import (
 )
 from hermes_ref.errors import InvariantBroken, PersistenceError, TurnInterrupted
 from hermes_ref.loop import build_request, call_with_retries
-from hermes_ref.models import Message, Role, ScaffoldFlag
+from hermes_ref.models import Closing, Event, Message, Role, ScaffoldFlag
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason, TurnResult
 from hermes_ref.phases import Phase
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT, scaffold
@@ -198,13 +209,24 @@ async def _failure_boundary(ctx: TurnContext) -> None:
         await ctx.persist(tuple(rows), Site.BOUNDARY)
 
 
-def exit_line(ctx: TurnContext) -> ExitLine:
-    """FIN-7: the one turn-exit line, from the durable tail the finalizer leaves."""
+def exit_line(ctx: TurnContext, tail: Message | None = None) -> ExitLine:
+    """FIN-7: the one turn-exit line, from the durable tail the finalizer leaves (``tail``:
+    the row that will be that tail once the commit the line rides with holds it)."""
     state = ctx.state
     return ExitLine.build(ctx.ending, api_calls=state.api_calls,
                           max_iterations=ctx.limits.max_iterations, budget_used=state.budget.used,
-                          budget_max=state.budget.max_total, tail=ctx.transcript.durable_tail(),
+                          budget_max=state.budget.max_total,
+                          tail=ctx.transcript.durable_tail() if tail is None else tail,
                           cleanup_errors=len(ctx.cleanup_errors))
+
+
+def _ending(ctx: TurnContext, tail: Message | None = None) -> tuple[Event, ...]:
+    """FIN-7, DEL-1: the turn's last events, the exit line and then the completion."""
+    carried = ctx.carried_input.content if ctx.carried_input is not None else None
+    completion = Completion(final_response=ctx.ending.answer, failed=ctx.ending.failed,
+                            carried_input=carried)
+    return (exit_line(ctx, tail).event(ctx.session_id, ctx.turn_id),
+            completion.event(ctx.session_id, ctx.turn_id))
 
 
 async def finalize(ctx: TurnContext) -> TurnResult:
@@ -215,21 +237,34 @@ async def finalize(ctx: TurnContext) -> TurnResult:
     _silent_stop_guard(ctx)
     _no_answer_guard(ctx)
     _mutation_footer(ctx)
-    await _persist_pending(ctx)
-    await _close_tail(ctx)
-    await _failure_boundary(ctx)
-    await Emit(exit_line(ctx).event(ctx.session_id, ctx.turn_id))
-    carried = ctx.carried_input.content if ctx.carried_input is not None else None
-    completion = Completion(final_response=ctx.ending.answer, failed=ctx.ending.failed,
-                            carried_input=carried)
-    await Emit(completion.event(ctx.session_id, ctx.turn_id))
-    await _release(ctx)
+    in_one = _closes_in_one(ctx)
+    if not (in_one and await _release(ctx, _closing(ctx))):
+        if not in_one:  # (a closing whose rows failed was that write: it is not retried here)
+            await _persist_pending(ctx)
+        await _close_tail(ctx)
+        await _failure_boundary(ctx)
+        for event in _ending(ctx):
+            await Emit(event)
+        await _release(ctx)
     _update_cache(ctx)
     ctx.enter(Phase.DONE)
     return _result(ctx)
 
 
-async def _release(ctx: TurnContext) -> None:
+def _closes_in_one(ctx: TurnContext) -> bool:
+    """Is the delivered answer's own row all that is left to write? Then it, the ending and
+    the release are one commit (``CloseTurn``): no tail to close, no boundary to add."""
+    pending = ctx.transcript.pending()
+    return bool(pending) and ctx.ending.delivered and pending[-1].role is Role.ASSISTANT
+
+
+def _closing(ctx: TurnContext) -> Closing:
+    """The final rows and the ending that is true once they are durable (``Closing``)."""
+    pending = ctx.transcript.pending()
+    return Closing(rows=pending, events=_ending(ctx, tail=pending[-1]))
+
+
+async def _release(ctx: TurnContext, closing: Closing | None = None) -> bool:
     """LEASE-6: stop the refresher and join it, clear this lease's interrupt, release.
 
     In that order: a refresher still running after the release could refresh nothing but
@@ -238,19 +273,45 @@ async def _release(ctx: TurnContext) -> None:
     happens whatever post-processing did, and it also commits the turn's ending (its exit
     line and completion ride with it). A release that fails leaves the lease to expire on
     its own, and the ending is then committed by itself, so a turn never loses the record
-    of how it ended to a failed release (FIN-6)."""
+    of how it ended to a failed release (FIN-6).
+
+    With ``closing`` the final rows and the ending are written in the release's commit
+    (``CloseTurn``), the release still last. False when those rows failed: nothing of the
+    commit holds, the lease is still the turn's, and the finalizer ends the turn as one
+    whose final write failed (the refresher stays stopped; nothing long runs after)."""
     if ctx.refresher is not None:
         await StopRefresher(ctx.refresher)
         await ClearInterrupt()
+        ctx.refresher = None
+    if closing is not None:
+        return await _close_turn(ctx, closing)
     try:
         await ReleaseLease(ctx.lease)
-        return
+        return True
     except PersistenceError as error:
         ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
     try:
         await FlushEvents()
     except PersistenceError as error:
         ctx.cleanup_errors.append(f"events: {error.cause}: {error}")
+    return True
+
+
+async def _close_turn(ctx: TurnContext, closing: Closing) -> bool:
+    """FIN-6: the one commit of the final rows, the ending and the release, each failure
+    guarded on its own: rows that fail are the final write's failure (False), a release
+    that fails is a cleanup error of a turn whose answer and ending are durable."""
+    try:
+        closed = await CloseTurn(ctx.lease, closing)
+    except PersistenceError as error:
+        ctx.write_failed(Site.FINAL, error)
+        return False
+    check_stored(closing.rows, closed.stored)
+    ctx.transcript.absorb(closed.stored)
+    if closed.release_failure is not None:
+        cause, message = closed.release_failure
+        ctx.cleanup_errors.append(f"release: {cause}: {message}")
+    return True
 
 
 def _update_cache(ctx: TurnContext) -> None:

@@ -355,6 +355,31 @@ class Opening(Frozen):
         return not created and lease.token == self.expected_token
 
 
+class Closing(Frozen):
+    """A turn's last rows and its ending, offered with the release so one commit makes
+    them all durable (FIN-6, LEASE-6).
+
+    Once the refresher is stopped and its interrupt cleared, nothing external separates
+    the final answer row from the release: the store writes ``rows`` fenced by the lease,
+    then ``events`` (the exit line and the completion, which describe those rows), then
+    releases the lease in a savepoint of its own. A release that fails leaves the rows and
+    the ending committed and the lease to lapse (``Closed.release_failure``). Rows that
+    fail commit nothing, the events neither: the finalizer then ends the turn as one whose
+    final write failed, with the ending that is true of it.
+    """
+
+    rows: tuple[Message, ...]
+    events: tuple[Event, ...] = ()  # the turn's last events, as they will be if the rows commit
+
+
+class Closed(Frozen):
+    """What closing a turn committed: the rows with their ids, and why the release in the
+    same transaction did not happen, if it did not (the rows and the ending stand)."""
+
+    stored: tuple[Message, ...]
+    release_failure: tuple[str, str] | None = None  # (cause, message)
+
+
 class LeaseGrant(Frozen):
     """What opening a turn got: the session row (created now or not), the lease if free, and
     the opening rows stored with it (``Opening``), or why they could not be."""

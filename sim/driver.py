@@ -170,6 +170,8 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             return
         if world.fault_state.crash_due("after", site):
             self._drop(f"after:{site.value}")
+        elif isinstance(effect, fx.CloseTurn) and world.fault_state.crash_due("after", Site.RELEASE):
+            self._drop(f"after:{Site.RELEASE.value}")  # the release rode the final row's commit
         elif isinstance(value, LeaseGrant) and value.opened \
                 and world.fault_state.crash_due("after", Site.USER):
             self._drop(f"after:{Site.USER.value}")  # the user row rode the grant's commit
@@ -202,6 +204,9 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             return True
         if self._opens_with_user_row(effect) and faults.crash_due("before", Site.USER):
             self._drop(f"before:{Site.USER.value}")  # the commit that would carry the user row
+            return True
+        if isinstance(effect, fx.CloseTurn) and faults.crash_due("before", Site.RELEASE):
+            self._drop(f"before:{Site.RELEASE.value}")  # the commit that would carry the release
             return True
         return False
 
@@ -421,12 +426,15 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         if world.timeline.enabled and event.kind is EventKind.TURN_OVERLAP:
             world.timeline.add("warn", f"{event.turn_id} started before "
                                f"{event.data.get('previous_turn_id')}'s final persist")
-        if world.timeline.enabled and event.kind is EventKind.TURN_EXIT:
+        if event.kind is EventKind.TURN_EXIT:
+            self._narrate_exit(event)
+
+    def _narrate_exit(self, event: Event) -> None:
+        timeline = self.world.timeline
+        if timeline.enabled:
             line = ExitLine.of(event)
-            world.timeline.add(
-                "exit", f"{line.level} reason={line.reason.value} calls={line.api_calls} "
-                f"budget={line.budget_used}/{line.budget_max} last={line.last_role}",
-            )
+            timeline.add("exit", f"{line.level} reason={line.reason.value} calls={line.api_calls} "
+                         f"budget={line.budget_used}/{line.budget_max} last={line.last_role}")
 
 
 def finished(actor: Actor) -> Any:

@@ -25,7 +25,7 @@ from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.effects import Site
 from hermes_ref.errors import LeaseLost, TurnInterrupted
-from hermes_ref.models import Event, Lease, LeaseGrant
+from hermes_ref.models import Closed, Closing, Event, EventKind, Lease, LeaseGrant
 
 if TYPE_CHECKING:
     from sim.scheduler import Actor
@@ -48,6 +48,7 @@ class LeaseHandlers:
     _write: Callable[..., Any]
     _fail_if_planned: Callable[[Site], None]
     _show: Callable[[Event], None]
+    _narrate_exit: Callable[[Event], None]
     _publish: Callable[[list[Event], int], None]
     spawn: Callable[..., Actor]
     stop_actor: Callable[[Actor], None]
@@ -57,6 +58,7 @@ class LeaseHandlers:
             fx.OpenTurn: self._open_turn,
             fx.AcquireLease: self._acquire_lease,
             fx.ReleaseLease: self._release_lease,
+            fx.CloseTurn: self._close_turn,
             fx.RefreshLease: self._refresh_lease,
             fx.LeaveLeaseQueue: self._leave_queue,
             fx.StartRefresher: self._start_refresher,
@@ -129,6 +131,52 @@ class LeaseHandlers:
         self._write(self.world.store.release_lease, effect.lease)
         self.world.timeline.add("write", f"release   token {effect.lease.token}")
         self.log_lease("released", effect.lease)
+
+    def _close_turn(self, effect: fx.CloseTurn) -> Closed:
+        """The final rows, the ending and the release as one commit (``Closing``).
+
+        The closing's events are numbered now, as ``Emit`` would number them (DEL-1); if
+        the rows did not commit, those events never existed. A planned failure at
+        ``final`` fails the whole commit, one at ``release`` the release alone.
+        """
+        world, lease = self.world, effect.lease
+        self._fail_if_planned(Site.FINAL)
+        seqs = world.turn_seqs
+        closing = seqs.number_closing(effect.closing, world.clock.now())
+        committed = False
+        try:
+            closed: Closed = self._write(world.store.close_turn, lease, closing,
+                                         lambda: self._fail_if_planned(Site.RELEASE))
+            committed = True
+        except LeaseLost:
+            world.timeline.add("FENCED", f"{Site.FINAL} write with token {lease.token} refused: "
+                               "the lease is gone")
+            raise
+        finally:
+            seqs.settle_closing(closing, committed)
+        self._narrate_closed(closing, closed, lease)
+        if closed.release_failure is None:
+            self.log_lease("released", lease)
+        return closed
+
+    def _narrate_closed(self, closing: Closing, closed: Closed, lease: Lease) -> None:
+        """What committed, in the order it was written: the rows, the ending, the release."""
+        timeline = self.world.timeline
+        if timeline.enabled:
+            from sim.driver import describe_row  # the driver mixes this class in
+
+            for row in closed.stored:
+                timeline.add("write", f"{Site.FINAL:<9} #{row.row_id} {describe_row(row)}")
+        for event in closing.events:  # delivered as the events a write commits are
+            self._show(event)
+            if event.kind is EventKind.TURN_EXIT:
+                self._narrate_exit(event)
+        self._publish(list(closing.events), 0)
+        if closed.release_failure is None:
+            timeline.add("write", f"release   token {lease.token} (with the final row)")
+        else:
+            timeline.add("write", f"release   token {lease.token} failed alone: the final row and "
+                         "the ending committed")
 
     def _leave_queue(self, effect: fx.LeaveLeaseQueue) -> None:
         self._fail_if_planned(Site.LEASE)

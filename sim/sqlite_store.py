@@ -38,7 +38,17 @@ from hermes_ref.admission import (
     Outcome,
 )
 from hermes_ref.lane_restart import LaneEntry  # SES
-from hermes_ref.models import Compacted, Event, Lease, LeaseGrant, Message, Opening, SessionRecord
+from hermes_ref.models import (
+    Closed,
+    Closing,
+    Compacted,
+    Event,
+    Lease,
+    LeaseGrant,
+    Message,
+    Opening,
+    SessionRecord,
+)
 from hermes_ref.ports import DurableRecord
 from hermes_ref.session import Route  # SES
 from hermes_ref.shell import sqlite_admissions as adm
@@ -159,6 +169,10 @@ class SqliteStore:
 
     def release_lease(self, lease: Lease) -> None:
         self._write(ops.release_lease, lease, self._now() or 0.0)
+
+    def close_turn(self, lease: Lease, closing: Closing,
+                   before_release: Callable[[], None] | None = None) -> Closed:
+        return self._write(ops.close_turn, lease, closing, self._now() or 0.0, before_release)
 
     def leave_lease_queue(self, session_id: str, holder: str) -> None:
         self._write(ops.leave_lease_queue, session_id, holder)

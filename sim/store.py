@@ -20,7 +20,7 @@ from hermes_ref import lease as lease_rules
 from hermes_ref import rotation  # CMP-5: a rotated session's turns run on its tip
 from hermes_ref.delivery import replay  # DEL-2
 from hermes_ref.errors import LeaseLost, PersistenceError
-from hermes_ref.models import Event, Lease, LeaseGrant, Message, Opening, SessionRecord
+from hermes_ref.models import Closed, Closing, Event, Lease, LeaseGrant, Message, Opening, SessionRecord
 from hermes_ref.ports import DurableRecord, LeaseGrantRow, LeaseRow, StoredMessage
 from sim.store_admissions import AdmissionsMixin
 from sim.store_compaction import CompactionStoreMixin  # CMP-5, CMP-6
@@ -257,6 +257,29 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
             ended = "released" if now < current.expires_at else "expired"  # released too late
             self._end_grant(lease.session_id, min(now, current.expires_at), ended)
         self._commit_events()
+
+    def close_turn(self, lease: Lease, closing: Closing,
+                   before_release: Callable[[], None] | None = None) -> Closed:
+        """The final rows, the ending and the release as one commit (see sqlite_ops.close_turn).
+
+        Rows that fail raise before anything is stored. ``before_release`` runs just before
+        the release; a ``PersistenceError`` it raises fails the release alone, as a failed
+        savepoint does in SQLite (the simulator's planned write failures)."""
+        session_id = lease.session_id
+        if session_id not in self._sessions:
+            raise PersistenceError(f"no session {session_id!r}", cause="foreign_key")
+        self._check_fence(session_id, lease.token)
+        self._refuse_scaffolding(closing.rows)
+        stored = self._insert(session_id, closing.rows)
+        self._pending_events.extend(closing.events)  # committed with the rows, and only with them
+        try:
+            if before_release is not None:
+                before_release()
+        except PersistenceError as error:
+            self._commit_events()
+            return Closed(stored=stored, release_failure=(error.cause, str(error)))
+        self.release_lease(lease)  # commits the events
+        return Closed(stored=stored)
 
     def refresh_lease(self, lease: Lease, now: float, ttl_s: float) -> Lease:
         """Extend the caller's own unexpired grant to ``now + ttl_s`` (LEASE-2, LEASE-4)."""

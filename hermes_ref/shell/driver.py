@@ -53,7 +53,7 @@ from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.admission import Ack, Refusal
 from hermes_ref.errors import OperatingError, TurnInterrupted
-from hermes_ref.models import Event, EventKind, LeaseGrant, ToolResult
+from hermes_ref.models import Closed, Event, EventKind, LeaseGrant, ToolResult
 from hermes_ref.outcomes import ExitLine
 from hermes_ref.ports import AsyncProvider, AsyncStore, ToolRunner
 from hermes_ref.shell import liveness, tool_pool, turn_tasks  # TOOL-5: tool_pool
@@ -141,6 +141,7 @@ class AsyncDriver:
             fx.AcquireLease: lambda e: store.acquire_lease(e.session_id, e.holder, e.now, e.ttl_s,
                                                            e.poll_s),
             fx.ReleaseLease: lambda e: store.release_lease(e.lease),
+            fx.CloseTurn: self._close_turn,
             fx.AppendMessages: lambda e: store.append_messages(
                 e.session_id, e.lease_token, e.messages),
             fx.CallProvider: self._call_provider,
@@ -182,6 +183,25 @@ class AsyncDriver:
         finally:
             self._turn_seqs.settle_opening(opening, committed)  # bookkeeping, not an effect
         return grant
+
+    async def _close_turn(self, effect: fx.CloseTurn) -> Closed:
+        """The final rows, the ending and the release in one commit (``Closing``).
+
+        The closing's events are numbered now, as an ``Emit`` would number them (DEL-1); if
+        the rows were not committed, those events never existed and the turn numbers the
+        ending it then emits from where it stood. The exit line is logged once committed.
+        """
+        closing = self._turn_seqs.number_closing(effect.closing, self.clock())
+        committed = False
+        try:
+            closed = await self.store.close_turn(effect.lease, closing)
+            committed = True
+        finally:
+            self._turn_seqs.settle_closing(closing, committed)  # bookkeeping, not an effect
+        for event in closing.events:
+            if event.kind is EventKind.TURN_EXIT:
+                self._exit_line(ExitLine.of(event))
+        return closed
 
     def _sleep_effect(self, effect: fx.Sleep) -> Awaitable[None]:
         """A turn sleeps through the injected ``sleep`` (interruptibly); a refresher keeps

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 from hermes_ref import delivery  # DEL-2: the replay bound
 from hermes_ref.errors import LeaseLost, PersistenceError
-from hermes_ref.models import Event, Lease, LeaseGrant, Message, Opening, SessionRecord
+from hermes_ref.models import Closed, Closing, Event, Lease, LeaseGrant, Message, Opening, SessionRecord
 from hermes_ref.ports import DurableRecord, StoredMessage
 from hermes_ref.shell import sqlite_leases as leases
 from hermes_ref.shell.sqlite_codec import (
@@ -481,6 +481,40 @@ def _store_opening(conn: StoreConnection, grant: LeaseGrant, opening: Opening,
             raise
         return grant.model_copy(update={"opening_failure": (error.cause, str(error))})
     return grant.model_copy(update={"opened": opened})
+
+
+def close_turn(conn: StoreConnection, events: Sequence[EventRow], lease: Lease, closing: Closing,
+               now: float = 0.0, before_release: Callable[[], None] | None = None) -> Closed:
+    """The final rows (fenced), the ending's events and the release, in ONE transaction.
+
+    Rows that fail roll the whole transaction back (nothing of it commits, pending events
+    stay pending). The release is a savepoint of its own: if it fails, the rows and the
+    events still commit and ``Closed.release_failure`` says why (``before_release`` runs
+    first; the simulator plans its write failures there).
+    """
+    with _write(conn):
+        _check_fence(conn, lease.session_id, lease.token, session_required=True, now=now)
+        stored = _store_rows(conn, lease.session_id, closing.rows)
+        _insert_events(conn, events)
+        _insert_events(conn, [encode_event(e) for e in closing.events])
+        failure = _release_alone(conn, lease, now, before_release)
+    return Closed(stored=stored, release_failure=failure)
+
+
+def _release_alone(conn: StoreConnection, lease: Lease, now: float,
+                   before_release: Callable[[], None] | None) -> tuple[str, str] | None:
+    """The release in a savepoint of the closing's transaction; a failure fails it alone."""
+    try:
+        with _write(conn):  # inside the open transaction: a SAVEPOINT
+            if before_release is not None:
+                before_release()
+            if conn.execute(_RELEASE, (lease.session_id, lease.token, lease.holder)).rowcount:
+                leases.close_released(conn, lease, now)
+    except PersistenceError as error:
+        if not conn.in_transaction:  # SQLite abandoned the whole transaction: nothing stands
+            raise
+        return (error.cause, str(error))
+    return None
 
 
 def release_lease(conn: StoreConnection, events: Sequence[EventRow], lease: Lease,

@@ -49,7 +49,17 @@ from hermes_ref.admission import (
 from hermes_ref.admission import Outcome as AdmissionOutcome
 from hermes_ref.errors import PersistenceError
 from hermes_ref.lane_restart import LaneEntry  # SES
-from hermes_ref.models import Compacted, Event, Lease, LeaseGrant, Message, Opening, SessionRecord
+from hermes_ref.models import (
+    Closed,
+    Closing,
+    Compacted,
+    Event,
+    Lease,
+    LeaseGrant,
+    Message,
+    Opening,
+    SessionRecord,
+)
 from hermes_ref.ports import DurableRecord
 from hermes_ref.session import Route  # SES
 from hermes_ref.shell import liveness, sqlite_connect
@@ -275,6 +285,16 @@ class AsyncSqliteStore:
 
     async def release_lease(self, lease: Lease) -> None:
         await self._write(ops.release_lease, lease, self.clock())
+
+    async def close_turn(self, lease: Lease, closing: Closing) -> Closed:
+        """The final rows, the ending and the release in one commit (``sqlite_ops.close_turn``)."""
+        closed: Closed = await self._write(ops.close_turn, lease, closing, self.clock())
+        if closed.stored:
+            self._watermark = max(self._watermark, closed.stored[-1].row_id or 0)
+        if closing.events:  # DEL-2: committed with the rows
+            for listener in self._commit_listeners:
+                listener(closing.events)
+        return closed
 
     async def leave_lease_queue(self, session_id: str, holder: str) -> None:
         await self._write(ops.leave_lease_queue, session_id, holder)

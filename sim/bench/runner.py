@@ -64,7 +64,6 @@ from typing import Any, TextIO
 import aiosqlite
 
 from sim.bench import (
-    boundaries,
     cache_share,
     calibration,
     compaction,  # CMP: the cost of planning a compaction
@@ -205,10 +204,7 @@ def _sessions_rows(tmp: Path, sizes: Sizes, progress: TextIO | None,
     """Aggregate durable turns/s with 1, 4 and 16 sessions in flight (group commit)."""
     _progress(progress, "durable_sessions_{1,4,16}_turns_per_s (group commit)")
     row = asyncio.run(sessions.sessions_throughput(tmp, sizes))
-    out = sessions.report_rows(row, calibration_rate)
-    _progress(progress, "durable_min_commits_turns_per_s (4 commits per turn, a what-if)")
-    out.update(boundaries.report_rows(asyncio.run(boundaries.min_commit_throughput(tmp, sizes))))
-    return out
+    return sessions.report_rows(row, calibration_rate)
 
 
 def _scaling_rows(tmp: Path, sizes: Sizes, progress: TextIO | None) -> dict[str, Any]:
@@ -280,10 +276,6 @@ def _notes(sizes: Sizes, fsync_note: str, sessions_fsync_note: str) -> dict[str,
             f"one AsyncRig per rep, 1/4/16 lanes of back-to-back turns in chunks of "
             f"{sizes.sessions_chunk_s:g} s in the order {'/'.join(map(str, sessions.ORDER))}; "
             f"{many}_over_1 is per rep (pooled chunks), median [min-max] of {sizes.reps} reps"),
-        "durable_min_commits": (
-            "one session, FourCommitStore (the final row and the release in one commit; the "
-            "grant already carries the user row) vs the store as it is, chunks alternating "
-            "5/4/4/5; gain per rep"),
         "bytes_per_turn": (
             f"expanded INSERT/UPDATE SQL text per turn (trace callback on SqliteStore._conn), "
             f"turns 1-{w} vs {n - w + 1}-{n} of one session"),

@@ -9,9 +9,9 @@ from unittest import mock
 
 from hermes_ref import finalizer, loop
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import AppendMessages, Emit, ReleaseLease, Site
+from hermes_ref.effects import AppendMessages, CloseTurn, Emit, FlushEvents, ReleaseLease, Site
 from hermes_ref.errors import PersistenceError
-from hermes_ref.models import Message
+from hermes_ref.models import Closing, Event, Message
 from hermes_ref.outcomes import Completion, ExitLine, ExitReason
 from hermes_ref.phases import Phase
 from sim.sabotage.base import sabotage
@@ -50,8 +50,8 @@ sabotage("persist_scaffolding", ("SCAF-1",),
 def _every_exit_a_text_response() -> list[AbstractContextManager[Any]]:
     original = finalizer.exit_line
 
-    def line(ctx: TurnContext) -> ExitLine:
-        return original(ctx).model_copy(update={"reason": ExitReason.TEXT_RESPONSE})
+    def line(ctx: TurnContext, tail: Message | None = None) -> ExitLine:
+        return original(ctx, tail).model_copy(update={"reason": ExitReason.TEXT_RESPONSE})
     return [mock.patch.object(finalizer, "exit_line", line)]
 
 
@@ -69,7 +69,13 @@ def _unguarded_persist() -> list[AbstractContextManager[Any]]:
         stored = await AppendMessages(ctx.token, ctx.session_id, rows, site)  # may raise
         ctx.transcript.absorb(stored)
         return True
-    return [mock.patch.object(TurnContext, "persist", persist)]
+
+    async def close_turn(ctx: TurnContext, closing: Closing) -> bool:
+        closed = await CloseTurn(ctx.lease, closing)  # may raise
+        ctx.transcript.absorb(closed.stored)
+        return True
+    return [mock.patch.object(TurnContext, "persist", persist),
+            mock.patch.object(finalizer, "_close_turn", close_turn)]
 
 
 sabotage("unguarded_final_persist", ("FIN-6",),
@@ -80,8 +86,8 @@ sabotage("unguarded_final_persist", ("FIN-6",),
 def _always_info() -> list[AbstractContextManager[Any]]:
     original = finalizer.exit_line
 
-    def line(ctx: TurnContext) -> ExitLine:
-        return original(ctx).model_copy(update={"level": "INFO"})
+    def line(ctx: TurnContext, tail: Message | None = None) -> ExitLine:
+        return original(ctx, tail).model_copy(update={"level": "INFO"})
     return [mock.patch.object(finalizer, "exit_line", line)]
 
 
@@ -138,13 +144,12 @@ sabotage("failed_writes_unmentioned", ("TOOL-9",),
 
 
 def _completion_first() -> list[AbstractContextManager[Any]]:
-    original_close = finalizer._close_tail
+    original = finalizer._ending
 
-    async def close_then_complete(ctx: TurnContext) -> None:
-        await original_close(ctx)
+    def completion_then_ending(ctx: TurnContext, tail: Message | None = None) -> tuple[Event, ...]:
         early = Completion(final_response=ctx.ending.answer, failed=ctx.ending.failed)
-        await Emit(early.event(ctx.session_id, ctx.turn_id))
-    return [mock.patch.object(finalizer, "_close_tail", close_then_complete)]
+        return (early.event(ctx.session_id, ctx.turn_id), *original(ctx, tail))
+    return [mock.patch.object(finalizer, "_ending", completion_then_ending)]
 
 
 sabotage("completion_before_exit_line", ("DEL-1",),
@@ -171,11 +176,22 @@ sabotage("no_answer_delivered_as_success", ("LOOP-3",),
 
 
 def _release_without_flush() -> list[AbstractContextManager[Any]]:
-    async def release(ctx: TurnContext) -> None:
+    async def release(ctx: TurnContext, closing: Closing | None = None) -> bool:
+        if closing is not None:  # the rows in the release's commit, the ending left to the release
+            closed = await CloseTurn(ctx.lease, closing.model_copy(update={"events": ()}))
+            ctx.transcript.absorb(closed.stored)
+            for event in closing.events:
+                await Emit(event)
+            if closed.release_failure is None:
+                await FlushEvents()
+            else:  # the ending stays pending, and is lost
+                ctx.cleanup_errors.append(f"release: {closed.release_failure[0]}")
+            return True
         try:
             await ReleaseLease(ctx.lease)
         except PersistenceError as error:  # the ending stays pending, and is lost
             ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
+        return True
     return [mock.patch.object(finalizer, "_release", release)]
 
 

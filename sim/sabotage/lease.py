@@ -12,7 +12,7 @@ from hermes_ref import finalizer, lease, prologue
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import ClearInterrupt, Now, RefreshLease, ReleaseLease, Sleep, StopRefresher
 from hermes_ref.errors import PersistenceError
-from hermes_ref.models import Lease, Role
+from hermes_ref.models import Closing, Lease, Role
 from hermes_ref.outcomes import ExitReason
 from sim.sabotage.base import sabotage
 
@@ -86,15 +86,25 @@ sabotage("lost_lease_ignored", ("LEASE-4",),
 # ---- LEASE-6: the lease is released before the refresher is stopped -------------------------
 
 
+async def _release_now(ctx: TurnContext, closing: Closing | None) -> bool:
+    """The release (with the closing's rows and ending, when given), guarded as the engine's."""
+    if closing is not None:
+        return await finalizer._close_turn(ctx, closing)
+    try:
+        await ReleaseLease(ctx.lease)
+    except PersistenceError as error:
+        ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
+    return True
+
+
 def _release_first() -> list[AbstractContextManager[Any]]:
-    async def release_first(ctx: TurnContext) -> None:
-        try:
-            await ReleaseLease(ctx.lease)
-        except PersistenceError as error:
-            ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
+    async def release_first(ctx: TurnContext, closing: Closing | None = None) -> bool:
+        done = await _release_now(ctx, closing)
         if ctx.refresher is not None:
             await StopRefresher(ctx.refresher)
             await ClearInterrupt()
+            ctx.refresher = None
+        return done
     return [mock.patch.object(finalizer, "_release", release_first)]
 
 
@@ -178,11 +188,8 @@ sabotage("fence_ignores_the_token", ("LEASE-4",),
 
 
 def _refresher_left_running() -> list[AbstractContextManager[Any]]:
-    async def release_only(ctx: TurnContext) -> None:
-        try:
-            await ReleaseLease(ctx.lease)  # "the refresher will notice the release by itself"
-        except PersistenceError as error:
-            ctx.cleanup_errors.append(f"release: {error.cause}: {error}")
+    async def release_only(ctx: TurnContext, closing: Closing | None = None) -> bool:
+        return await _release_now(ctx, closing)  # "the refresher will notice the release by itself"
     return [mock.patch.object(finalizer, "_release", release_only)]
 
 

@@ -34,7 +34,17 @@ from hermes_ref.admission import (
 )
 from hermes_ref.errors import LeaseLost, PersistenceError
 from hermes_ref.lane_restart import LaneEntry  # SES
-from hermes_ref.models import Event, Lease, Message, Opening, Role, ScaffoldFlag, SessionRecord, ToolCall
+from hermes_ref.models import (
+    Closing,
+    Event,
+    Lease,
+    Message,
+    Opening,
+    Role,
+    ScaffoldFlag,
+    SessionRecord,
+    ToolCall,
+)
 from hermes_ref.ports import DurableRecord, Store
 from hermes_ref.session import Cause, Route, SessionSource  # SES
 from hermes_ref.shell.sqlite_store import AsyncSqliteStore
@@ -69,6 +79,10 @@ class SyncFacade:
                   before_opening: Any = None, create: bool = True) -> Any:
         assert before_opening is None  # the simulator's hook; a real store has none
         return self._run(self.inner.open_turn(record, holder, now, ttl_s, poll_s, opening, create))
+
+    def close_turn(self, lease: Lease, closing: Closing, before_release: Any = None) -> Any:
+        assert before_release is None  # the simulator's hook; a real store has none
+        return self._run(self.inner.close_turn(lease, closing))
 
     def get_session(self, session_id: str) -> SessionRecord | None:
         return self._run(self.inner.get_session(session_id))  # type: ignore[no-any-return]
@@ -395,6 +409,73 @@ def test_would_open_answers_what_open_turn_then_does(kind: str, tmp_path: Path) 
             assert store.snapshot() == before, holder
             grant = store.open_turn(session("s1"), holder, now, 30.0, poll, opening=offer)
             assert answer == bool(grant.opened), (holder, answer, grant)
+    finally:
+        harness.close()
+
+
+def closing(text: str = "done", sid: str = "s1") -> Closing:
+    return Closing(rows=(Message(role=Role.ASSISTANT, content=text, turn_id="t1"),),
+                   events=(event("turn.exit", sid).model_copy(update={"turn_seq": 5}),
+                           event("turn.completed", sid).model_copy(update={"turn_seq": 6})))
+
+
+def test_close_turn_commits_the_rows_the_ending_and_the_release_in_one_commit(
+        harness: Harness) -> None:
+    """The final row, the pending events, the ending and the release: one commit."""
+    store = harness.store
+    lease = leased(store)
+    store.log_event(event("delta.text"))
+    before = getattr(store, "commits", None)
+    closed = store.close_turn(lease, closing())
+    assert closed.release_failure is None
+    assert [(m.content, m.row_id is not None) for m in closed.stored] == [("done", True)]
+    if before is not None:
+        assert store.commits == before + 1
+    record = store.snapshot()
+    assert [m.message for m in record.messages] == list(closed.stored)
+    assert [e.kind for e in record.events] == ["delta.text", "turn.exit", "turn.completed"]
+    assert store.acquire_lease("s1", "w2", 1.0, 30.0) is not None  # released
+    assert store.watermark() == closed.stored[0].row_id
+
+
+@pytest.mark.parametrize("bad", ("stale", "scaffolding"))
+def test_close_turn_whose_rows_fail_commits_nothing(store: Store, bad: str) -> None:
+    """Fenced rows or scaffolding: no row, no ending, no release; pending events stay pending."""
+    lease = leased(store)
+    store.log_event(event("delta.text"))
+    shut = closing()
+    if bad == "stale":
+        store.release_lease(lease)
+    else:
+        shut = shut.model_copy(update={"rows": (user("nudge", scaffold=ScaffoldFlag.EMPTY_RECOVERY),)})
+    with pytest.raises(PersistenceError):
+        store.close_turn(lease, shut)
+    record = store.snapshot()
+    assert record.messages == ()
+    assert [e.kind for e in record.events] == ([] if bad == "scaffolding" else ["delta.text"])
+    if bad == "scaffolding":
+        assert store.acquire_lease("s1", "w2", 1.0, 30.0) is None  # still the turn's
+        store.flush_events()
+        assert [e.kind for e in store.snapshot().events] == ["delta.text"]
+
+
+@pytest.mark.parametrize("kind", ("memory", "sqlite"))
+def test_a_failed_release_in_the_closing_leaves_the_rows_and_the_ending(kind: str,
+                                                                         tmp_path: Path) -> None:
+    """The release is a savepoint of its own: it fails alone, the lease lapses later."""
+    harness = Harness(kind, tmp_path)
+    try:
+        store = harness.store
+        lease = leased(store)
+
+        def refuse() -> None:
+            raise PersistenceError("simulated store failure at release", cause="injected_io_error")
+        closed = store.close_turn(lease, closing(), refuse)
+        assert closed.release_failure is not None and closed.release_failure[0] == "injected_io_error"
+        record = store.snapshot()
+        assert [m.message.content for m in record.messages] == ["done"]
+        assert [e.kind for e in record.events] == ["turn.exit", "turn.completed"]
+        assert store.acquire_lease("s1", "w2", 1.0, 30.0) is None  # not released: it will lapse
     finally:
         harness.close()
 

@@ -97,7 +97,11 @@ def test_an_engine_that_never_reports_its_ending_fails_every_scenario() -> None:
             if self.event.kind not in (EventKind.TURN_EXIT, EventKind.TURN_COMPLETED):
                 yield from Emit(self.event).__await__()
 
-    with mock.patch.object(finalizer, "Emit", Quiet), mock.patch.object(prologue, "Emit", Quiet):
+    def no_ending(ctx: Any, tail: Any = None) -> tuple[Event, ...]:
+        return ()  # nor rides the final row's commit (CloseTurn)
+
+    with mock.patch.object(finalizer, "Emit", Quiet), mock.patch.object(prologue, "Emit", Quiet), \
+            mock.patch.object(finalizer, "_ending", no_ending):
         passing = [name for name, spec in REGISTRY.items()
                    if run_scenario(spec, "memory", trace=False).passed]
     assert passing == []

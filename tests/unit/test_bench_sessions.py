@@ -6,9 +6,8 @@ import statistics
 from pathlib import Path
 
 from sim import bench
-from sim.bench import boundaries, sessions
+from sim.bench import sessions
 from sim.bench.ratios import TARGETS
-from sim.bench.rig import AsyncRig, check_turn
 
 
 async def test_the_row_runs_every_level_in_every_rep_and_judges_16_over_1(tmp_path: Path) -> None:
@@ -25,33 +24,12 @@ async def test_the_row_runs_every_level_in_every_rep_and_judges_16_over_1(tmp_pa
             TARGETS["durable_sessions_16_over_1"].bound) == (">=", 5.0)
 
 
-async def test_one_session_makes_five_commits_per_turn_and_sixteen_share_them(
+async def test_one_session_makes_four_commits_per_turn_and_sixteen_share_them(
         tmp_path: Path) -> None:
-    """Alone, a turn commits each of its 5 boundaries (the grant with the user row); 16 in
-    flight share commits."""
+    """Alone, a tool-round turn commits each of its 4 boundaries (the grant with the user
+    row, the call row, the results, the final row with the release); 16 in flight share
+    commits."""
     row = await sessions.sessions_throughput(tmp_path, bench.TINY)
-    assert set(row.commits_per_turn[1]) == {5.0}
-    assert max(row.commits_per_turn[16]) < 5.0
+    assert set(row.commits_per_turn[1]) == {4.0}
+    assert max(row.commits_per_turn[16]) < 4.0
     assert min(row.writes_per_commit[16]) > 1.0
-
-
-async def test_the_four_commit_store_leaves_the_same_transcript_in_four_commits(
-        tmp_path: Path) -> None:
-    """The what-if store commits the final row and the release together: 4, same rows."""
-    five = await AsyncRig.open(tmp_path / "five.db")
-    four = AsyncRig(await boundaries.FourCommitStore.open(tmp_path / "four.db"))
-    try:
-        for rig in (five, four):
-            check_turn(await rig.turn("warm"))
-        commits = {}
-        for name, rig in (("five", five), ("four", four)):
-            before = rig.store.commits
-            check_turn(await rig.turn("s-1"))
-            commits[name] = rig.store.commits - before
-        rows = [[(m.role, m.content, m.tool_call_id) for m in (await rig.store.snapshot())
-                 .transcript("s-1")] for rig in (five, four)]
-    finally:
-        await five.close()
-        await four.close()
-    assert commits == {"five": 5, "four": 4}
-    assert rows[0] == rows[1] and len(rows[0]) == 4

@@ -91,7 +91,7 @@ def test_scripted_turn_commits_every_boundary(report: dict[str, object]) -> None
     """The durable scripted turn commits once per durable boundary, the grant with the user row."""
     commits = report["durable_commits_per_turn"]
     assert isinstance(commits, dict)
-    assert commits["median"] == 5  # session+lease+user, calls, results, final, release
+    assert commits["median"] == 4  # session+lease+user, calls, results, final+release
 
 
 def test_every_target_is_a_ratio_with_value_target_and_verdict(report: dict[str, object]) -> None:

@@ -23,7 +23,7 @@ from hermes_ref import effects as fx
 from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
 from hermes_ref.errors import OperatingError, PersistenceError, ProviderServerError
 from hermes_ref.limits import Limits
-from hermes_ref.models import Lease, Message, ProviderReply, Role, ToolResult, ToolSpec
+from hermes_ref.models import Closed, Lease, Message, ProviderReply, Role, ToolResult, ToolSpec
 from hermes_ref.phases import Phase, PhaseTracker
 from hermes_ref.tool_specs import relative_path
 from hermes_ref.transcript import Transcript
@@ -63,6 +63,7 @@ class Rig:
             fx.DrainRedirects: lambda e: (),         # no correction arrives (LOOP-4)
             fx.RefreshCredentials: lambda e: None,   # the credentials are renewed (LOOP-5)
             fx.AppendMessages: self.store,
+            fx.CloseTurn: self.close,
             fx.CallProvider: self.reply,
             fx.ExecuteTools: lambda e: tuple(
                 ToolResult(call_id=c.id, name=c.name, content=f"ran {c.name}") for c in e.calls),
@@ -80,6 +81,19 @@ class Rig:
             rows.append(message.model_copy(update={"row_id": self.next_row_id}))
             self.next_row_id += 1
         return tuple(rows)
+
+    def close(self, effect: fx.CloseTurn) -> Closed:
+        """One commit of the final rows and the release, each through its own handler (an
+        overridden ``AppendMessages`` fails the rows, an overridden ``ReleaseLease`` the
+        release alone), as every store's ``close_turn`` does."""
+        lease = effect.lease
+        rows = self._handlers[fx.AppendMessages](fx.AppendMessages(
+            lease.token, lease.session_id, effect.closing.rows, fx.Site.FINAL))
+        try:
+            self._handlers[fx.ReleaseLease](fx.ReleaseLease(lease))
+        except PersistenceError as error:
+            return Closed(stored=rows, release_failure=(error.cause, str(error)))
+        return Closed(stored=rows)
 
     def reply(self, effect: fx.CallProvider) -> ProviderReply:
         answer = self.replies.pop(0)
@@ -108,7 +122,8 @@ class Rig:
 
     def written(self) -> list[Message]:
         """Every row handed to a write, in order."""
-        return [m for e in self.of(fx.AppendMessages) for m in e.messages]
+        return [m for e in self.effects if isinstance(e, fx.AppendMessages | fx.CloseTurn)
+                for m in (e.messages if isinstance(e, fx.AppendMessages) else e.closing.rows)]
 
 
 def failing(cause: str = "disk_full") -> Handler:
