@@ -94,3 +94,43 @@ def test_the_bystanders_have_streams_of_their_own() -> None:
     assert any(p.terminals for p, _ in plans) and any(p.clients for p, _ in plans)
     assert any(any(s.op == "recover" for s in p.steps) for p, _ in plans)
     assert any(p.lease_wait_s for p, _ in plans)
+
+
+def _followed(*steps: object, replies: tuple[ReplyFault, ...] = (),
+              client: Client | None = None) -> WorldPlan:
+    """A one-process world whose terminal session t-1 a client follows."""
+    return WorldPlan(seed=3, processes=1, sessions={"s-1": "p-1"}, terminals=("t-1",),
+                     replies=replies, steps=steps,  # type: ignore[arg-type]
+                     clients=(client or Client(session="t-1", name="client-1"),))
+
+
+def test_a_client_away_for_a_whole_turn_replays_it_from_its_first_event() -> None:
+    """The second turn commits all its events while the client is away: on its return the
+    client replays that turn too, so it has every durable event, without a gap."""
+    plan = _followed(Direct(at_s=0.0, process=0, session="t-1", text="Say hello 1."),
+                     Direct(at_s=5.0, process=0, session="t-1", text="Say hello 2."),
+                     Direct(at_s=9.0, process=0, session="t-1", text="Say hello 3."),
+                     client=Client(session="t-1", name="client-1", disconnect_after=1,
+                                   away_for=12))
+    report = run_plan(plan)
+    assert report.verdict is Verdict.PASSED, report.violations
+    assert "client-1 reconnects" in report.timeline
+
+
+def test_a_client_is_shown_a_slow_answer_with_its_think_block_folded() -> None:
+    """A slow reply thinks aloud inline; the client's text, read as a client renders it,
+    is the stored answer."""
+    plan = _followed(Direct(at_s=0.0, process=0, session="t-1", text="Say hello 1."),
+                     replies=(ReplyFault(call=1, kind=FaultKind.SLOW_REPLY, seconds=5.0),))
+    report = run_plan(plan)
+    assert report.verdict is Verdict.PASSED, report.violations
+    assert "<think>" in report.timeline
+
+
+def test_a_client_of_a_session_whose_only_turn_died_unstarted_is_not_silent() -> None:
+    """The only turn of the followed session dies before its first commit: there is
+    nothing durable to hand out, and the client handed nothing is right."""
+    plan = _followed(Direct(at_s=2.0, process=0, session="t-1", text="Say hello 1."),
+                     Kill(at_s=1.0, process=0))
+    report = run_plan(plan)
+    assert report.verdict is Verdict.PASSED, report.violations
