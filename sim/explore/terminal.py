@@ -177,8 +177,9 @@ def render_options(terminals: tuple[str, ...], lease_wait_s: float | None,
 def render_step(step: object, names: tuple[str, ...]) -> str | None:
     """A terminal step as a scenario line; None when ``step`` is none of them."""
     if isinstance(step, Direct):
+        notes = f", injected={step.memory!r}" if step.memory is not None else ""
         return (f"s.start_turn({step.text!r}, session={step.session!r}, "
-                f"process={names[step.process]}, after_s={step.at_s!r}, injected={step.memory!r})")
+                f"process={names[step.process]}, after_s={step.at_s!r}{notes})")
     if isinstance(step, Redact):
         return f"redact_later(s, {step.secret!r}, after_s={step.at_s!r}, session={step.session!r})"
     return None
