@@ -97,9 +97,10 @@ async def _later(seconds: float, engine: Engine, inp: TurnInput) -> TurnResult:
 
 
 def start_turn(story: Story, text: str, *, session: str, process: ProcessHandle | None,
-               after_s: float, platform: str | None) -> TurnHandle:
+               after_s: float, platform: str | None, injected: str | None = None) -> TurnHandle:
     handle = process or default(story)
-    inp = TurnInput(session_id=session, text=text, platform=platform or "cli")
+    inp = TurnInput(session_id=session, text=text, platform=platform or "cli",
+                    injected_context=injected)
     coro: Any = handle.engine.run_turn(inp) if after_s <= 0 else _later(after_s, handle.engine, inp)
     when = f" in {after_s:g} s" if after_s > 0 else ""
     story.world.timeline.add("turn", f"pid={handle.pid} {session} {text!r}{when}")

@@ -106,10 +106,13 @@ class SimClient:
             self.reconnect()
 
     def reconnect(self) -> None:
-        """Come back: replay each known turn after its last number, then listen live."""
+        """Come back: replay each known turn after its last number, and each turn of the
+        session that began while it was away from its first, then listen live."""
         self._due = False
         self.connection += 1
         replayed, cursor = 0, self._cursor()
+        for turn_id in self._began_while_away():
+            self.last_seq.setdefault(turn_id, 0)
         for turn_id, last in list(self.last_seq.items()):
             for event in self.world.store.events_after(self.session_id, turn_id, last):
                 self._take(event, "replay")
@@ -117,6 +120,16 @@ class SimClient:
         self.connected = True
         self.world.timeline.add("client", f"{self.name} reconnects after {cursor}: "
                                 f"{replayed} replayed")
+
+    def _began_while_away(self) -> list[str]:
+        """Turns of the session it was never handed an event of, though their events were
+        committed after its last one (the session's turn list a client asks for anew)."""
+        if not self.missed:
+            return []
+        seen = max((s.event.seq or 0 for s in self.seen), default=0)
+        return list(dict.fromkeys(e.turn_id for e in self.world.store.snapshot().events
+                                  if e.session_id == self.session_id and (e.seq or 0) > seen
+                                  and e.turn_id not in self.last_seq))
 
     def _cursor(self) -> str:
         return ", ".join(f"{t}#{n}" for t, n in self.last_seq.items()) or "nothing"

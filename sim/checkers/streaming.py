@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from hermes_ref.ladder import visible_text
 from hermes_ref.models import Event, EventKind, Message, Role, StreamDelta
 from hermes_ref.reply_intake import clean_text
 from hermes_ref.scaffolding import EMPTY_SENTINEL
@@ -224,7 +225,8 @@ def _client_problems(obs: Observation, client: Any) -> list[str]:
     durable = {(e.turn_id, e.turn_seq): e for e in obs.record.events
                if e.session_id == client.session_id}
     if not client.seen:
-        ran = any(r.session_id == client.session_id for r in obs.runs or ())
+        # a turn that died before its first commit left nothing to hand out
+        ran = any(r.session_id == client.session_id and not r.crashed for r in obs.runs or ())
         if durable or ran:
             return [f"it was handed nothing, but {len(durable)} events of "
                     f"{client.session_id} are durable"]
@@ -271,7 +273,7 @@ def _text_problems(obs: Observation, client: Any, turn_id: str) -> list[str]:
     if row is None or not calls or row.content == EMPTY_SENTINEL:
         return []
     shown = clean_text(client.text(turn_id, calls[-1]))  # as a UTF-16 client renders it
-    if shown != row.content:
+    if shown != row.content and visible_text(shown) != row.content:  # think blocks fold away
         return [f"it was shown {shown!r:.60} for {turn_id}, the durable answer is "
                 f"{row.content!r:.60}"]
     return []

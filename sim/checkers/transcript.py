@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hermes_ref.models import Role
+from hermes_ref.ladder import reasoning_of, visible_text
+from hermes_ref.models import Message, Role
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
     EMPTY_AFTER_TOOLS_NUDGE,
@@ -39,14 +40,29 @@ def tail_closure(obs: Observation) -> list[Violation]:
 SCAFFOLD_TEXTS = frozenset({DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, GRACE_SUMMARY_PROMPT})
 
 
+def prefills(obs: Observation) -> set[tuple[str, str]]:
+    """(turn, text) of every thinking prefill the ladder may have made: the reasoning of a
+    reply that said nothing visible and called nothing, which the next request of its turn
+    ends on as a synthetic assistant message (LOOP-8)."""
+    return {(call.turn_id, reasoning_of(call.reply)) for call in obs.calls
+            if call.reply is not None and not call.reply.tool_calls
+            and not visible_text(call.reply.content) and reasoning_of(call.reply)}
+
+
+def _is_prefill(message: Message, made: set[tuple[str, str]]) -> bool:
+    return message.role is Role.ASSISTANT and not message.tool_calls \
+        and (message.turn_id or "", (message.content or "").strip()) in made
+
+
 @checker("no_scaffolding_persisted", ("SCAF-1",),
          "no stored row is a synthetic retry message")
 def no_scaffolding_persisted(obs: Observation) -> list[Violation]:
     out = []
+    made = prefills(obs)
     for stored in obs.record.messages:
         row = stored.message
         text = row.content or ""
-        synthetic = text in SCAFFOLD_TEXTS or (
+        synthetic = text in SCAFFOLD_TEXTS or _is_prefill(row, made) or (
             row.role is Role.ASSISTANT and not row.tool_calls and not row.hidden
             and text.strip() in ("", EMPTY_SENTINEL)
         )
@@ -61,12 +77,13 @@ def no_scaffolding_persisted(obs: Observation) -> list[Violation]:
          "a request never carries an earlier turn's scaffolding (after a crash least of all)")
 def no_scaffolding_replayed(obs: Observation) -> list[Violation]:
     out = []
+    made = prefills(obs)
     for call in obs.calls:
         for message in call.request.messages:
             if message.role is Role.USER and message.turn_id == call.turn_id \
                     and message.content not in SCAFFOLD_TEXTS:
                 break  # this turn's own user row: what follows belongs to the turn
-            if (message.content or "") in SCAFFOLD_TEXTS:
+            if (message.content or "") in SCAFFOLD_TEXTS or _is_prefill(message, made):
                 out.append(Violation("no_scaffolding_replayed", "SCAF-2",
                                      f"call at effect {call.seq} (turn {call.turn_id}) replays "
                                      f"scaffolding from an earlier turn: {message.content!r:.50}"))

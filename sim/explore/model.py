@@ -135,7 +135,7 @@ def _answer(request: ProviderRequest) -> ProviderReply:
                     None)
     if asked_at is None:
         return text("Nothing was asked.")
-    asked = messages[asked_at].content or ""
+    asked = (messages[asked_at].content or "").split("\n\n<context>\n", 1)[0]  # sans its notes
     tools_ran = any(m.role is Role.TOOL for m in messages[asked_at + 1:])
     if tools_ran or not request.tools:
         return text(f"Done: {asked}")

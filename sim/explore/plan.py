@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import random
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypedDict
 
 from pydantic import Field, ValidationError, model_validator
 
 from hermes_ref.effects import Site
 from hermes_ref.errors import BadInput
 from hermes_ref.models import Frozen
+from sim.explore.terminal import Direct, Redact, draw_terminal
+from sim.explore.watch import Client, Recover, draw_clients, draw_rounds
 from sim.faults import CrashPoint
 from sim.world import seeded_id
 
@@ -59,6 +61,7 @@ class FaultKind(StrEnum):
     FALLBACK = "fallback"              # a fallback route behind the primary (LOOP-6)
     SMALL_WINDOW = "small_window"      # a context window a few turns fill: compaction, rotation
     VERIFY_GATE = "verify_gate"        # the first answer after a file change waits for a check
+    DISCONNECT = "disconnect"          # a chat client drops, comes back and replays what it missed
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
@@ -137,8 +140,8 @@ class Redirect(Frozen):
     text: str
 
 
-Step = Annotated[Submit | Drain | Kill | Stall | ClockJump | Interrupt | Redirect,
-                 Field(discriminator="op")]
+Step = Annotated[Submit | Drain | Kill | Stall | ClockJump | Interrupt | Redirect | Direct
+                 | Redact | Recover, Field(discriminator="op")]
 TIMED_FAULTS = {"kill", "stall", "clock_jump", "interrupt", "redirect"}  # steps that are faults
 
 
@@ -180,6 +183,10 @@ class WorldPlan(Frozen):
     fallback_window: int | None = Field(default=None, ge=1)  # tokens of the fallback route
     context_window: int | None = Field(default=None, ge=1)  # tokens of the primary's window
     verify_before_answer: bool = False  # the verification gate (FIN-1's withheld answer)
+    terminals: tuple[str, ...] = ()  # sessions run from a terminal, not through the door
+    lease_wait_s: float | None = Field(default=None, gt=0)  # a short lease wait (LEASE-5)
+    build_log_s: float | None = Field(default=None, ge=0)  # a terminal's build log's read time
+    clients: tuple[Client, ...] = ()  # chat clients following sessions (DEL-2)
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -190,7 +197,8 @@ class WorldPlan(Frozen):
                 raise ValueError(f"step {number} ({step.op}) names process {process}, but the "
                                  f"plan has {self.processes} (0 to {self.processes - 1})")
             session = getattr(step, "session", None)
-            if session is not None and session not in self.sessions:
+            if session is not None and session not in self.sessions \
+                    and session not in self.terminals:
                 raise ValueError(f"step {number} ({step.op}) names session {session!r}, which "
                                  f"is not among the plan's sessions")
         unknown = sorted(s for s in self.members.values() if s not in self.sessions)
@@ -218,6 +226,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.CRASH_AT_EFFECT)
         if any(self.write_failures.values()):
             kinds.add(FaultKind.WRITE_FAILURE)
+        if any(c.disconnect_after is not None for c in self.clients):
+            kinds.add(FaultKind.DISCONNECT)
         return kinds
 
     @property
@@ -227,9 +237,11 @@ class WorldPlan(Frozen):
                   + sum(self.write_failures.values())
                   + len(self.tool_timings) + (self.fallback_window is not None)
                   + (self.context_window is not None) + self.verify_before_answer
-                  + sum(1 for s in self.steps if s.op in TIMED_FAULTS))
-        turns = sum(1 for s in self.steps if s.op == "submit")
-        return (self.processes, len(self.sessions), turns, faults, len(self.steps))
+                  + sum(1 for s in self.steps if s.op in TIMED_FAULTS)
+                  + sum(1 for c in self.clients if c.disconnect_after is not None))
+        turns = sum(1 for s in self.steps if s.op in ("submit", "direct"))
+        return (self.processes, len(self.sessions) + len(self.terminals), turns, faults,
+                len(self.steps))
 
 
 def load_plan(text: str, where: str = "plan") -> WorldPlan:
@@ -356,13 +368,39 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
                                      crash_free)
     if failures:  # a huge result whose write fails is closed as unknown, which TOOL-7 takes
         replies = [r for r in replies if r.kind is not FaultKind.HUGE_READ]  # for unspilled
+    watched = _bystanders(seed, kinds, processes, sorted(sessions), sorted(files), steps)
     steps.sort(key=lambda s: s.at_s)
     return WorldPlan(seed=seed, processes=processes, sessions=sessions, members=members,
                      max_iterations=iterations, files=files, steps=tuple(steps),
                      replies=tuple(replies), crash=crash, crash_at_effect=at_effect,
                      write_failures=failures, tool_timings=timings, fallback_window=fallback,
                      context_window=_small_window(seed, kinds, processes),
-                     verify_before_answer=_verify_gate(seed, kinds, iterations))
+                     verify_before_answer=_verify_gate(seed, kinds, iterations), **watched)
+
+
+class _Watched(TypedDict):
+    terminals: tuple[str, ...]
+    lease_wait_s: float | None
+    build_log_s: float | None
+    clients: tuple[Client, ...]
+
+
+def _bystanders(seed: int, kinds: frozenset[FaultKind], processes: int, sessions: list[str],
+                files: list[str], steps: list[Step]) -> _Watched:
+    """The terminal beside the door ("terminal"), recovery rounds after deaths ("watch") and
+    chat clients ("clients"), each on a sub-stream of its own (``sim.explore.terminal``,
+    ``sim.explore.watch``); returns the plan fields they fill."""
+    direct, terminals, wait, log_s = draw_terminal(_rng(seed, "terminal"), processes, files)
+    kills = [(s.at_s, s.process) for s in steps if isinstance(s, Kill)]
+    for recover, drains in draw_rounds(_rng(seed, "watch"), processes, kills, sessions):
+        steps.append(recover)
+        steps += [Drain(at_s=at, process=recover.process, session=session)
+                  for at, session in drains]
+    steps += direct
+    # a client follows one session id; a compaction's rotation moves the stream to a child
+    followed = [] if _small_window(seed, kinds, processes) else [*sessions, *terminals]
+    clients = draw_clients(_rng(seed, "clients"), followed, FaultKind.DISCONNECT in kinds)
+    return _Watched(terminals=terminals, lease_wait_s=wait, build_log_s=log_s, clients=clients)
 
 
 def _reply_faults(faults: random.Random, kinds: frozenset[FaultKind], share: float,

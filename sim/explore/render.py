@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from sim.explore import terminal, watch
 from sim.explore.plan import (
     BIG_LOG,
     ClockJump,
@@ -55,7 +56,9 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         "from sim.explore.plan import " + ("BIG_LOG_TEXT, " if any(
             r.kind is FaultKind.HUGE_READ for r in plan.replies) else "") + "FaultKind, ReplyFault",
         "from sim.explore.run import calm_phase, jump_clock, redirect_a_running_turn",
+        *_more_imports(plan)[0],
         "from sim.harness import Story, scenario",
+        *_more_imports(plan)[1],
         "",
         "",
         f"@scenario({title!r},",
@@ -89,6 +92,7 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         writes = {s.value: n for s, n in plan.write_failures.items()}
         body.append(f"s.faults(crash={crash}, crash_at_effect={plan.crash_at_effect!r}, "
                     f"fail_writes={writes!r})")
+    body += watch.render_clients(plan.clients)
     for step in plan.steps:
         body.append(_step(step, names))
     body.append("s.run_all()")
@@ -126,7 +130,16 @@ def _options(plan: WorldPlan) -> list[str]:
         lines += [f"s.limits(fallback_providers=(ProviderRoute(model={FALLBACK_MODEL!r}, "
                   f"context_window_tokens={plan.fallback_window}, token_ratio=1.25),))",
                   f"s.use_provider_for({FALLBACK_MODEL!r}, model.for_fallback())"]
-    return lines
+    return lines + terminal.render_options(plan.terminals, plan.lease_wait_s, plan.build_log_s)
+
+
+def _more_imports(plan: WorldPlan) -> tuple[list[str], list[str]]:
+    """The imports of the later parts' helpers the plan uses: those sorted before
+    ``sim.harness`` and those after it."""
+    ops = {step.op for step in plan.steps}
+    before = (["from sim.explore.terminal import redact_later"] if "redact" in ops else []) + (
+        ["from sim.explore.watch import recover_later"] if "recover" in ops else [])
+    return before, ["from sim.stream_client import SimClient"] if plan.clients else []
 
 
 def _step(step: object, names: tuple[str, ...]) -> str:
@@ -148,4 +161,7 @@ def _step(step: object, names: tuple[str, ...]) -> str:
     if isinstance(step, Redirect):
         return (f"redirect_a_running_turn(s, {step.text!r}, after_s={step.at_s!r}, "
                 f"session={step.session!r})")
+    line = terminal.render_step(step, names) or watch.render_step(step, names)
+    if line is not None:
+        return line
     raise TypeError(f"unknown step {step!r}")

@@ -37,6 +37,7 @@ from pydantic_core import PydanticSerializationError
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
 from hermes_ref.limits import ProviderRoute
+from sim.explore import terminal, watch
 from sim.explore.model import ExploreModel
 from sim.explore.plan import (
     BIG_LOG,
@@ -179,6 +180,8 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
         fired.add(FaultKind.STALL)  # a stall began (a clock jump's pauses are not stalls)
     if world.clock_jumps:
         fired.add(FaultKind.CLOCK_JUMP)
+    if watch.reconnected(story):
+        fired.add(FaultKind.DISCONNECT)  # a client dropped and came back
 
 
 def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:
@@ -227,6 +230,7 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
         story.faults(crash=plan.crash.name if plan.crash else None,
                      crash_at_effect=plan.crash_at_effect,
                      fail_writes={site.value: n for site, n in plan.write_failures.items()})
+    watch.stage_clients(story, plan.clients)
     for step in plan.steps:
         if isinstance(step, Submit):
             story.start_submit(handles[step.process], step.principal, step.request_id,
@@ -244,6 +248,8 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
             story.interrupt(after_s=step.at_s, session=step.session)
         elif isinstance(step, Redirect):
             redirect_a_running_turn(story, step.text, after_s=step.at_s, session=step.session)
+        elif not terminal.stage_step(story, step, handles):
+            watch.stage_step(story, step, handles)
     return handles
 
 
@@ -285,6 +291,7 @@ def _stage_options(story: Story, plan: WorldPlan) -> None:
         model = story.world.provider
         if isinstance(model, ExploreModel):
             story.use_provider_for(FALLBACK_MODEL, model.for_fallback())
+    terminal.stage_terminal(story, plan.terminals, plan.lease_wait_s, plan.build_log_s)
 
 
 def jump_clock(story: Story, seconds: float, *, after_s: float) -> None:

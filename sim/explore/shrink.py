@@ -8,10 +8,11 @@ ids (so a shrink never wanders off to a different bug). The edits, biggest first
 2. drop a session with its principal and steps; drop a second member with its requests;
    lift a tight iteration budget;
 3. drop one step (a submission, a drain claim, a kill, a stall, a clock jump, an
-   interrupt, a correction);
+   interrupt, a correction, a terminal's turn, a redaction, a recovery round);
 4. drop one reply fault, the crash point, the crash at an effect, a write failure, a slow
    tool, the small context window, the fallback route, the verification gate;
-5. round the times of steps down to whole seconds.
+5. drop the terminal session, a chat client, the short lease wait, the slow build log;
+6. round the times of steps down to whole seconds.
 
 Passes repeat until none of them changes the plan, or the budget of runs is spent. The
 result is ordered by ``WorldPlan.size``: fewest processes, then sessions, turns, faults and
@@ -93,6 +94,7 @@ def shrink(plan: WorldPlan, *, runs_max: int = RUNS_MAX,
         for site in list(state.plan.write_failures):
             state.attempt(state.plan.model_copy(update={"write_failures": {
                 s: n for s, n in state.plan.write_failures.items() if s != site}}))
+        _fewer_bystanders(state)
         for candidate in _simpler_times(state.plan):
             state.attempt(candidate)
         changed = state.plan != before
@@ -165,3 +167,17 @@ def _simpler_times(plan: WorldPlan) -> Iterator[WorldPlan]:
     rounded = tuple(s.model_copy(update={"at_s": float(int(s.at_s))}) for s in plan.steps)
     if rounded != plan.steps:
         yield plan.model_copy(update={"steps": rounded})
+
+
+def _fewer_bystanders(state: _State) -> None:
+    """No terminal session (its turns and clients with it), fewer clients, the default
+    lease wait, a build log read at once."""
+    for session in state.plan.terminals:
+        state.attempt(state.plan.model_copy(update={
+            "terminals": tuple(t for t in state.plan.terminals if t != session),
+            "steps": tuple(s for s in state.plan.steps if getattr(s, "session", None) != session),
+            "clients": tuple(c for c in state.plan.clients if c.session != session)}))
+    state.drop_chunks("clients")
+    for option in ("lease_wait_s", "build_log_s"):
+        if getattr(state.plan, option) is not None:
+            state.attempt(state.plan.model_copy(update={option: None}))
