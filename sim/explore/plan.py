@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, model_validator
 from hermes_ref.effects import Site
 from hermes_ref.errors import BadInput
 from hermes_ref.models import Frozen
+from sim.explore.lanes import LanePlan, draw_lanes
 from sim.faults import CrashPoint
 from sim.world import seeded_id
 
@@ -59,6 +60,7 @@ class FaultKind(StrEnum):
     FALLBACK = "fallback"              # a fallback route behind the primary (LOOP-6)
     SMALL_WINDOW = "small_window"      # a context window a few turns fill: compaction, rotation
     VERIFY_GATE = "verify_gate"        # the first answer after a file change waits for a check
+    LANE_RESTART = "lane_restart"      # a process restarts: no clean-exit marker, or lanes running
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
@@ -180,6 +182,7 @@ class WorldPlan(Frozen):
     fallback_window: int | None = Field(default=None, ge=1)  # tokens of the fallback route
     context_window: int | None = Field(default=None, ge=1)  # tokens of the primary's window
     verify_before_answer: bool = False  # the verification gate (FIN-1's withheld answer)
+    lanes: LanePlan | None = None  # platform messages through the lane router (SES)
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -198,6 +201,10 @@ class WorldPlan(Frozen):
             raise ValueError(f"members are bound to unknown session(s) {', '.join(unknown)}")
         if any(n < 0 for n in self.write_failures.values()):
             raise ValueError("write_failures counts must be 0 or more")
+        if self.lanes is not None and any(getattr(e, "process", 0) >= self.processes
+                                          for e in self.lanes.events):
+            raise ValueError(f"a lane event names a process the plan does not have "
+                             f"({self.processes})")
         return self
 
     def fault_kinds(self) -> set[FaultKind]:
@@ -218,6 +225,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.CRASH_AT_EFFECT)
         if any(self.write_failures.values()):
             kinds.add(FaultKind.WRITE_FAILURE)
+        if self.lanes is not None and self.lanes.restarts:
+            kinds.add(FaultKind.LANE_RESTART)
         return kinds
 
     @property
@@ -229,7 +238,9 @@ class WorldPlan(Frozen):
                   + (self.context_window is not None) + self.verify_before_answer
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS))
         turns = sum(1 for s in self.steps if s.op == "submit")
-        return (self.processes, len(self.sessions), turns, faults, len(self.steps))
+        lanes = self.lanes.size if self.lanes is not None else (0, 0, 0)
+        return (self.processes, len(self.sessions), turns + lanes[0], faults + lanes[1],
+                len(self.steps) + lanes[2])
 
 
 def load_plan(text: str, where: str = "plan") -> WorldPlan:
@@ -362,7 +373,8 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
                      replies=tuple(replies), crash=crash, crash_at_effect=at_effect,
                      write_failures=failures, tool_timings=timings, fallback_window=fallback,
                      context_window=_small_window(seed, kinds, processes),
-                     verify_before_answer=_verify_gate(seed, kinds, iterations))
+                     verify_before_answer=_verify_gate(seed, kinds, iterations),
+                     lanes=draw_lanes(seed, processes, FaultKind.LANE_RESTART in kinds))
 
 
 def _reply_faults(faults: random.Random, kinds: frozenset[FaultKind], share: float,

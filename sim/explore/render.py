@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from sim.explore.lanes import render_lanes, render_settings
 from sim.explore.plan import (
     BIG_LOG,
     ClockJump,
@@ -51,6 +52,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         "from __future__ import annotations",
         "",
         *(["from hermes_ref.limits import ProviderRoute"] if plan.fallback_window else []),
+        *(["from hermes_ref.session import SessionSource"] if plan.lanes is not None else []),
+        *(["from sim.explore.lanes import LaneWorld"] if plan.lanes is not None else []),
         "from sim.explore.model import ExploreModel",
         "from sim.explore.plan import " + ("BIG_LOG_TEXT, " if any(
             r.kind is FaultKind.HUGE_READ for r in plan.replies) else "") + "FaultKind, ReplyFault",
@@ -91,6 +94,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
                     f"fail_writes={writes!r})")
     for step in plan.steps:
         body.append(_step(step, names))
+    if plan.lanes is not None:
+        body += render_lanes(plan.lanes, names)
     body.append("s.run_all()")
     if any(r.kind is FaultKind.STREAM_CUT for r in plan.replies):
         body.append("s.world.stream_cuts.clear()  # a cut not reached is no fault of the calm")
@@ -126,6 +131,8 @@ def _options(plan: WorldPlan) -> list[str]:
         lines += [f"s.limits(fallback_providers=(ProviderRoute(model={FALLBACK_MODEL!r}, "
                   f"context_window_tokens={plan.fallback_window}, token_ratio=1.25),))",
                   f"s.use_provider_for({FALLBACK_MODEL!r}, model.for_fallback())"]
+    if plan.lanes is not None:
+        lines.append(render_settings(plan.lanes))
     return lines
 
 

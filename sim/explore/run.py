@@ -37,6 +37,7 @@ from pydantic_core import PydanticSerializationError
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
 from hermes_ref.limits import ProviderRoute
+from sim.explore import lanes
 from sim.explore.model import ExploreModel
 from sim.explore.plan import (
     BIG_LOG,
@@ -179,6 +180,8 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
         fired.add(FaultKind.STALL)  # a stall began (a clock jump's pauses are not stalls)
     if world.clock_jumps:
         fired.add(FaultKind.CLOCK_JUMP)
+    if plan.lanes is not None and lanes.restarted(story):
+        fired.add(FaultKind.LANE_RESTART)  # a start pass ran after a stop or a death
 
 
 def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:
@@ -244,6 +247,8 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
             story.interrupt(after_s=step.at_s, session=step.session)
         elif isinstance(step, Redirect):
             redirect_a_running_turn(story, step.text, after_s=step.at_s, session=step.session)
+    if plan.lanes is not None:
+        lanes.stage(story, plan.lanes, handles)
     return handles
 
 
@@ -285,6 +290,8 @@ def _stage_options(story: Story, plan: WorldPlan) -> None:
         model = story.world.provider
         if isinstance(model, ExploreModel):
             story.use_provider_for(FALLBACK_MODEL, model.for_fallback())
+    if plan.lanes is not None:
+        story.limits(**plan.lanes.settings())
 
 
 def jump_clock(story: Story, seconds: float, *, after_s: float) -> None:
