@@ -201,6 +201,8 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
                 return "prior_text"
         if line.reason is ExitReason.EMPTY_RESPONSE_EXHAUSTED and answer == EMPTY_SENTINEL:
             return "sentinel"
+        if nxt is None and refused_by_preflight(view):
+            return "fallback"  # switched, and preflight refused the request for the fallback
         return "unexplained"
     if model_of(nxt) != model_of(call):
         return "fallback"
