@@ -14,7 +14,7 @@ from sim.explore.lanes import (
     WatchPass,
     fewer_events,
 )
-from sim.explore.plan import FaultKind, FaultMix, Submit, WorldPlan, generate
+from sim.explore.plan import FaultKind, FaultMix, Submit, WorldPlan, generate, load_plan
 from sim.explore.render import render, scenario_name
 from sim.explore.run import Verdict, run_plan
 from sim.harness import REGISTRY, run_scenario
@@ -109,3 +109,4 @@ def test_the_shrinker_edits_the_lanes() -> None:
     moved = PLAN.model_copy(update={"processes": 1, "lanes": LANES.on_processes(1)})
     assert all(getattr(e, "process", 0) == 0 for e in moved.lanes.events)  # type: ignore[union-attr]
     assert PLAN.size[2] == 1 + LANES.messages
+    assert load_plan(PLAN.model_dump_json()) == PLAN  # a plan file keeps its lanes
