@@ -185,6 +185,10 @@ async def reset(source: SessionSource, limits: Limits) -> Routed:
     for _ in range(limits.route_attempts_max):
         now = await Now()
         current = await LoadRoute(key)
+        if current is not None:  # CMP-5: the reset ends the lineage's live tip, as routing does
+            record = await LoadSession(current.session_id)
+            if record is not None and rotation.lease_follows_tip(record.end_reason):
+                current, _ = await _tip_of(current, record)
         routed = await _begin(current, source, key, limits, now,
                               Cause.USER_RESET if current else Cause.CREATED, None, "user_reset",
                               end=session.USER_RESET_REASON)

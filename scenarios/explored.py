@@ -9,6 +9,8 @@ it came from exactly, then the calm phase, which must leave every admission term
 from __future__ import annotations
 
 from hermes_ref.limits import ProviderRoute
+from hermes_ref.session import SessionSource
+from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, redirect_a_running_turn
@@ -275,6 +277,36 @@ def last_iteration_falls_back_and_fails_closed(s: Story) -> None:
     s.start_submit(one, 'p-1', 'r-4e19e2', {'text': 'Read notes-2.txt.'}, session='s-1', after_s=40.0)
     s.start_drain(one, 's-1', after_s=42.0)
     s.start_drain(one, 's-1', after_s=57.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A user reset of a lane whose incarnation compaction rotated ends the live tip "
+          "(explored seed 65)", invariants=("CMP-5", "SES-2"), stage="explore")
+def user_reset_ends_the_rotated_lanes_tip(s: Story) -> None:
+    """A small window rotates the lane's incarnation at the third message, and twice more at
+    the fourth; ten seconds later the user asks for a new conversation. The reset must end
+    the lineage's live tip, as routing a message walks to it (the run found the reset
+    ending the long-ended root and leaving the tip open beside the new incarnation)."""
+    s.seed = 65  # the world's seed: it draws the interleaving of the explored run
+    s.world.id_style = "seeded"
+    s.use_provider(ExploreModel((), ids=s.world.chooser))
+    s.files({"notes-1.txt": "note 1 of seed 65", "notes-2.txt": "note 2 of seed 65"})
+    s.limits(context_window_tokens=320)
+    s.limits(session_reset_mode="none", session_idle_minutes=60, session_reset_at_hour=9,
+             group_sessions_per_user=False, thread_sessions_per_user=False,
+             session_prune_after_s=43200.0, stuck_restart_threshold=2)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    dm = SessionSource(platform="telegram", chat_type="dm", chat_id="99", participant="42")
+    lanes = LaneWorld(s, [s.main_process()], job_s=400.0)
+    lanes.message(0, dm, "Read build.log.", after_s=3373.2)
+    lanes.restart(0, graceful=True, after_s=3379.8)
+    lanes.message(0, dm, "Read notes-1.txt.", after_s=14625.1)
+    lanes.message(0, dm, "Write note 4 to lane-out-4.txt.", after_s=14662.2)
+    lanes.message(0, dm, "Read notes-2.txt.", after_s=45892.2)
+    lanes.reset(0, dm, after_s=45902.6)
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

@@ -26,7 +26,7 @@ processes run on; the harness starts a new process on the same world to recover.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -231,8 +231,13 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         self.world.scheduler.drop_process(self.process.pid, point)
         self.world.crash(point, self.world.effects_performed, pid=self.process.pid)
 
-    def _write(self, write: Callable[..., R], *args: Any) -> R:
-        """A store write of this process: it commits this process's pending events with it."""
+    def _write(self, write: Callable[..., R], *args: Any,
+               carried: Callable[[R], Sequence[Event]] | None = None) -> R:
+        """A store write of this process: it commits this process's pending events with it.
+
+        ``carried`` names the events the write itself carried and committed (an opening's,
+        a closing's), given its result: they are handed out with the pending ones, after
+        them, in the one hand-off of what this commit made durable."""
         store, pending = self.world.store, self.process.pending_events
         logged = list(pending)
         for event in pending:
@@ -242,7 +247,9 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             result = write(*args)
         finally:  # a refused or failed write commits nothing: the events stay this process's
             pending[:0] = store.take_pending_events()
-        self._publish(logged, len(pending))  # DEL-2: clients get only what is committed
+        committed = logged[:len(logged) - len(pending)] if pending else logged
+        extra = list(carried(result)) if carried is not None else []
+        self._publish(committed + extra, 0)  # DEL-2: clients get only what is committed
         return result
 
 

@@ -49,7 +49,6 @@ class LeaseHandlers:
     _fail_if_planned: Callable[[Site], None]
     _show: Callable[[Event], None]
     _narrate_exit: Callable[[Event], None]
-    _publish: Callable[[list[Event], int], None]
     spawn: Callable[..., Actor]
     stop_actor: Callable[[Actor], None]
 
@@ -81,17 +80,16 @@ class LeaseHandlers:
         opening = seqs.number_opening(effect.opening, self.world.clock.now())
         committed = False
         try:
-            grant: LeaseGrant = self._write(self.world.store.open_turn, effect.record,
-                                            effect.holder, effect.now, effect.ttl_s, effect.poll_s,
-                                            opening, lambda: self._fail_if_planned(Site.USER),
-                                            effect.create)
+            grant: LeaseGrant = self._write(
+                self.world.store.open_turn, effect.record, effect.holder, effect.now,
+                effect.ttl_s, effect.poll_s, opening, lambda: self._fail_if_planned(Site.USER),
+                effect.create, carried=lambda g: opening.events if g.opened and opening else ())
             committed = bool(grant.opened)
         finally:
             seqs.settle_opening(opening, committed)
-        if committed and opening is not None:  # delivered as the events a write commits are
+        if committed and opening is not None:  # in the world's stream as emitted events are
             for event in opening.events:
                 self._show(event)
-            self._publish(list(opening.events), 0)
         timeline = self.world.timeline
         if grant.created:
             timeline.add("write", f"session   {effect.record.id} created")
@@ -146,7 +144,8 @@ class LeaseHandlers:
         committed = False
         try:
             closed: Closed = self._write(world.store.close_turn, lease, closing,
-                                         lambda: self._fail_if_planned(Site.RELEASE))
+                                         lambda: self._fail_if_planned(Site.RELEASE),
+                                         carried=lambda _: closing.events)
             committed = True
         except LeaseLost:
             world.timeline.add("FENCED", f"{Site.FINAL} write with token {lease.token} refused: "
@@ -167,11 +166,10 @@ class LeaseHandlers:
 
             for row in closed.stored:
                 timeline.add("write", f"{Site.FINAL:<9} #{row.row_id} {describe_row(row)}")
-        for event in closing.events:  # delivered as the events a write commits are
+        for event in closing.events:  # in the world's stream as emitted events are
             self._show(event)
             if event.kind is EventKind.TURN_EXIT:
                 self._narrate_exit(event)
-        self._publish(list(closing.events), 0)
         if closed.release_failure is None:
             timeline.add("write", f"release   token {lease.token} (with the final row)")
         else:

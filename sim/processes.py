@@ -20,6 +20,7 @@ and the checkers run once the world is idle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,7 @@ class Processes:
 
     handles: dict[int, ProcessHandle] = field(default_factory=dict)
     pending: list[TurnHandle] = field(default_factory=list)
+    waits: list[Callable[[], bool]] = field(default_factory=list)  # more the world waits on
 
 
 def start(story: Story) -> ProcessHandle:
@@ -114,7 +116,8 @@ def run_all(story: Story) -> None:
     the record."""
     world = story.world
     pending = story._processes.pending
-    while any(not t.done for t in pending) or door_story.busy(story):
+    while any(not t.done for t in pending) or door_story.busy(story) \
+            or any(wait() for wait in story._processes.waits):
         if not world.scheduler.step():
             break
         _record_ended(story)

@@ -179,6 +179,10 @@ class _Walk:
             self.retries = 0
 
 
+REFUSED = "refused by preflight"
+SENDING_RUNGS = frozenset({"nudge", "prefill", "retry", "fallback"})  # rungs that call again
+
+
 def _observed(view: TurnView, calls: list[CallRecord], index: int,
               landed: set[int], at_bound: bool = True) -> str | None:
     """The rung the record shows after the empty reply at ``index`` (None: not judged)."""
@@ -193,8 +197,8 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
         if line is None or line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED,
                                            ExitReason.INTERRUPTED):
             return None  # out of budget before the next rung, or stopped from outside
-        if nxt is None and line.reason in CONTEXT_PRESSURE_EXITS:
-            return None  # preflight refused the rung's request (CMP-7 judges that it did not fit)
+        if nxt is None and refused_by_preflight(view):
+            return REFUSED  # preflight refused the request the rung built (CMP-7 judges it)
         answer = done.final_response if done is not None else None
         if line.reason is ExitReason.TEXT_RESPONSE and answer:
             if answer == visible_text(reply.streamed_text):
@@ -244,6 +248,8 @@ def empty_ladder_in_order(obs: Observation) -> list[Violation]:
             if seen is None:
                 break
             want = walk.expected(obs.limits, calls, index, landed)
+            if seen == REFUSED and want in SENDING_RUNGS:
+                break  # the rung due builds a request, and that request is what preflight refused
             if seen != want:
                 out.append(Violation("empty_ladder_in_order", "LOOP-8",
                                      f"turn {view.key}: after the empty reply at effect {call.seq} "

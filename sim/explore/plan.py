@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, model_validator
 from hermes_ref.effects import Site
 from hermes_ref.errors import BadInput
 from hermes_ref.models import Frozen
+from sim.explore.lanes import LanePlan, draw_lanes
 from sim.explore.terminal import Direct, Redact, draw_terminal
 from sim.explore.watch import Client, Recover, draw_clients, draw_rounds
 from sim.faults import CrashPoint
@@ -62,6 +63,7 @@ class FaultKind(StrEnum):
     SMALL_WINDOW = "small_window"      # a context window a few turns fill: compaction, rotation
     VERIFY_GATE = "verify_gate"        # the first answer after a file change waits for a check
     DISCONNECT = "disconnect"          # a chat client drops, comes back and replays what it missed
+    LANE_RESTART = "lane_restart"      # a process restarts: no clean-exit marker, or lanes running
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
@@ -187,6 +189,7 @@ class WorldPlan(Frozen):
     lease_wait_s: float | None = Field(default=None, gt=0)  # a short lease wait (LEASE-5)
     build_log_s: float | None = Field(default=None, ge=0)  # a terminal's build log's read time
     clients: tuple[Client, ...] = ()  # chat clients following sessions (DEL-2)
+    lanes: LanePlan | None = None  # platform messages through the lane router (SES)
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -206,6 +209,10 @@ class WorldPlan(Frozen):
             raise ValueError(f"members are bound to unknown session(s) {', '.join(unknown)}")
         if any(n < 0 for n in self.write_failures.values()):
             raise ValueError("write_failures counts must be 0 or more")
+        if self.lanes is not None and any(getattr(e, "process", 0) >= self.processes
+                                          for e in self.lanes.events):
+            raise ValueError(f"a lane event names a process the plan does not have "
+                             f"({self.processes})")
         return self
 
     def fault_kinds(self) -> set[FaultKind]:
@@ -228,6 +235,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.WRITE_FAILURE)
         if any(c.disconnect_after is not None for c in self.clients):
             kinds.add(FaultKind.DISCONNECT)
+        if self.lanes is not None and self.lanes.restarts:
+            kinds.add(FaultKind.LANE_RESTART)
         return kinds
 
     @property
@@ -240,8 +249,9 @@ class WorldPlan(Frozen):
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS)
                   + sum(1 for c in self.clients if c.disconnect_after is not None))
         turns = sum(1 for s in self.steps if s.op in ("submit", "direct"))
-        return (self.processes, len(self.sessions) + len(self.terminals), turns, faults,
-                len(self.steps))
+        lanes = self.lanes.size if self.lanes is not None else (0, 0, 0)
+        return (self.processes, len(self.sessions) + len(self.terminals), turns + lanes[0],
+                faults + lanes[1], len(self.steps) + lanes[2])
 
 
 def load_plan(text: str, where: str = "plan") -> WorldPlan:
@@ -383,13 +393,15 @@ class _Watched(TypedDict):
     lease_wait_s: float | None
     build_log_s: float | None
     clients: tuple[Client, ...]
+    lanes: LanePlan | None
 
 
 def _bystanders(seed: int, kinds: frozenset[FaultKind], processes: int, sessions: list[str],
                 files: list[str], steps: list[Step]) -> _Watched:
-    """The terminal beside the door ("terminal"), recovery rounds after deaths ("watch") and
-    chat clients ("clients"), each on a sub-stream of its own (``sim.explore.terminal``,
-    ``sim.explore.watch``); returns the plan fields they fill."""
+    """The terminal beside the door ("terminal"), recovery rounds after deaths ("watch"),
+    chat clients ("clients") and a chat gateway's lanes ("lanes"), each on a sub-stream of
+    its own (``sim.explore.terminal``, ``sim.explore.watch``, ``sim.explore.lanes``);
+    returns the plan fields they fill."""
     direct, terminals, wait, log_s = draw_terminal(_rng(seed, "terminal"), processes, files)
     kills = [(s.at_s, s.process) for s in steps if isinstance(s, Kill)]
     for recover, drains in draw_rounds(_rng(seed, "watch"), processes, kills, sessions):
@@ -400,7 +412,8 @@ def _bystanders(seed: int, kinds: frozenset[FaultKind], processes: int, sessions
     # a client follows one session id; a compaction's rotation moves the stream to a child
     followed = [] if _small_window(seed, kinds, processes) else [*sessions, *terminals]
     clients = draw_clients(_rng(seed, "clients"), followed, FaultKind.DISCONNECT in kinds)
-    return _Watched(terminals=terminals, lease_wait_s=wait, build_log_s=log_s, clients=clients)
+    return _Watched(terminals=terminals, lease_wait_s=wait, build_log_s=log_s, clients=clients,
+                    lanes=draw_lanes(seed, processes, FaultKind.LANE_RESTART in kinds))
 
 
 def _reply_faults(faults: random.Random, kinds: frozenset[FaultKind], share: float,

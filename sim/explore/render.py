@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from sim.explore import terminal, watch
+from sim.explore.lanes import render_lanes, render_settings
 from sim.explore.plan import (
     BIG_LOG,
     ClockJump,
@@ -52,6 +53,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         "from __future__ import annotations",
         "",
         *(["from hermes_ref.limits import ProviderRoute"] if plan.fallback_window else []),
+        *(["from hermes_ref.session import SessionSource"] if plan.lanes is not None else []),
+        *(["from sim.explore.lanes import LaneWorld"] if plan.lanes is not None else []),
         "from sim.explore.model import ExploreModel",
         "from sim.explore.plan import " + ("BIG_LOG_TEXT, " if any(
             r.kind is FaultKind.HUGE_READ for r in plan.replies) else "") + "FaultKind, ReplyFault",
@@ -87,20 +90,28 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
             body.append(f"s.delay_reply({fault.call}, {fault.seconds!r})")
         elif fault.kind is FaultKind.STREAM_CUT:  # the stream of that call breaks
             body.append(f"s.world.stream_cuts[{fault.call}] = {fault.deltas}")
-    if plan.crash is not None or plan.crash_at_effect is not None or plan.write_failures:
-        crash = repr(plan.crash.name) if plan.crash else "None"
-        writes = {s.value: n for s, n in plan.write_failures.items()}
-        body.append(f"s.faults(crash={crash}, crash_at_effect={plan.crash_at_effect!r}, "
-                    f"fail_writes={writes!r})")
+    body += _store_faults(plan)
     body += watch.render_clients(plan.clients)
     for step in plan.steps:
         body.append(_step(step, names))
+    if plan.lanes is not None:
+        body += render_lanes(plan.lanes, names)
     body.append("s.run_all()")
     if any(r.kind is FaultKind.STREAM_CUT for r in plan.replies):
         body.append("s.world.stream_cuts.clear()  # a cut not reached is no fault of the calm")
     body += ["stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done",
              's.expect(not stuck, f"every admission reached a terminal state: {stuck}")']
     return "\n".join(lines + ["    " + line for line in body]) + "\n"
+
+
+def _store_faults(plan: WorldPlan) -> list[str]:
+    """The crash point, the crash at an effect and the write failures, as one call."""
+    if plan.crash is None and plan.crash_at_effect is None and not plan.write_failures:
+        return []
+    crash = repr(plan.crash.name) if plan.crash else "None"
+    writes = {s.value: n for s, n in plan.write_failures.items()}
+    return [f"s.faults(crash={crash}, crash_at_effect={plan.crash_at_effect!r}, "
+            f"fail_writes={writes!r})"]
 
 
 def _replies(plan: WorldPlan) -> str:
@@ -130,6 +141,8 @@ def _options(plan: WorldPlan) -> list[str]:
         lines += [f"s.limits(fallback_providers=(ProviderRoute(model={FALLBACK_MODEL!r}, "
                   f"context_window_tokens={plan.fallback_window}, token_ratio=1.25),))",
                   f"s.use_provider_for({FALLBACK_MODEL!r}, model.for_fallback())"]
+    if plan.lanes is not None:
+        lines.append(render_settings(plan.lanes))
     return lines + terminal.render_options(plan.terminals, plan.lease_wait_s, plan.build_log_s)
 
 

@@ -37,7 +37,7 @@ from pydantic_core import PydanticSerializationError
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
 from hermes_ref.limits import ProviderRoute
-from sim.explore import terminal, watch
+from sim.explore import lanes, terminal, watch
 from sim.explore.model import ExploreModel
 from sim.explore.plan import (
     BIG_LOG,
@@ -182,6 +182,8 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
         fired.add(FaultKind.CLOCK_JUMP)
     if watch.reconnected(story):
         fired.add(FaultKind.DISCONNECT)  # a client dropped and came back
+    if plan.lanes is not None and lanes.restarted(story):
+        fired.add(FaultKind.LANE_RESTART)  # a start pass ran after a stop or a death
 
 
 def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:
@@ -250,6 +252,8 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
             redirect_a_running_turn(story, step.text, after_s=step.at_s, session=step.session)
         elif not terminal.stage_step(story, step, handles):
             watch.stage_step(story, step, handles)
+    if plan.lanes is not None:
+        lanes.stage(story, plan.lanes, handles)
     return handles
 
 
@@ -292,6 +296,8 @@ def _stage_options(story: Story, plan: WorldPlan) -> None:
         if isinstance(model, ExploreModel):
             story.use_provider_for(FALLBACK_MODEL, model.for_fallback())
     terminal.stage_terminal(story, plan.terminals, plan.lease_wait_s, plan.build_log_s)
+    if plan.lanes is not None:
+        story.limits(**plan.lanes.settings())
 
 
 def jump_clock(story: Story, seconds: float, *, after_s: float) -> None:

@@ -12,7 +12,8 @@ ids (so a shrink never wanders off to a different bug). The edits, biggest first
 4. drop one reply fault, the crash point, the crash at an effect, a write failure, a slow
    tool, the small context window, the fallback route, the verification gate;
 5. drop the terminal session, a chat client, the short lease wait, the slow build log;
-6. round the times of steps down to whole seconds.
+6. round the times of steps down to whole seconds;
+7. drop the lanes part, else runs of its events.
 
 Passes repeat until none of them changes the plan, or the budget of runs is spent. The
 result is ordered by ``WorldPlan.size``: fewest processes, then sessions, turns, faults and
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from sim.explore.lanes import fewer_events
 from sim.explore.plan import Step, WorldPlan
 from sim.explore.run import RunReport, Verdict, run_plan
 
@@ -97,6 +99,7 @@ def shrink(plan: WorldPlan, *, runs_max: int = RUNS_MAX,
         _fewer_bystanders(state)
         for candidate in _simpler_times(state.plan):
             state.attempt(candidate)
+        state.fewer_lanes()
         changed = state.plan != before
     final = run_plan(state.plan, trace=True)
     if not state.keep(final):  # a plan is one run: the narrated rerun fails the same way
@@ -139,6 +142,23 @@ class _State:
                 break
             size = max(1, size // 2)
 
+    def fewer_lanes(self) -> None:
+        """No lanes part, or else fewer of its events (halves first, down to single ones)."""
+        lanes = self.plan.lanes
+        if lanes is None or self.attempt(self.plan.model_copy(update={"lanes": None})):
+            return
+        size = max(1, len(lanes.events) // 2)
+        while self.runs < self.runs_max:
+            start = 0
+            while lanes is not None and start < len(lanes.events) and self.runs < self.runs_max:
+                if not self.attempt(self.plan.model_copy(update={
+                        "lanes": fewer_events(lanes, start, size)})):
+                    start += size
+                lanes = self.plan.lanes
+            if size == 1 or lanes is None:
+                break
+            size = max(1, size // 2)
+
 
 def _fewer_processes(plan: WorldPlan) -> Iterator[WorldPlan]:
     if plan.processes <= 1:
@@ -150,7 +170,8 @@ def _fewer_processes(plan: WorldPlan) -> Iterator[WorldPlan]:
         if on_last and step.op in {"kill", "stall"}:
             continue  # the process is gone, and its faults with it
         moved.append(step.model_copy(update={"process": 0}) if on_last else step)
-    yield plan.model_copy(update={"processes": last, "steps": tuple(moved)})
+    yield plan.model_copy(update={"processes": last, "steps": tuple(moved), "lanes":
+                                  plan.lanes.on_processes(last) if plan.lanes else None})
 
 
 def _fewer_sessions(plan: WorldPlan) -> Iterator[WorldPlan]:
