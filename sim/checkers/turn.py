@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import pairwise
 
-from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderError
+from hermes_ref.errors import (
+    ContextOverflow,
+    ProviderAuthError,
+    ProviderError,
+    ProviderServerError,
+    ProviderTimeout,
+    RateLimited,
+    StreamCut,
+)
 from hermes_ref.ladder import visible_text
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role
@@ -172,6 +180,11 @@ def budget_accounting(obs: Observation) -> list[Violation]:
     return out
 
 
+# errors whose retries, once spent, send a turn to its fallback (LOOP-5, LOOP-6)
+_HOPPING_ERRORS = frozenset(t.__name__ for t in (RateLimited, ProviderServerError, StreamCut,
+                                                 ProviderTimeout, ProviderAuthError))
+
+
 def _refused_hop(limits: Limits, view: TurnView) -> int:
     """1 when the turn fell back and preflight refused the fallback's first request: its
     last request went unanswered on a route with a fallback after it, and the turn failed
@@ -184,7 +197,7 @@ def _refused_hop(limits: Limits, view: TurnView) -> int:
     last = budgeted[-1].request
     attempts = [c for c in budgeted if c.request is last]
     chain = [limits.model, *(r.model for r in limits.fallback_providers)]
-    spent = all(c.reply is None for c in attempts) or all(
+    spent = all(c.error in _HOPPING_ERRORS for c in attempts) or all(
         c.reply is not None and not c.reply.tool_calls and not visible_text(c.reply.content)
         for c in attempts)
     has_next = last.model in chain and chain.index(last.model) < len(chain) - 1
