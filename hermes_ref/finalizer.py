@@ -52,7 +52,7 @@ from hermes_ref.effects import (
 )
 from hermes_ref.errors import InvariantBroken, PersistenceError, TurnInterrupted
 from hermes_ref.loop import build_request, call_with_retries
-from hermes_ref.models import Closing, Event, Message, Role, ScaffoldFlag
+from hermes_ref.models import Closing, Event, Message, ProviderReply, Role, ScaffoldFlag
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason, TurnResult
 from hermes_ref.phases import Phase
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT, scaffold
@@ -78,20 +78,33 @@ async def _budget_fallback(ctx: TurnContext) -> None:
     ctx.transcript.append(
         scaffold(Role.USER, GRACE_SUMMARY_PROMPT, ScaffoldFlag.GRACE_SUMMARY, ctx.turn_id)
     )
-    if not await preflight.check(ctx):  # the grace call is a model call too (CMP-7)
-        ctx.ending.detail += "; grace call not sent: the request exceeds the context window"
-        return
-    state.api_calls += 1
-    try:
-        reply = await call_with_retries(ctx, build_request(ctx, with_tools=False, purpose="grace"))
-    except TurnInterrupted as stop:  # the lease went while the summary was being asked for
-        ctx.ending.detail += f"; grace call interrupted: {stop.reason}"
-        return
+    reply = await _grace_call(ctx)
     text = (reply.content or "").strip() if reply is not None else ""
     if text and reply is not None:
         ctx.ending.amend_answer(reply.content or "")
         ctx.transcript.append(Message(role=Role.ASSISTANT, content=reply.content,
                                       finish_reason=reply.finish_reason, turn_id=ctx.turn_id))
+
+
+async def _grace_call(ctx: TurnContext) -> ProviderReply | None:
+    """The one tool-less summary call; when its retries are spent on the primary and the
+    turn falls back (LOOP-6), the same call once more on the fallback, preflighted and
+    built for that route. None when nothing answered."""
+    state = ctx.state
+    while True:
+        if not await preflight.check(ctx):  # the grace call is a model call too (CMP-7)
+            ctx.ending.detail += "; grace call not sent: the request exceeds the context window"
+            return None
+        state.api_calls += 1
+        route = state.route
+        try:
+            reply = await call_with_retries(ctx, build_request(ctx, with_tools=False,
+                                                               purpose="grace"))
+        except TurnInterrupted as stop:  # the lease went while the summary was being asked for
+            ctx.ending.detail += f"; grace call interrupted: {stop.reason}"
+            return None
+        if reply is not None or state.route == route:
+            return reply
 
 
 def _reuse_withheld(ctx: TurnContext, answer: str) -> None:

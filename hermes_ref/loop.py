@@ -158,7 +158,7 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
             attempt += 1
             continue
         if (auth or failure.transient) and routes.can_fall_back(ctx):  # LOOP-6: retries spent
-            routes.fall_back(ctx)
+            routes.fall_back(ctx, refund=request.purpose != "grace")
             return None  # the iteration starts over: preflight and the request, for the fallback
         ctx.finish(ExitReason.TERMINAL_PROVIDER_ERROR, f"{kind}: {failure}", failed=True)
         return None

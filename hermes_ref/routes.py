@@ -40,15 +40,17 @@ def can_fall_back(ctx: TurnContext) -> bool:
     return ctx.state.route < len(ctx.limits.fallback_providers)
 
 
-def fall_back(ctx: TurnContext) -> ProviderRoute:
+def fall_back(ctx: TurnContext, *, refund: bool = True) -> ProviderRoute:
     """Switch the turn to its next fallback route (``can_fall_back`` must hold).
 
     The hop gives back the call it replaces, and that call's budget unit (LOOP-2): the
     fallback's call takes its place in the same iteration, so a turn at its last
-    iteration still makes it rather than ending on the spent primary.
+    iteration still makes it rather than ending on the spent primary. The grace call
+    (``refund`` False) spent no unit and is past the bound already: it gives back nothing.
     """
-    ctx.state.hops += 1
-    ctx.state.budget.refund()
+    if refund:
+        ctx.state.hops += 1
+        ctx.state.budget.refund()
     ctx.state.route += 1
     route = ctx.limits.fallback_providers[ctx.state.route - 1]
     ctx.limits = ctx.limits.model_copy(update={

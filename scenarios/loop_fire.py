@@ -142,6 +142,24 @@ def fallback_hop_is_refunded(s: Story) -> None:
     s.expect(_sent_models(s)[-1] == FALLBACK.model, "the last call went to the fallback")
 
 
+@scenario("A grace call whose retries are spent on the primary is asked again of the fallback, "
+          "and gives back no unit it never spent",
+          invariants=("FIN-1", "LOOP-6", "LOOP-2"), stage="loop_fire")
+def grace_call_falls_back(s: Story) -> None:
+    s.files({"a.txt": "1"})
+    s.limits(max_iterations=1, fallback_providers=(FALLBACK,))
+    s.script(tool_calls(("read_file", {"path": "a.txt"})),
+             *(ProviderServerError("overloaded", status=503) for _ in range(4)))
+    s.script_for(FALLBACK.model, text("I read a.txt; it says 1."))
+    result = s.turn("Read a.txt.")
+    s.expect(result is not None and result.exit_reason is ExitReason.MAX_ITERATIONS
+             and result.final_response == "I read a.txt; it says 1.",
+             "the fallback's grace summary is the answer")
+    s.expect(result is not None and result.budget_used == 1, "one unit: the call that ran the tool")
+    s.expect([c.request.purpose for c in s.world.calls][-1] == "grace"
+             and _sent_models(s)[-1] == FALLBACK.model, "the grace call went again, to the fallback")
+
+
 # ---- LOOP-5: classification ------------------------------------------------------------------
 
 

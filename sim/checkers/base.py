@@ -355,8 +355,18 @@ def charged_requests(records: list[CallRecord]) -> int:
     changes a turn's model); it replaces that request in the same iteration, which is
     refunded (LOOP-2)."""
     requests = distinct_requests(records)
-    hops = sum(1 for a, b in pairwise(requests) if a.model != b.model)
-    return sum(1 for r in requests if r.purpose != "grace") - hops
+    budgeted = [r for r in requests if r.purpose != "grace"]
+    graces = [r for r in requests if r.purpose == "grace"]
+    hops = sum(1 for a, b in pairwise(budgeted) if a.model != b.model)
+    if budgeted and graces and graces[0].model != budgeted[-1].model:
+        hops += 1
+    return len(budgeted) - hops
+
+
+def grace_calls(records: list[CallRecord]) -> int:
+    """The turn's grace calls, a call sent again on the fallback after a hop counted once."""
+    graces = [r for r in distinct_requests(records) if r.purpose == "grace"]
+    return len(graces) - sum(1 for a, b in pairwise(graces) if a.model != b.model)
 
 
 def is_grace(record: CallRecord) -> bool:

@@ -20,6 +20,7 @@ from sim.checkers.base import (
     charged_requests,
     checker,
     distinct_requests,
+    grace_calls,
     is_grace,
     round_landed,
     tool_replies,
@@ -44,9 +45,9 @@ def grace_summary(obs: Observation) -> list[Violation]:
         if loop_fire.withheld_answers(view):
             continue  # an answer held back for verification stands in for it (withheld_answer_reused)
         graces = distinct_requests([r for r in records if is_grace(r)])
-        if len(graces) != 1:
-            problem = f"made {len(graces)} grace calls"
-        elif graces[0].tools:
+        if grace_calls(records) != 1:  # sent again on the fallback after a hop: still one
+            problem = f"made {grace_calls(records)} grace calls"
+        elif any(g.tools for g in graces):
             problem = f"offered {len(graces[0].tools)} tools to its grace call"
         elif not is_grace(records[-1]):
             problem = f"called the model again at effect {records[-1].seq} after its grace call"

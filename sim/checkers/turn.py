@@ -33,6 +33,7 @@ from sim.checkers.base import (
     checker,
     distinct_requests,
     exit_reasons,
+    grace_calls,
     is_grace,
     refunded_rounds,
 )
@@ -151,10 +152,11 @@ def budget_accounting(obs: Observation) -> list[Violation]:
         if line is None:
             continue  # the exit line's absence is FIN-7's finding
         requests = distinct_requests(view.calls)
-        grace = sum(1 for r in requests if r.purpose == "grace")
+        sent_graces = sum(1 for r in requests if r.purpose == "grace")
+        grace = grace_calls(view.calls)  # one grace call, sent again after a hop counted once
         # a fallback hop's call is refunded (LOOP-2), a hop whose request preflight refused too
         regular = charged_requests(view.calls) - _refused_hop(obs.limits, view)
-        hops = len(requests) - grace - regular
+        hops = len(requests) - sent_graces - regular
         refunds = refunded_rounds(view)
         tag = f"turn {view.key}"
         if line.api_calls != len(requests):

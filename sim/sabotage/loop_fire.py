@@ -78,9 +78,10 @@ sabotage("empty_retries_never_counted", ("LOOP-8",),
 
 
 def _route_without_switch() -> list[AbstractContextManager[Any]]:
-    def fall_back(ctx: TurnContext) -> ProviderRoute:
-        ctx.state.hops += 1
-        ctx.state.budget.refund()
+    def fall_back(ctx: TurnContext, *, refund: bool = True) -> ProviderRoute:
+        if refund:
+            ctx.state.hops += 1
+            ctx.state.budget.refund()
         ctx.state.route += 1  # the chain moves on, the turn's model and window do not
         return ctx.limits.fallback_providers[ctx.state.route - 1]
     return [mock.patch.object(routes, "fall_back", fall_back)]
@@ -94,17 +95,27 @@ sabotage("fallback_never_switches_the_request", ("LOOP-6",),
 def _hop_kept_on_the_count() -> list[AbstractContextManager[Any]]:
     original = routes.fall_back
 
-    def fall_back(ctx: TurnContext) -> ProviderRoute:
-        route = original(ctx)
-        ctx.state.hops -= 1  # the replaced call still counts, and its unit stays spent
-        ctx.state.budget.consume()
-        return route
+    def fall_back(ctx: TurnContext, *, refund: bool = True) -> ProviderRoute:
+        return original(ctx, refund=False)  # the replaced call still counts, its unit spent
     return [mock.patch.object(routes, "fall_back", fall_back)]
 
 
 sabotage("fallback_hop_not_refunded", ("LOOP-2",),
          "a fallback hop keeps the call it replaced on the count and its budget unit spent, "
          "so a turn on its last iteration never calls the fallback")(_hop_kept_on_the_count)
+
+
+def _every_hop_refunded() -> list[AbstractContextManager[Any]]:
+    original = routes.fall_back
+
+    def fall_back(ctx: TurnContext, *, refund: bool = True) -> ProviderRoute:
+        return original(ctx)  # the grace call's hop too, though it spent no unit
+    return [mock.patch.object(routes, "fall_back", fall_back)]
+
+
+sabotage("grace_hop_refunded", ("LOOP-2",),
+         "a grace call that falls back gives back a budget unit, though the grace call never "
+         "spent one")(_every_hop_refunded)
 
 
 def _switch_without_preflight() -> list[AbstractContextManager[Any]]:
