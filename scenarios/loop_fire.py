@@ -160,6 +160,18 @@ def grace_call_falls_back(s: Story) -> None:
              and _sent_models(s)[-1] == FALLBACK.model, "the grace call went again, to the fallback")
 
 
+@scenario("A reasoning-only reply whose prefill would not fit the window ends the turn closed, "
+          "and the request refused is the one that held the prefill",
+          invariants=("CMP-7", "LOOP-8"), stage="loop_fire")
+def prefill_past_the_window_fails_closed(s: Story) -> None:
+    s.limits(context_window_tokens=600)
+    s.script(thinking("I considered this at length. " * 90))
+    result = s.turn("hello there")
+    s.expect(result is not None and result.exit_reason is ExitReason.COMPRESSION_EXHAUSTED,
+             "the prefilled request was refused before it was sent")
+    s.expect(len(s.world.calls) == 1, "one call: the refused request never went out")
+
+
 # ---- LOOP-5: classification ------------------------------------------------------------------
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hermes_ref.ladder import visible_text
+from hermes_ref.ladder import inline_reasoning, reasoning_of, visible_text
 from hermes_ref.limits import Limits
-from hermes_ref.models import Message, Role
+from hermes_ref.models import Message, Role, ScaffoldFlag
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL
 from hermes_ref.tokens import count_message, count_wire_messages
@@ -224,28 +224,49 @@ def scaffolding_tokens(obs: Observation, turn_id: str, seq: int) -> int:
     if not earlier:
         return 0
     last = max(earlier, key=lambda c: c.seq)
-    carried = _scaffolding(last)
-    return tokens_of(carried + _called_for(last, carried))
+    prefills = sum(1 for c in earlier if _ends_on_prefill(c))
+    return tokens_of(_after_reply(obs.limits, last, _scaffolding(last), prefills))
 
 
 def _scaffolding(call: CallRecord) -> list[Message]:
     return [m for m in call.request.messages if m.scaffold is not None]
 
 
-def _called_for(call: CallRecord, carried: list[Message]) -> list[Message]:
-    """The scaffolding pair the reply of ``call`` adds to the next request, if any."""
+def _ends_on_prefill(call: CallRecord) -> bool:
+    messages = call.request.messages
+    return bool(messages) and messages[-1].scaffold is ScaffoldFlag.THINKING_PREFILL
+
+
+def _after_reply(limits: Limits, call: CallRecord, carried: list[Message],
+                 prefills: int) -> list[Message]:
+    """The scaffolding of the next request once the reply of ``call`` was handled, in the
+    ladder's order: a dropped call's re-prompt (LOOP-7, while re-prompts are left), the
+    nudge after a tool round (once per round, not for inline reasoning), the reasoning as
+    a prefill (while prefills are left; a newer one replaces an older); a retry or a
+    fallback sends the list as it was."""
     reply = call.reply
     if reply is None or reply.tool_calls:
-        return []
+        return carried
     if reply.finish_reason == "tool_calls":
-        return [Message(role=Role.ASSISTANT, content=reply.content or ""),
+        reprompts = sum(1 for m in carried if m.content == DROPPED_TOOLCALL_NUDGE)
+        if reprompts >= limits.dropped_toolcall_retries_max:
+            return carried
+        return [*carried, Message(role=Role.ASSISTANT, content=reply.content or ""),
                 Message(role=Role.USER, content=DROPPED_TOOLCALL_NUDGE)]
+    if visible_text(reply.content):
+        return carried
     after_tools = bool(call.request.messages) and call.request.messages[-1].role is Role.TOOL
     nudged = any(m.content == EMPTY_AFTER_TOOLS_NUDGE for m in carried)
-    if after_tools and not nudged and not visible_text(reply.content):
-        return [Message(role=Role.ASSISTANT, content=EMPTY_SENTINEL),
+    if after_tools and not nudged and not inline_reasoning(reply.content):
+        return [*carried, Message(role=Role.ASSISTANT, content=EMPTY_SENTINEL),
                 Message(role=Role.USER, content=EMPTY_AFTER_TOOLS_NUDGE)]
-    return []
+    thought = reasoning_of(reply)
+    if thought and prefills < limits.thinking_prefill_retries_max:
+        kept = carried[:-1] if carried and carried[-1].scaffold is ScaffoldFlag.THINKING_PREFILL \
+            else carried
+        return [*kept, Message(role=Role.ASSISTANT, content=thought,
+                               scaffold=ScaffoldFlag.THINKING_PREFILL)]
+    return carried
 
 
 def engine_of(obs: Observation) -> dict[str, str]:
