@@ -55,7 +55,7 @@ def budget_binds_before_the_iteration_cap(s: Story) -> None:
 
 
 @scenario("A failed write of the final row still delivers the answer, and the tail is closed",
-          invariants=("FIN-6", "FIN-3", "LOOP-3", "CTX-2"), stage="finalizer")
+          invariants=("FIN-6", "FIN-3", "LOOP-3", "CTX-2", "DEL-1"), stage="finalizer")
 def final_row_write_failure_keeps_the_answer(s: Story) -> None:
     s.faults(fail_writes={"final": 1})
     s.script(text("All done."), text("Nothing else is pending."))

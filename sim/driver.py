@@ -41,7 +41,7 @@ from hermes_ref.errors import (
     TurnInterrupted,
 )
 from hermes_ref.lease import LOST_REASON
-from hermes_ref.models import Event, EventKind, Lease, LeaseGrant
+from hermes_ref.models import Closed, Event, EventKind, Lease, LeaseGrant
 from hermes_ref.outcomes import ExitLine
 from sim.compaction_handlers import CompactionHandlers  # CMP-5, CMP-6
 from sim.door_handlers import AdmissionHandlers
@@ -170,7 +170,8 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             return
         if world.fault_state.crash_due("after", site):
             self._drop(f"after:{site.value}")
-        elif isinstance(effect, fx.CloseTurn) and world.fault_state.crash_due("after", Site.RELEASE):
+        elif isinstance(effect, fx.CloseTurn) and isinstance(value, Closed) \
+                and value.release_failure is None and world.fault_state.crash_due("after", Site.RELEASE):
             self._drop(f"after:{Site.RELEASE.value}")  # the release rode the final row's commit
         elif isinstance(value, LeaseGrant) and value.opened \
                 and world.fault_state.crash_due("after", Site.USER):

@@ -138,11 +138,11 @@ class LeaseHandlers:
         ``final`` fails the whole commit, one at ``release`` the release alone.
         """
         world, lease = self.world, effect.lease
-        self._fail_if_planned(Site.FINAL)
         seqs = world.turn_seqs
         closing = seqs.number_closing(effect.closing, world.clock.now())
         committed = False
         try:
+            self._fail_if_planned(Site.FINAL)  # after numbering, as a store's refusal comes
             closed: Closed = self._write(world.store.close_turn, lease, closing,
                                          lambda: self._fail_if_planned(Site.RELEASE),
                                          carried=lambda _: closing.events)

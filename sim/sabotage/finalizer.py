@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import finalizer, loop
+from hermes_ref import delivery, finalizer, loop
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import AppendMessages, CloseTurn, Emit, FlushEvents, ReleaseLease, Site
 from hermes_ref.errors import PersistenceError
@@ -198,3 +198,17 @@ def _release_without_flush() -> list[AbstractContextManager[Any]]:
 sabotage("failed_release_loses_the_ending", ("FIN-6",),
          "a failed lease release leaves the exit line and completion pending, never committed")(
     _release_without_flush)
+
+
+# ---- DEL-1: a closing that did not commit keeps the numbers it took ------------------------
+
+
+def _closing_numbers_kept() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(delivery.TurnSeqs, "settle_closing",
+                              lambda self, closing, committed: None)]
+
+
+sabotage("failed_closing_keeps_its_numbers", ("DEL-1",),
+         "when the final row's commit fails, the turn's event counter keeps the numbers its "
+         "exit line and completion took, so the ending it then emits leaves a gap")(
+    _closing_numbers_kept)
