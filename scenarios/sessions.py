@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hermes_ref.errors import ProviderRejected
 from hermes_ref.session import INCARNATION_ID, SessionSource
 from sim.harness import Story, scenario
 from sim.provider import text
@@ -125,6 +126,23 @@ def suspended_lane_is_cleared(s: Story) -> None:
     route = s.route_of(DM)
     s.expect(route is not None and route.session_id != first
              and route.auto_reset_reason == "suspended", "hard clear: a new incarnation")
+
+
+@scenario("A failed turn leaves its lane's restart count, so the next stop still counts it",
+          invariants=("SES-7",), stage="session")
+def failed_turn_keeps_the_restart_count(s: Story) -> None:
+    s.limits(stuck_restart_threshold=2)
+    s.script(text("Started."), ProviderRejected("bad request", status=400))
+    s.message(DM, "Start a long job.")
+    s.advance(30)
+    s.lane_restart(graceful=True, running=(DM,))
+    failed = s.message(DM, "Is it done?")
+    s.expect(failed is not None and failed.failed, "the second turn failed")
+    s.advance(30)
+    s.lane_restart(graceful=True, running=(DM,))
+    route = s.route_of(DM)
+    s.expect(route is not None and route.suspended,
+             "two stops in a row with the job running, no success between: suspended")
 
 
 @scenario("A lane interrupted by a crash resumes with the same id and the flag cleared",

@@ -3,17 +3,19 @@
 Theory of operation
 -------------------
 The lane log says when each process started (with or without the clean-exit marker) and
-stopped (with the keys whose turns were still running), and when a successful turn
-cleared its key's restart count (``cleared``: the write after the turn, which a process
-that dies right after the turn's last commit never makes, so its completion event alone
-proves nothing). From those alone this checker derives, for every start, which lanes it
-owed a resume_pending mark (a start without the marker: lanes active within
-``restart_resume_window_s``, neither suspended nor pending) and which it owed a
-suspension (still running across ``stuck_restart_threshold`` graceful stops in a row, with
-no cleared count between), and demands exactly those revisions at that start: a mark
-missing is a violation as much as one too many.
+stopped (with the keys whose turns were still running), and when a successful turn cleared
+its key's restart count (``cleared``: the write after the turn, which a process that dies
+right after the turn's last commit never makes, so its completion event alone proves
+nothing; a clearing must follow a durable successful completion of that key since the last
+clearing, stop or start, or the count was dropped for a turn that failed). From those
+alone this checker derives, for every start, which lanes it owed a resume_pending mark (a
+start without the marker: lanes active within ``restart_resume_window_s``, neither
+suspended nor pending) and which it owed a suspension (still running across
+``stuck_restart_threshold`` graceful stops in a row, with no cleared count between), and
+demands exactly those revisions at that start: a mark missing is a violation as much as
+one too many.
 
-Entries at one instant are ordered clearings, then stops, then starts; the revisions a
+Entries at one instant are ordered completions, clearings, stops, then starts; the revisions a
 start owed are those at its instant with the start pass's causes, and the state it judged
 is the last revision before the first one written by the start pass or the watcher pass
 that follows it.
@@ -24,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime
 
+from hermes_ref.models import EventKind
 from hermes_ref.session import Route
 from sim.checkers.base import Observation, Violation, checker
 
@@ -32,11 +35,18 @@ _AFTER_START = (*_PASS, "expiry_finalized", "pruned")  # the start pass, then th
 
 
 def _timeline(obs: Observation) -> list[tuple[float, int, int, str, str]]:
-    """(at, rank, seq, kind, key): cleared counts, stops, running keys, starts."""
+    """(at, rank, seq, kind, key): successful turns, cleared counts, stops, running keys,
+    starts."""
+    keys = {r.session_id: r.key for r in obs.record.routes}
     items: list[tuple[float, int, int, str, str]] = []
+    for seq, event in enumerate(obs.record.events):
+        if event.kind == EventKind.TURN_COMPLETED and event.data.get("failed") is False \
+                and event.session_id in keys:
+            items.append((event.at or 0.0, 0, seq, "ok", keys[event.session_id]))
     for seq, entry in enumerate(obs.record.lane_log):
-        rank = {"cleared": 0, "stop": 1, "running": 1, "start_clean": 2,
-                "start_unclean": 2}.get(entry.kind)
+        # the lane log's own order among its entries (one rank): it is the order of the writes
+        rank = 1 if entry.kind in ("cleared", "stop", "running", "start_clean",
+                                   "start_unclean") else None
         if rank is not None:
             items.append((entry.at, rank, seq, entry.kind, entry.key))
     return sorted(items)
@@ -94,6 +104,9 @@ def restart_marking(obs: Observation) -> list[Violation]:
         revisions[route.key].append(route)
     streak: dict[str, int] = defaultdict(int)
     running: set[str] | None = None
+    oks: dict[str, list[float]] = defaultdict(list)  # successful turns not yet behind a clearing
+    cleared: dict[str, float] = {}  # each key's last clearing
+    floor = 0.0  # the last stop or start
     out: list[Violation] = []
     for at, _, _, kind, key in _timeline(obs):
         if kind != "running" and running is not None:  # the stop's running keys are all in
@@ -103,12 +116,23 @@ def restart_marking(obs: Observation) -> list[Violation]:
             for name in running:
                 streak[name] += 1
             running = None
-        if kind == "cleared":
+        if kind == "ok":
+            oks[key].append(at)
+        elif kind == "cleared":
+            since = max(floor, cleared.get(key, 0.0))
+            if not any(since <= t <= at for t in oks[key]):  # at one instant either order holds
+                out.append(Violation("restart_marking", "SES-7", f"at {_when(at)} the restart "
+                                     f"count of {key} was cleared with no successful turn of "
+                                     "it since the last clearing, stop or start"))
             streak[key] = 0
+            oks[key] = [t for t in oks[key] if t > at]
+            cleared[key] = at
         elif kind == "stop":
             running = set()
+            floor = at
         elif kind == "running" and running is not None:
             running.add(key)
         elif kind.startswith("start"):
+            floor = at
             out += _judge_start(obs, at, kind == "start_clean", streak, revisions)
     return out

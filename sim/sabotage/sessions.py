@@ -12,6 +12,7 @@ from typing import Any
 from unittest import mock
 
 from hermes_ref import lane_restart, router, session
+from hermes_ref.outcomes import TurnResult
 from hermes_ref.session import Order, Route, SessionSource, Situation
 from sim.sabotage.base import sabotage
 
@@ -167,3 +168,18 @@ def _threshold_off_by_one() -> list[AbstractContextManager[Any]]:
 sabotage("stuck_threshold_off_by_one", ("SES-7",),
          "a lane is suspended only after more restarts than the threshold (> for >=)")(
     _threshold_off_by_one)
+
+
+def _cleared_after_any_turn() -> list[AbstractContextManager[Any]]:
+    original = router.after_turn
+
+    async def after_turn(routed: router.Routed, result: TurnResult | None) -> None:
+        if result is not None and result.failed:  # "a turn came back: the lane is not stuck"
+            result = result.model_copy(update={"failed": False})
+        await original(routed, result)
+    return [mock.patch.object(router, "after_turn", after_turn)]
+
+
+sabotage("failed_turn_clears_the_restart_count", ("SES-7",),
+         "a turn that failed clears its lane's restart count as a successful one does, so a "
+         "lane stuck across restarts is never suspended")(_cleared_after_any_turn)
