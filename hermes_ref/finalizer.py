@@ -291,7 +291,9 @@ async def _release(ctx: TurnContext, closing: Closing | None = None) -> bool:
     With ``closing`` the final rows and the ending are written in the release's commit
     (``CloseTurn``), the release still last. False when those rows failed: nothing of the
     commit holds, the lease is still the turn's, and the finalizer ends the turn as one
-    whose final write failed (the refresher stays stopped; nothing long runs after)."""
+    whose final write failed (the refresher stays stopped; nothing long runs after).
+    Whether the refresher had lost the lease is not asked: the fence decides, since a
+    write under a lost lease is refused (``LeaseLost``) and the turn ends interrupted."""
     if ctx.refresher is not None:
         await StopRefresher(ctx.refresher)
         await ClearInterrupt()
