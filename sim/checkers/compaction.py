@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import Role
 from sim.checkers import compaction_shape  # noqa: F401  # its checkers register with these
@@ -150,7 +151,8 @@ def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:
 
 
 def _idle_missed(obs: Observation) -> list[Violation]:
-    """CTX-5's silence: a turn that began idle past the gap, above the floor, compacted."""
+    """CTX-5's silence: a turn that began idle past the gap, above the floor, compacted
+    (unless its conversation was too short for a pass to leave a record, as for CMP-1)."""
     limits = obs.limits
     if limits.idle_compact_after_s <= 0 or not limits.compression_enabled:
         return []
@@ -159,7 +161,7 @@ def _idle_missed(obs: Observation) -> list[Violation]:
     for call in obs.calls:
         first.setdefault(call.turn_id, call)
     for turn, call in first.items():
-        if _idle_due(obs, call) and not _blocked(obs, call) \
+        if _idle_due(obs, call) and not _blocked(obs, call) and _compressible(call, limits) \
                 and not attempts(obs, turn, before=call):
             out.append(Violation("compaction_threshold", "CTX-5",
                                  f"turn {turn} began after an idle gap past "
@@ -181,11 +183,13 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
     manual = [(lineage.get(s, s), seq) for s, seq in obs.manual_compactions]
     calls = summary_calls_of(obs)
     steps = passes(obs)
+    process = _process_of_turn(obs)
     for index, call in enumerate(calls):
         root = lineage.get(call.session_id, call.session_id)
         asked = any(r == root and seq < call.seq for r, seq in manual)
         failed = [c for c in calls[:index] if c.error is not None
-                  and lineage.get(c.session_id, c.session_id) == root]
+                  and lineage.get(c.session_id, c.session_id) == root
+                  and process.get(c.turn_id) == process.get(call.turn_id)]
         if failed and call.at < failed[-1].at + limits.compression_cooldown_s and not any(
                 r == root and failed[-1].seq < seq < call.seq for r, seq in manual):
             out.append(Violation("cooldown_respected", "CMP-4",
@@ -208,6 +212,18 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
                                  f"a manual compaction of {root_id} was asked for and turn "
                                  f"{later[0].turn_id} called the model without running it"))
     return out
+
+
+def _process_of_turn(obs: Observation) -> dict[str, str]:
+    """Each turn's process, from the lease holders of the world's lease log. The cooldown
+    lives in a process's session cache (docs/compaction.md): a failed summary starts it
+    for that process only, and a restarted or other process starts without it."""
+    found: dict[str, str] = {}
+    for step in obs.lease_log or ():
+        fields = holder_fields(step.holder)
+        if "turn" in fields and "pid" in fields:
+            found.setdefault(fields["turn"], fields["pid"])
+    return found
 
 
 # ---- CTX-6: passes before the first call ---------------------------------------------------
