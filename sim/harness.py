@@ -313,11 +313,13 @@ class Story:
         return processes.start(self)
 
     def start_turn(self, text: str, *, session: str = "s-1", process: ProcessHandle | None = None,
-                   after_s: float = 0.0, platform: str | None = None) -> TurnHandle:
+                   after_s: float = 0.0, platform: str | None = None,
+                   history: list[Message] | None = None) -> TurnHandle:
         """Hand a turn to ``process`` (the story's own by default), to begin ``after_s``
-        from now; it runs when the story calls ``run_all``."""
+        from now; it runs when the story calls ``run_all``. ``history`` is the caller's own
+        list, kept and judged as ``turn`` keeps it."""
         return processes.start_turn(self, text, session=session, process=process,
-                                    after_s=after_s, platform=platform)
+                                    after_s=after_s, platform=platform, history=history)
 
     def run_all(self) -> None:
         """Run the world until every turn handed out has ended; then check the record."""

@@ -27,6 +27,7 @@ from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderServer
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.wire import ProviderRequest
 from sim.choices import Chooser
+from sim.explore import edges
 from sim.explore.plan import BIG_LOG, FaultKind, ReplyFault
 from sim.provider import LONE_SURROGATE, _FakeBase, calls_sharing_id, text, tool_calls
 
@@ -123,6 +124,8 @@ def _faulty(fault: ReplyFault) -> ProviderReply:
         return tool_calls(("execute_code", {"code": "print(6 * 7)"}))
     if kind is FaultKind.HUGE_READ:
         return tool_calls(("read_file", {"path": BIG_LOG}))
+    if kind is FaultKind.REFUSED_WRITE:
+        return tool_calls(edges.refused_write())
     if kind is FaultKind.WIDE_BATCH:
         return tool_calls(*(("read_file", {"path": f"notes-{1 + n % 2}.txt"}) for n in range(10)))
     return ProviderReply(content="", finish_reason="stop")
@@ -139,6 +142,8 @@ def _answer(request: ProviderRequest) -> ProviderReply:
     tools_ran = any(m.role is Role.TOOL for m in messages[asked_at + 1:])
     if tools_ran or not request.tools:
         return text(f"Done: {asked}")
+    if (rewrite := edges.rewrite_round(asked)) is not None:  # a read and a write, one file
+        return tool_calls(*rewrite)
     if (both := _READ_TWO.match(asked)) is not None:  # one round, two calls side by side
         return tool_calls(("read_file", {"path": both.group(1)}),
                           ("read_file", {"path": both.group(2)}))

@@ -59,6 +59,8 @@ class FaultKind(StrEnum):
     FALLBACK = "fallback"              # a fallback route behind the primary (LOOP-6)
     SMALL_WINDOW = "small_window"      # a context window a few turns fill: compaction, rotation
     VERIFY_GATE = "verify_gate"        # the first answer after a file change waits for a check
+    SUMMARY_FAILURE = "summary_failure"  # a compaction's summary request fails (503): the cooldown
+    REFUSED_WRITE = "refused_write"    # the model writes under a file as if it were a folder
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
@@ -137,7 +139,20 @@ class Redirect(Frozen):
     text: str
 
 
-Step = Annotated[Submit | Drain | Kill | Stall | ClockJump | Interrupt | Redirect,
+class Handover(Frozen):
+    """A caller hands ``process`` a turn of session ``into`` directly, not through the door,
+    with its own history of ``history`` exchanges (CTX-2). ``into`` is no session of the
+    plan's: nobody is bound to it, so its user rows need no admission (ADM-1)."""
+
+    op: Literal["handover"] = "handover"
+    at_s: float = Field(ge=0)
+    process: int = Field(ge=0)
+    into: str
+    text: str
+    history: int = Field(default=2, ge=0)
+
+
+Step = Annotated[Submit | Drain | Kill | Stall | ClockJump | Interrupt | Redirect | Handover,
                  Field(discriminator="op")]
 TIMED_FAULTS = {"kill", "stall", "clock_jump", "interrupt", "redirect"}  # steps that are faults
 
@@ -180,6 +195,11 @@ class WorldPlan(Frozen):
     fallback_window: int | None = Field(default=None, ge=1)  # tokens of the fallback route
     context_window: int | None = Field(default=None, ge=1)  # tokens of the primary's window
     verify_before_answer: bool = False  # the verification gate (FIN-1's withheld answer)
+    iteration_budget: int | None = Field(default=None, ge=1)  # budget units (LOOP-1)
+    grace_call: bool = True  # the summary call at the end of a budget (FIN-1, FIN-8)
+    symlinks: dict[str, str] = Field(default_factory=dict)  # link -> target, in the workspace
+    idle_compact_after_s: float | None = Field(default=None, gt=0)  # idle compaction (CTX-5)
+    summary_failures: tuple[int, ...] = ()  # the n-th summary requests that fail (CMP-4)
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -218,6 +238,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.CRASH_AT_EFFECT)
         if any(self.write_failures.values()):
             kinds.add(FaultKind.WRITE_FAILURE)
+        if self.summary_failures:
+            kinds.add(FaultKind.SUMMARY_FAILURE)
         return kinds
 
     @property
@@ -227,6 +249,7 @@ class WorldPlan(Frozen):
                   + sum(self.write_failures.values())
                   + len(self.tool_timings) + (self.fallback_window is not None)
                   + (self.context_window is not None) + self.verify_before_answer
+                  + len(self.summary_failures)
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS))
         turns = sum(1 for s in self.steps if s.op == "submit")
         return (self.processes, len(self.sessions), turns, faults, len(self.steps))
@@ -357,12 +380,13 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
     if failures:  # a huge result whose write fails is closed as unknown, which TOOL-7 takes
         replies = [r for r in replies if r.kind is not FaultKind.HUGE_READ]  # for unspilled
     steps.sort(key=lambda s: s.at_s)
-    return WorldPlan(seed=seed, processes=processes, sessions=sessions, members=members,
-                     max_iterations=iterations, files=files, steps=tuple(steps),
-                     replies=tuple(replies), crash=crash, crash_at_effect=at_effect,
-                     write_failures=failures, tool_timings=timings, fallback_window=fallback,
-                     context_window=_small_window(seed, kinds, processes),
-                     verify_before_answer=_verify_gate(seed, kinds, iterations))
+    from sim.explore import edges  # its parts are drawn last, on streams of their own
+    return edges.draw(seed, kinds, WorldPlan(
+        seed=seed, processes=processes, sessions=sessions, members=members,
+        max_iterations=iterations, files=files, steps=tuple(steps), replies=tuple(replies),
+        crash=crash, crash_at_effect=at_effect, write_failures=failures, tool_timings=timings,
+        fallback_window=fallback, context_window=_small_window(seed, kinds, processes),
+        verify_before_answer=_verify_gate(seed, kinds, iterations)))
 
 
 def _reply_faults(faults: random.Random, kinds: frozenset[FaultKind], share: float,

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 
+from sim.explore import edges
 from sim.explore.plan import (
     BIG_LOG,
     ClockJump,
     Drain,
     FaultKind,
+    Handover,
     Interrupt,
     Kill,
     Redirect,
@@ -54,6 +56,7 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         "from sim.explore.model import ExploreModel",
         "from sim.explore.plan import " + ("BIG_LOG_TEXT, " if any(
             r.kind is FaultKind.HUGE_READ for r in plan.replies) else "") + "FaultKind, ReplyFault",
+        *edges.render_imports(plan),
         "from sim.explore.run import calm_phase, jump_clock, redirect_a_running_turn",
         "from sim.harness import Story, scenario",
         "",
@@ -126,7 +129,7 @@ def _options(plan: WorldPlan) -> list[str]:
         lines += [f"s.limits(fallback_providers=(ProviderRoute(model={FALLBACK_MODEL!r}, "
                   f"context_window_tokens={plan.fallback_window}, token_ratio=1.25),))",
                   f"s.use_provider_for({FALLBACK_MODEL!r}, model.for_fallback())"]
-    return lines
+    return lines + edges.render_options(plan)
 
 
 def _step(step: object, names: tuple[str, ...]) -> str:
@@ -148,4 +151,8 @@ def _step(step: object, names: tuple[str, ...]) -> str:
     if isinstance(step, Redirect):
         return (f"redirect_a_running_turn(s, {step.text!r}, after_s={step.at_s!r}, "
                 f"session={step.session!r})")
+    if isinstance(step, Handover):  # the caller's own list, handed with the turn
+        return (f"s.start_turn({step.text!r}, session={step.into!r}, "
+                f"process={names[step.process]}, after_s={step.at_s!r}, "
+                f"history=handed_history({step.history}))")
     raise TypeError(f"unknown step {step!r}")

@@ -37,6 +37,7 @@ from pydantic_core import PydanticSerializationError
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
 from hermes_ref.limits import ProviderRoute
+from sim.explore import edges
 from sim.explore.model import ExploreModel
 from sim.explore.plan import (
     BIG_LOG,
@@ -44,6 +45,7 @@ from sim.explore.plan import (
     ClockJump,
     Drain,
     FaultKind,
+    Handover,
     Interrupt,
     Kill,
     Redirect,
@@ -199,7 +201,7 @@ def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:
         fired.add(FaultKind.VERIFY_GATE)  # an answer was held back and the model asked to check
     if plan.context_window is not None and world.summary_calls:
         fired.add(FaultKind.SMALL_WINDOW)  # the window filled: a compaction asked for a summary
-    return fired
+    return fired | edges.fired(world, plan)
 
 
 def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
@@ -244,6 +246,9 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
             story.interrupt(after_s=step.at_s, session=step.session)
         elif isinstance(step, Redirect):
             redirect_a_running_turn(story, step.text, after_s=step.at_s, session=step.session)
+        elif isinstance(step, Handover):
+            story.start_turn(step.text, session=step.into, process=handles[step.process],
+                             after_s=step.at_s, history=edges.handed_history(step.history))
     return handles
 
 
@@ -285,6 +290,7 @@ def _stage_options(story: Story, plan: WorldPlan) -> None:
         model = story.world.provider
         if isinstance(model, ExploreModel):
             story.use_provider_for(FALLBACK_MODEL, model.for_fallback())
+    edges.stage(story, plan)
 
 
 def jump_clock(story: Story, seconds: float, *, after_s: float) -> None:

@@ -40,7 +40,8 @@ ODD_KINDS = (FaultKind.AUTH_ERROR, FaultKind.REASONING_ONLY, FaultKind.NARRATED_
              FaultKind.WIDE_BATCH, FaultKind.STREAM_CUT, FaultKind.OVERFLOW, FaultKind.OUTAGE,
              FaultKind.INTERRUPT, FaultKind.REDIRECT, FaultKind.SLOW_TOOL, FaultKind.FALLBACK,
              FaultKind.SMALL_WINDOW, FaultKind.RUN_CODE, FaultKind.HUGE_READ,
-             FaultKind.VERIFY_GATE)  # the kinds drawn after the first parts
+             FaultKind.VERIFY_GATE, FaultKind.SUMMARY_FAILURE,
+             FaultKind.REFUSED_WRITE)  # the kinds drawn after the first parts
 
 # a stalled holder whose lease runs out while its model call is slow: a small world with
 # one lease loss, used wherever a test needs a run with a fault in it

@@ -1,0 +1,276 @@
+"""The world's context and loop-ending parts, each drawn from a sub-stream of its own.
+
+``draw`` adds them to a plan the older parts have drawn, moving nothing of those:
+
+* ``budgets``: in a world in five an iteration budget of 1-3 units (``iteration_budget``),
+  which binds before ``max_iterations`` does (LOOP-1); in about a third of the worlds
+  with a tight budget or cap, no grace call, so a turn whose budget ends on a tool round
+  stops on its results (FIN-8);
+* ``aliases``: in about a third of the worlds one or two turns that read a notes file and
+  rewrite it in the same round, naming it again, by its absolute path, through a symlink
+  (``link-1.txt``) or as ``./notes-1.txt``: one file, so the write waits for the read
+  (TOOL-4);
+* ``returns``: a session's user comes back after its workload, within a minute or after
+  a pause of 5-25 minutes, and half the time asks again what they asked first (the turn's
+  own user message then has an earlier twin: CTX-7);
+* ``pressure``: in a world with a small context window, half the time idle compaction
+  (``idle_compact_after_s`` 300 or 600 s, CTX-5), and in two worlds in five one or two
+  failed summary requests (``summary_failures``, numbered by summary request: the cooldown
+  of CMP-4);
+* ``writes``: in a world in four the model writes under a file as if it were a folder
+  (``notes-1.txt/draft.txt``); the tool refuses, and the answer must say so (TOOL-9);
+* ``handover``: in a world in four a conversation brought in from elsewhere: a caller hands
+  a process a turn of a session of its own with its history list (``Handover``), which the
+  turn must copy and never change (CTX-2), then one or two more with that list grown.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from hermes_ref.errors import ProviderServerError
+from hermes_ref.models import Message, ProviderReply, Role
+from hermes_ref.wire import ProviderRequest
+from sim.explore.plan import Drain, FaultKind, Handover, ReplyFault, Step, Submit, WorldPlan
+from sim.summarizer import Summarizer
+from sim.tools import SIM_ROOT
+from sim.world import seeded_id
+
+if TYPE_CHECKING:
+    from sim.harness import Story
+    from sim.world import World
+
+REWRITE = re.compile(r"^Read (\S+) and rewrite it as note (\d+) at (\S+)\.$")
+REFUSED_PATH = "notes-1.txt/draft.txt"  # under a file: no folder is there to write into
+LATER = (300.0, 600.0)  # seconds of idleness after which a turn compacts (CTX-5)
+
+
+def _rng(seed: int, part: str) -> random.Random:
+    return random.Random(f"{seed}:{part}")
+
+
+def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
+    """``plan`` with this module's parts added (see the module docstring)."""
+    steps = list(plan.steps)
+    taken = {s.request_id for s in steps if isinstance(s, Submit)}
+    links = _aliases(seed, plan, steps, taken)
+    _returns(seed, plan, steps, taken)
+    _handover(seed, plan, steps)
+    steps.sort(key=lambda s: s.at_s)
+    budget, grace = _budgets(seed, plan)
+    idle, failures = _pressure(seed, kinds, plan)
+    return plan.model_copy(update={
+        "steps": tuple(steps), "replies": _refused_writes(seed, kinds, plan),
+        "iteration_budget": budget, "grace_call": grace, "symlinks": links,
+        "idle_compact_after_s": idle, "summary_failures": failures})
+
+
+def _turn(rng: random.Random, plan: WorldPlan, steps: list[Step], taken: set[str],
+          session: str, at: float, text: str) -> None:
+    """One more submission of ``session``'s principal, and a drain claim after it."""
+    steps.append(Submit(at_s=round(at, 1), process=rng.randrange(plan.processes),
+                        principal=plan.sessions[session], session=session,
+                        request_id=seeded_id(rng, "r-", taken), text=text))
+    steps.append(Drain(at_s=round(at + rng.uniform(0.5, 30.0), 1),
+                       process=rng.randrange(plan.processes), session=session))
+
+
+def _budgets(seed: int, plan: WorldPlan) -> tuple[int | None, bool]:
+    """A tight iteration budget, and no grace call, in some worlds ("budgets"). Neither the
+    verification gate nor a fallback route is drawn with a tight budget (docs/explore.md)."""
+    rng = _rng(seed, "budgets")
+    budget = rng.choice((1, 2, 3)) if rng.random() < 0.2 else None
+    if plan.verify_before_answer or plan.fallback_window is not None:
+        budget = None
+    tight = budget is not None or plan.max_iterations is not None
+    return budget, not (tight and rng.random() < 0.35)
+
+
+def _aliases(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> dict[str, str]:
+    """Turns that read a file and rewrite it under another name of it ("aliases")."""
+    rng = _rng(seed, "aliases")
+    files = sorted(plan.files)
+    if not files or rng.random() >= 0.35:
+        return {}
+    links: dict[str, str] = {}
+    for k in range(rng.randint(1, 2)):
+        session, name = rng.choice(sorted(plan.sessions)), rng.choice(files)
+        how = rng.choice(("same", "absolute", "link", "dot"))
+        alias = {"same": name, "absolute": f"{SIM_ROOT}/{name}", "dot": f"./{name}",
+                 "link": f"link-{name}"}[how]
+        if how == "link":
+            links[alias] = name
+        _turn(rng, plan, steps, taken, session, rng.uniform(0.0, 120.0),
+              f"Read {name} and rewrite it as note {70 + k} at {alias}.")
+    return links
+
+
+def _returns(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> None:
+    """A user comes back after the workload, soon or after a pause, and half the time
+    asks again what they asked first ("returns")."""
+    rng = _rng(seed, "returns")
+    for session in sorted(plan.sessions):
+        if rng.random() >= 0.4:
+            continue
+        mine = sorted((s for s in steps if isinstance(s, Submit) and s.session == session
+                       and s.principal == plan.sessions[session]), key=lambda s: s.at_s)
+        if not mine:
+            continue
+        pause = rng.uniform(5.0, 60.0) if rng.random() < 0.5 else rng.uniform(300.0, 1500.0)
+        again = rng.random() < 0.5
+        text = mine[0].text if again else f"Say hello {rng.randint(30, 69)}."
+        _turn(rng, plan, steps, taken, session, mine[-1].at_s + 30.0 + pause, text)
+
+
+def _handover(seed: int, plan: WorldPlan, steps: list[Step]) -> None:
+    """In a world in four, a conversation brought in from elsewhere: a caller hands a
+    process a turn of a session of its own (``h-1``, nobody bound to it) with its history,
+    and later hands it one or two more turns with that history grown ("handover")."""
+    rng = _rng(seed, "handover")
+    if rng.random() >= 0.25:
+        return
+    at, exchanges = rng.uniform(0.0, 120.0), rng.randint(1, 4)
+    for k in range(rng.randint(1, 3)):
+        steps.append(Handover(at_s=round(at, 1), process=rng.randrange(plan.processes),
+                              into="h-1", text=f"Say hello {80 + k}.", history=exchanges + k))
+        at += rng.uniform(5.0, 60.0)
+
+
+def handed_history(exchanges: int) -> list[Message]:
+    """The history a caller hands over: ``exchanges`` questions and answers, a new list."""
+    rows: list[Message] = []
+    for k in range(1, exchanges + 1):
+        rows += [Message(role=Role.USER, content=f"Earlier question {k}."),
+                 Message(role=Role.ASSISTANT, content=f"Earlier answer {k}.")]
+    return rows
+
+
+def _pressure(seed: int, kinds: frozenset[FaultKind],
+              plan: WorldPlan) -> tuple[float | None, tuple[int, ...]]:
+    """Idle compaction and failed summaries, in worlds with a small window ("pressure")."""
+    rng = _rng(seed, "pressure")
+    if plan.context_window is None:
+        return None, ()
+    idle = rng.choice(LATER) if rng.random() < 0.5 else None
+    failures: tuple[int, ...] = ()
+    if FaultKind.SUMMARY_FAILURE in kinds and rng.random() < 0.4:
+        failures = tuple(sorted(rng.sample(range(1, 5), rng.choice((1, 2)))))
+    return idle, failures
+
+
+def _refused_writes(seed: int, kinds: frozenset[FaultKind],
+                    plan: WorldPlan) -> tuple[ReplyFault, ...]:
+    """A write the tool refuses, at one model call of the faulty phase ("writes")."""
+    rng = _rng(seed, "writes")
+    turns = sum(1 for s in plan.steps if isinstance(s, Submit))
+    if FaultKind.REFUSED_WRITE not in kinds or rng.random() >= 0.25 or not turns:
+        return plan.replies
+    call = rng.randint(1, 2 * turns)
+    if any(r.call == call for r in plan.replies):
+        return plan.replies
+    fault = ReplyFault(call=call, kind=FaultKind.REFUSED_WRITE)
+    return tuple(sorted((*plan.replies, fault), key=lambda r: r.call))
+
+
+# ---- the model's side ------------------------------------------------------------------------
+
+
+def rewrite_round(asked: str) -> tuple[tuple[str, dict[str, Any]], ...] | None:
+    """The round a rewrite request asks for: the read, then the write under the alias."""
+    found = REWRITE.match(asked)
+    if found is None:
+        return None
+    return (("read_file", {"path": found.group(1)}),
+            ("write_file", {"path": found.group(3), "content": f"note {found.group(2)}"}))
+
+
+def refused_write() -> tuple[str, dict[str, Any]]:
+    return ("write_file", {"path": REFUSED_PATH, "content": "draft"})
+
+
+class FlakySummarizer(Summarizer):
+    """The world's summarizer, but the n-th summary requests of the faulty phase fail (503)."""
+
+    def __init__(self, failing: tuple[int, ...], model: object) -> None:
+        super().__init__()
+        self._failing = set(failing)
+        self._model = model  # its ``calm`` flag disarms the failures
+        self.asked = 0
+        self.failed = 0
+
+    def complete(self, request: ProviderRequest) -> ProviderReply:
+        self.asked += 1
+        if self.asked in self._failing and not getattr(self._model, "calm", False):
+            self.failed += 1
+            self.requests.append(request)
+            raise ProviderServerError(f"503 at summary request {self.asked}: summarizer "
+                                      "unavailable", status=503)
+        return super().complete(request)
+
+
+# ---- staging, firing, rendering, shrinking ---------------------------------------------------
+
+
+def stage(story: Story, plan: WorldPlan) -> None:
+    """The limits, symlinks and summarizer of these parts, as ``render_options`` writes them."""
+    limits = _limits(plan)
+    if limits:
+        story.limits(**limits)
+    if plan.symlinks:
+        story.symlinks(dict(plan.symlinks))
+    if plan.summary_failures:
+        model = story.world.provider
+        model.summarizer = FlakySummarizer(plan.summary_failures, model)  # type: ignore[attr-defined]
+
+
+def _limits(plan: WorldPlan) -> dict[str, Any]:
+    limits: dict[str, Any] = {}
+    if plan.iteration_budget is not None:
+        limits["iteration_budget"] = plan.iteration_budget
+    if not plan.grace_call:
+        limits["grace_call_enabled"] = False
+    if plan.idle_compact_after_s is not None:
+        limits["idle_compact_after_s"] = plan.idle_compact_after_s
+    return limits
+
+
+def fired(world: World, plan: WorldPlan) -> set[FaultKind]:
+    """A summary request that failed in the faulty phase."""
+    summarizer = getattr(world.provider, "summarizer", None)
+    if plan.summary_failures and isinstance(summarizer, FlakySummarizer) and summarizer.failed:
+        return {FaultKind.SUMMARY_FAILURE}
+    return set()
+
+
+def render_imports(plan: WorldPlan) -> list[str]:
+    names = (["FlakySummarizer"] if plan.summary_failures else []) + (
+        ["handed_history"] if any(isinstance(s, Handover) for s in plan.steps) else [])
+    return [f"from sim.explore.edges import {', '.join(names)}"] if names else []
+
+
+def render_options(plan: WorldPlan) -> list[str]:
+    """``stage``'s calls as scenario lines."""
+    lines = []
+    limits = _limits(plan)
+    if limits:
+        lines.append("s.limits(" + ", ".join(f"{k}={v!r}" for k, v in limits.items()) + ")")
+    if plan.symlinks:
+        lines.append(f"s.symlinks({dict(plan.symlinks)!r})")
+    if plan.summary_failures:
+        lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model)"
+                     "  # these summary requests fail")
+    return lines
+
+
+def simpler(plan: WorldPlan) -> Iterator[WorldPlan]:
+    """The shrinker's edits of these parts: each option off, one failed summary fewer."""
+    for option, off in (("iteration_budget", None), ("grace_call", True),
+                        ("idle_compact_after_s", None), ("symlinks", {})):
+        if getattr(plan, option) != off:
+            yield plan.model_copy(update={option: off})
+    for n in plan.summary_failures:
+        yield plan.model_copy(update={"summary_failures": tuple(
+            f for f in plan.summary_failures if f != n)})
