@@ -8,6 +8,7 @@ from hermes_ref.scaffolding import (
     EMPTY_AFTER_TOOLS_NUDGE,
     EMPTY_SENTINEL,
     GRACE_SUMMARY_PROMPT,
+    PRE_VERIFY_NUDGE,
 )
 from sim.checkers.base import (
     Observation,
@@ -36,7 +37,8 @@ def tail_closure(obs: Observation) -> list[Violation]:
     return out
 
 
-SCAFFOLD_TEXTS = frozenset({DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, GRACE_SUMMARY_PROMPT})
+SCAFFOLD_TEXTS = frozenset({DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, GRACE_SUMMARY_PROMPT,
+                            PRE_VERIFY_NUDGE})  # the verification gate's request (FIN-1)
 
 
 @checker("no_scaffolding_persisted", ("SCAF-1",),
