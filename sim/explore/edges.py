@@ -5,20 +5,25 @@
 * ``budgets``: in a world in five an iteration budget of 1-3 units (``iteration_budget``),
   which binds before ``max_iterations`` does (LOOP-1); in about a third of the worlds
   with a tight budget or cap, no grace call, so a turn whose budget ends on a tool round
-  stops on its results (FIN-8);
+  stops on its results (FIN-8); in four of five worlds with a budget of 2 or 3 (and the
+  whole cap) the verification gate, whose held-back answer the budget's end delivers (FIN-1);
 * ``aliases``: in about a third of the worlds one or two turns that read a notes file and
   rewrite it in the same round, naming it again, by its absolute path, through a symlink
-  (``link-1.txt``) or as ``./notes-1.txt``: one file, so the write waits for the read
-  (TOOL-4);
+  (``link-notes-1.txt``) or as ``./notes-1.txt``: one file, so the write waits for the
+  read (TOOL-4);
 * ``returns``: a session's user comes back after its workload, within a minute or after
-  a pause of 5-25 minutes, and half the time asks again what they asked first (the turn's
-  own user message then has an earlier twin: CTX-7);
+  a pause of 5-25 minutes, and half the time asks again what they asked first;
 * ``pressure``: in a world with a small context window, half the time idle compaction
   (``idle_compact_after_s`` 300 or 600 s, CTX-5), and in two worlds in five one or two
   failed summary requests (``summary_failures``, numbered by summary request: the cooldown
   of CMP-4);
 * ``writes``: in a world in four the model writes under a file as if it were a folder
   (``notes-1.txt/draft.txt``); the tool refuses, and the answer must say so (TOOL-9);
+* ``chores``: in a world in four a session opens with a long chore of 6-10 reads, one a
+  round (``Go through part-1.txt to part-8.txt in order.``), and half the time its user
+  asks for it again later; a one-process world without a small window gets one of 500-700
+  tokens, which a chore fills halfway: the mid-turn compaction must keep that turn's own
+  user row, not its earlier twin in the session's head (CTX-7);
 * ``handover``: in a world in four a conversation brought in from elsewhere: a caller hands
   a process a turn of a session of its own with its history list (``Handover``), which the
   turn must copy and never change (CTX-2), then one or two more with that list grown.
@@ -44,6 +49,8 @@ if TYPE_CHECKING:
     from sim.world import World
 
 REWRITE = re.compile(r"^Read (\S+) and rewrite it as note (\d+) at (\S+)\.$")
+CHORE = re.compile(r"^Go through part-1\.txt to part-(\d+)\.txt in order\.$")
+PART = re.compile(r"part-(\d+)\.txt")
 REFUSED_PATH = "notes-1.txt/draft.txt"  # under a file: no folder is there to write into
 LATER = (300.0, 600.0)  # seconds of idleness after which a turn compacts (CTX-5)
 
@@ -59,12 +66,15 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     links = _aliases(seed, plan, steps, taken)
     _returns(seed, plan, steps, taken)
     _handover(seed, plan, steps)
+    files, window = _chores(seed, kinds, plan, steps, taken)
     steps.sort(key=lambda s: s.at_s)
-    budget, grace = _budgets(seed, plan)
+    plan = plan.model_copy(update={"context_window": window})
+    budget, grace, gate = _budgets(seed, plan)
     idle, failures = _pressure(seed, kinds, plan)
     return plan.model_copy(update={
         "steps": tuple(steps), "replies": _refused_writes(seed, kinds, plan),
-        "iteration_budget": budget, "grace_call": grace, "symlinks": links,
+        "iteration_budget": budget, "grace_call": grace, "verify_before_answer": gate,
+        "symlinks": links, "files": files,
         "idle_compact_after_s": idle, "summary_failures": failures})
 
 
@@ -78,15 +88,21 @@ def _turn(rng: random.Random, plan: WorldPlan, steps: list[Step], taken: set[str
                        process=rng.randrange(plan.processes), session=session))
 
 
-def _budgets(seed: int, plan: WorldPlan) -> tuple[int | None, bool]:
-    """A tight iteration budget, and no grace call, in some worlds ("budgets"). Neither the
-    verification gate nor a fallback route is drawn with a tight budget (docs/explore.md)."""
+def _budgets(seed: int, plan: WorldPlan) -> tuple[int | None, bool, bool]:
+    """A tight iteration budget, no grace call, and the verification gate, in some worlds
+    ("budgets"): the gate only with a budget of 2 or 3 and the whole call cap, where the held
+    answer is delivered when the budget ends (FIN-1). Neither a tight budget nor the grace
+    call off comes with a fallback route, nor a tight budget with a small window or the
+    gate of the opt-in part (docs/explore.md)."""
     rng = _rng(seed, "budgets")
     budget = rng.choice((1, 2, 3)) if rng.random() < 0.2 else None
-    if plan.verify_before_answer or plan.fallback_window is not None:
+    if plan.verify_before_answer or plan.fallback_window is not None \
+            or plan.context_window is not None:
         budget = None
     tight = budget is not None or plan.max_iterations is not None
-    return budget, not (tight and rng.random() < 0.35)
+    grace = not (tight and rng.random() < 0.35) or plan.fallback_window is not None
+    gate = (budget or 0) >= 2 and plan.max_iterations is None and rng.random() < 0.8
+    return budget, grace, gate or plan.verify_before_answer
 
 
 def _aliases(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> dict[str, str]:
@@ -123,6 +139,29 @@ def _returns(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> 
         again = rng.random() < 0.5
         text = mine[0].text if again else f"Say hello {rng.randint(30, 69)}."
         _turn(rng, plan, steps, taken, session, mine[-1].at_s + 30.0 + pause, text)
+
+
+def _chores(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps: list[Step],
+            taken: set[str]) -> tuple[dict[str, str], int | None]:
+    """In a world in four, a session opens with a long chore, one read a round, and half
+    the time its user asks for the same chore again later ("chores"); a one-process world
+    without a small window then gets one of 500-700 tokens, which a chore fills halfway
+    through. Returns the files and the window."""
+    rng = _rng(seed, "chores")
+    if rng.random() >= 0.25:
+        return dict(plan.files), plan.context_window
+    session, parts = rng.choice(sorted(plan.sessions)), rng.randint(6, 10)
+    text = f"Go through part-1.txt to part-{parts}.txt in order."
+    mine = [s.at_s for s in steps if isinstance(s, Submit) and s.session == session]
+    _turn(rng, plan, steps, taken, session, rng.uniform(0.0, min(mine, default=10.0)), text)
+    if rng.random() < 0.5:
+        _turn(rng, plan, steps, taken, session, max(mine, default=0.0) + rng.uniform(5.0, 90.0),
+              text)
+    window = plan.context_window
+    if window is None and plan.processes == 1 and FaultKind.SMALL_WINDOW in kinds:
+        window = rng.choice((500, 600, 700))
+    return {**plan.files, **{f"part-{k}.txt": f"part {k} of seed {seed}: in order"
+                             for k in range(1, parts + 1)}}, window
 
 
 def _handover(seed: int, plan: WorldPlan, steps: list[Step]) -> None:
@@ -185,6 +224,18 @@ def rewrite_round(asked: str) -> tuple[tuple[str, dict[str, Any]], ...] | None:
         return None
     return (("read_file", {"path": found.group(1)}),
             ("write_file", {"path": found.group(3), "content": f"note {found.group(2)}"}))
+
+
+def chore_round(asked: str, since: tuple[Message, ...]) -> tuple[str, dict[str, Any]] | None:
+    """The next read of a chore: the part after the highest one read since it was asked
+    (a compaction may have summarized earlier rounds, never the latest), or None when done."""
+    found = CHORE.match(asked)
+    if found is None:
+        return None
+    read = [int(m.group(1)) for message in since for call in message.tool_calls
+            if (m := PART.search(call.arguments)) is not None]
+    after = max(read, default=0)
+    return None if after >= int(found.group(1)) else ("read_file", {"path": f"part-{after + 1}.txt"})
 
 
 def refused_write() -> tuple[str, dict[str, Any]]:
