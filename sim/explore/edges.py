@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_ref.errors import ProviderServerError
 from hermes_ref.models import Message, ProviderReply, Role
+from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
 from hermes_ref.wire import ProviderRequest
 from sim.explore.plan import Drain, FaultKind, Handover, ReplyFault, Step, Submit, WorldPlan
 from sim.summarizer import Summarizer
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 REWRITE = re.compile(r"^Read (\S+) and rewrite it as note (\d+) at (\S+)\.$")
 CHORE = re.compile(r"^Go through part-1\.txt to part-(\d+)\.txt in order\.$")
 PART = re.compile(r"part-(\d+)\.txt")
+PATH = re.compile(r'"path": "([^"]+)"')
 REFUSED_PATH = "notes-1.txt/draft.txt"  # under a file: no folder is there to write into
 LATER = (300.0, 600.0)  # seconds of idleness after which a turn compacts (CTX-5)
 
@@ -236,6 +238,17 @@ def chore_round(asked: str, since: tuple[Message, ...]) -> tuple[str, dict[str, 
             if (m := PART.search(call.arguments)) is not None]
     after = max(read, default=0)
     return None if after >= int(found.group(1)) else ("read_file", {"path": f"part-{after + 1}.txt"})
+
+
+def check_round(messages: tuple[Message, ...]) -> tuple[str, dict[str, Any]] | None:
+    """Asked by the verification gate to check its work, the model reads the file it last
+    wrote; None when the request is no such ask."""
+    if not messages or messages[-1].content != PRE_VERIFY_NUDGE:
+        return None
+    written = [PATH.search(c.arguments) for m in messages for c in m.tool_calls
+               if c.name == "write_file"]
+    paths = [w.group(1) for w in written if w is not None]
+    return ("read_file", {"path": paths[-1]}) if paths else None
 
 
 def refused_write() -> tuple[str, dict[str, Any]]:

@@ -133,6 +133,8 @@ def _faulty(fault: ReplyFault) -> ProviderReply:
 
 def _answer(request: ProviderRequest) -> ProviderReply:
     messages = request.messages
+    if request.tools and (check := edges.check_round(messages)) is not None:
+        return tool_calls(check)  # asked to check its work: it reads what it wrote
     asked_at = next((i for i in range(len(messages) - 1, -1, -1)
                      if messages[i].role is Role.USER and _ASKS.match(messages[i].content or "")),
                     None)
