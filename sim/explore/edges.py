@@ -14,7 +14,7 @@
 * ``returns``: a session's user comes back after its workload, within a minute or after
   a pause of 5-25 minutes, and half the time asks again what they asked first;
 * ``pressure``: in a world with a small context window, half the time idle compaction
-  (``idle_compact_after_s`` 300 or 600 s, CTX-5), and in two worlds in five one or two
+  (``idle_compact_after_s`` 300 or 600 s, CTX-5), and in three worlds in five one or two
   failed summary requests (``summary_failures``, numbered by summary request: the cooldown
   of CMP-4);
 * ``writes``: in a world in four the model writes under a file as if it were a folder
@@ -197,8 +197,8 @@ def _pressure(seed: int, kinds: frozenset[FaultKind],
         return None, ()
     idle = rng.choice(LATER) if rng.random() < 0.5 else None
     failures: tuple[int, ...] = ()
-    if FaultKind.SUMMARY_FAILURE in kinds and rng.random() < 0.4:
-        failures = tuple(sorted(rng.sample(range(1, 5), rng.choice((1, 2)))))
+    if FaultKind.SUMMARY_FAILURE in kinds and rng.random() < 0.6:
+        failures = tuple(sorted(rng.sample(range(1, 4), rng.choice((1, 2)))))
     return idle, failures
 
 
