@@ -314,12 +314,15 @@ class Story:
 
     def start_turn(self, text: str, *, session: str = "s-1", process: ProcessHandle | None = None,
                    after_s: float = 0.0, platform: str | None = None,
-                   injected: str | None = None) -> TurnHandle:
+                   injected: str | None = None,
+                   history: list[Message] | None = None) -> TurnHandle:
         """Hand a turn to ``process`` (the story's own by default), to begin ``after_s``
         from now; it runs when the story calls ``run_all``. ``injected`` is per-turn
-        context for the API copy of the user row only (WIRE-1), as in ``turn``."""
+        context for the API copy of the user row only (WIRE-1), as in ``turn``; ``history``
+        is the caller's own list, kept and judged as ``turn`` keeps it."""
         return processes.start_turn(self, text, session=session, process=process,
-                                    after_s=after_s, platform=platform, injected=injected)
+                                    after_s=after_s, platform=platform, injected=injected,
+                                    history=history)
 
     def run_all(self) -> None:
         """Run the world until every turn handed out has ended; then check the record."""

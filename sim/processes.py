@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_ref.effects import Sleep
 from hermes_ref.engine import Engine
+from hermes_ref.models import Message
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.prologue import TurnInput
 from sim import door_story  # the door's actors (submissions, drain claims) run here too
+from sim.checkers.context import CallerHistoryRun
 from sim.driver import SimDriver, finished
 from sim.faults import Crashed
 from sim.scheduler import Actor
@@ -60,6 +62,9 @@ class TurnHandle:
     actor: Actor
     recorded: bool = False
     result: TurnResult | None = None
+    history: list[Message] | None = None  # the caller's own list, kept to look at later (CTX-2)
+    held: tuple[Message, ...] = ()  # what that list held when the turn was handed out
+    rows_before: int = 0  # the session's durable rows then
 
     @property
     def done(self) -> bool:
@@ -93,20 +98,38 @@ def default(story: Story) -> ProcessHandle:
     return ProcessHandle(process, story.engine, SimDriver(world, process))
 
 
+async def _handed(story: Story, engine: Engine, inp: TurnInput, after_s: float,
+                  box: list[TurnHandle]) -> TurnResult:
+    """A turn handed a caller's history notes the session's durable rows as it begins
+    (``box`` holds its handle, filled before the actor first runs)."""
+    if after_s > 0:
+        await Sleep(after_s)
+    box[0].rows_before = len(story.transcript(inp.session_id))
+    return await engine.run_turn(inp)
+
+
 async def _later(seconds: float, engine: Engine, inp: TurnInput) -> TurnResult:
     await Sleep(seconds)
     return await engine.run_turn(inp)
 
 
 def start_turn(story: Story, text: str, *, session: str, process: ProcessHandle | None,
-               after_s: float, platform: str | None, injected: str | None = None) -> TurnHandle:
+               after_s: float, platform: str | None, injected: str | None = None,
+               history: list[Message] | None = None) -> TurnHandle:
     handle = process or default(story)
     inp = TurnInput(session_id=session, text=text, platform=platform or "cli",
-                    injected_context=injected)
-    coro: Any = handle.engine.run_turn(inp) if after_s <= 0 else _later(after_s, handle.engine, inp)
+                    injected_context=injected, history=history)
     when = f" in {after_s:g} s" if after_s > 0 else ""
-    story.world.timeline.add("turn", f"pid={handle.pid} {session} {text!r}{when}")
-    turn = TurnHandle(session, text, handle.driver.spawn(coro))
+    extra = f" history={len(history)}" if history is not None else ""
+    story.world.timeline.add("turn", f"pid={handle.pid} {session} {text!r}{extra}{when}")
+    if history is None:
+        coro: Any = handle.engine.run_turn(inp) if after_s <= 0 else _later(after_s, handle.engine, inp)
+        turn = TurnHandle(session, text, handle.driver.spawn(coro))
+    else:  # what the session held is read when the turn begins, not when it is handed out
+        box: list[TurnHandle] = []
+        actor = handle.driver.spawn(_handed(story, handle.engine, inp, after_s, box))
+        turn = TurnHandle(session, text, actor, history=history, held=tuple(history))
+        box.append(turn)
     story._processes.pending.append(turn)
     return turn
 
@@ -139,8 +162,9 @@ def _record_ended(story: Story) -> None:
             turn.result = None
         turn_id = turn.actor.turn_id
         failed = world.write_failures_by_turn.get(turn_id, 0) if turn_id is not None else 0
-        world.runs.append(TurnRun(turn.session_id, turn.text, turn_id, turn.result is None,
-                                  failed))
+        args = (turn.session_id, turn.text, turn_id, turn.result is None, failed)
+        world.runs.append(TurnRun(*args) if turn.history is None else CallerHistoryRun(
+            *args, caller=turn.history, held=turn.held, rows_before=turn.rows_before))
         if turn.result is not None:
             answer = turn.result.final_response
             shown = "None" if answer is None else repr(answer[:40])

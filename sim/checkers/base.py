@@ -332,6 +332,16 @@ def exit_reasons(obs: Observation) -> dict[str, str | None]:
             if view.exit is not None}
 
 
+def stopped_at_the_bound(obs: Observation, turn_id: str) -> bool:
+    """The turn's exit line shows every budget unit or ``max_iterations`` call spent, with
+    the grace call off: the loop could make no further call of any kind (LOOP-1, FIN-1)."""
+    if obs.limits.grace_call_enabled:
+        return False
+    return any(view.exit.budget_used >= view.exit.budget_max
+               or view.exit.api_calls >= view.exit.max_iterations
+               for view in obs.turns.values() if view.turn_id == turn_id and view.exit is not None)
+
+
 def calls_by_turn(obs: Observation) -> dict[str, list[CallRecord]]:
     """Each turn's provider calls, in call order."""
     grouped: dict[str, list[CallRecord]] = defaultdict(list)

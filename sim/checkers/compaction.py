@@ -153,7 +153,8 @@ def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:
 
 
 def _idle_missed(obs: Observation) -> list[Violation]:
-    """CTX-5's silence: a turn that began idle past the gap, above the floor, compacted."""
+    """CTX-5's silence: a turn that began idle past the gap, above the floor, compacted
+    (unless its conversation was too short for a pass to leave a record, as for CMP-1)."""
     limits = obs.limits
     if limits.idle_compact_after_s <= 0 or not limits.compression_enabled:
         return []
@@ -162,7 +163,7 @@ def _idle_missed(obs: Observation) -> list[Violation]:
     for call in obs.calls:
         first.setdefault(call.turn_id, call)
     for turn, call in first.items():
-        if _idle_due(obs, call) and not _blocked(obs, call) \
+        if _idle_due(obs, call) and not _blocked(obs, call) and _compressible(call, limits) \
                 and not attempts(obs, turn, before=call):
             out.append(Violation("compaction_threshold", "CTX-5",
                                  f"turn {turn} began after an idle gap past "

@@ -42,7 +42,7 @@ def grace_summary(obs: Observation) -> list[Violation]:
         records = view.calls
         if view.exit is None or not _ran_out(obs.limits, view.exit, records):
             continue
-        if loop_fire.withheld_answers(view):
+        if loop_fire.withheld_answers(view, obs):
             continue  # an answer held back for verification stands in for it (withheld_answer_reused)
         graces = distinct_requests([r for r in records if is_grace(r)])
         if grace_calls(records) != 1:  # sent again on the fallback after a hop: still one
@@ -129,8 +129,8 @@ def no_silent_stop(obs: Observation) -> list[Violation]:
         if line is not None and line.reason is ExitReason.INTERRUPTED \
                 and (view.session_id, view.turn_id) in lost:
             continue
-        if loop_fire.withheld_answers(view) and view.completion is not None \
-                and view.completion.final_response in loop_fire.withheld_answers(view):
+        if loop_fire.withheld_answers(view, obs) and view.completion is not None \
+                and view.completion.final_response in loop_fire.withheld_answers(view, obs):
             continue  # FIN-1: the answer held back for verification was delivered
         budgeted = [r for r in view.calls if not is_grace(r)]
         last = budgeted[-1] if budgeted else None

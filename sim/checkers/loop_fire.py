@@ -26,10 +26,11 @@ from typing import Any
 from hermes_ref.closure import NOT_RUN_TEXT
 from hermes_ref.ladder import HOUSEKEEPING_TOOLS, inline_reasoning, reasoning_of, visible_text
 from hermes_ref.limits import Limits
-from hermes_ref.models import ProviderReply, Role
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
+from hermes_ref.models import ProviderReply, Role, ToolKind
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
 from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
 from hermes_ref.tokens import count_wire_messages
+from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers.base import (
     Observation,
     TurnKey,
@@ -87,9 +88,10 @@ def _budgeted(view: TurnView) -> list[CallRecord]:
     return [c for c in view.calls if not is_grace(c) and c.cut is None]
 
 
-def withheld_answers(view: TurnView) -> list[str]:
+def withheld_answers(view: TurnView, obs: Observation | None = None) -> list[str]:
     """Texts the turn's replies gave that the next request held back for verification
-    (FIN-1's gate): that request ends on the pre-verify nudge after the text."""
+    (FIN-1's gate): that request ends on the pre-verify nudge after the text. Given the
+    observation, also the answer the gate held when the budget left no next request."""
     out = []
     calls = view.calls
     for call, nxt in pairwise(calls):
@@ -101,7 +103,33 @@ def withheld_answers(view: TurnView) -> list[str]:
         if text and sent[-1].get("content") == PRE_VERIFY_NUDGE \
                 and sent[-2].get("content") == text:
             out.append(text)
-    return out
+    last = _held_at_the_end(obs, view) if obs is not None and not out else None
+    return out + ([last] if last else [])
+
+
+def _budget_ended(line: ExitLine | None) -> bool:
+    """The turn's budget or call cap ended it: its exit reason says so, or says it stopped
+    on a tool result (FIN-8 overrules the budget's reason) with the bound spent."""
+    if line is None:
+        return False
+    spent = line.budget_used >= line.budget_max or line.api_calls >= line.max_iterations
+    return line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED) or (
+        line.reason is ExitReason.PENDING_TOOL_RESULT and spent)
+
+
+def _held_at_the_end(obs: Observation, view: TurnView) -> str | None:
+    """The gate's hold with no request after it: the turn's last call answered in text
+    after a landed round that wrote, and the budget or the call cap ended the turn there."""
+    calls, line = _budgeted(view), view.exit
+    if not obs.limits.verify_before_answer or not calls or not _budget_ended(line):
+        return None
+    last = calls[-1].reply
+    wrote = any(c.reply is not None and round_landed(obs, c) and any(
+        t.name in TOOLS_BY_NAME and TOOLS_BY_NAME[t.name].kind is ToolKind.WRITER
+        for t in c.reply.tool_calls) for c in calls[:-1])
+    if last is None or last.tool_calls or calls[-1] is not view.calls[-1] or not wrote:
+        return None
+    return visible_text(last.content) or None
 
 
 def recovered_answer(obs: Observation, view: TurnView) -> str | None:
@@ -516,15 +544,13 @@ def _v4(message: str) -> Violation:
 def withheld_answer_reused(obs: Observation) -> list[Violation]:
     out = []
     for view in obs.ended_turns():
-        held = withheld_answers(view)
+        held = withheld_answers(view, obs)
         if not held:
             continue
         line, done = view.exit, view.completion
         graces = [c for c in view.calls if is_grace(c)]  # the held answer stands in for one
         answer = done.final_response if done is not None else None
-        ran_out = line is not None and line.reason in (
-            ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED)
-        if graces or (ran_out and answer != held[-1]):
+        if graces or (_budget_ended(line) and answer != held[-1]):
             out.append(Violation("withheld_answer_reused", "FIN-1",
                                  f"turn {view.key} ran out of budget with the answer "
                                  f"{held[-1][:30]!r} held back, and delivered {answer!r} after "

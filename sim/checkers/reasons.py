@@ -78,17 +78,17 @@ def _max_iterations(obs: Observation, view: TurnView, line: ExitLine) -> str | N
     regular = charged_requests(_budgeted(view))
     if regular != obs.limits.max_iterations:
         return f"it made {regular} budgeted calls, not max_iterations={obs.limits.max_iterations}"
-    return _summary_problem(view)
+    return _summary_problem(obs, view)
 
 
-def _summary_problem(view: TurnView) -> str | None:
+def _summary_problem(obs: Observation, view: TurnView) -> str | None:
     """A budget exit delivers, as a success, only what its grace summary said (FIN-1)."""
     done = view.completion
     if done is None or done.failed:
         return None
     said = [taken_in_text(c.reply.content) for c in view.calls
             if is_grace(c) and c.reply is not None and (c.reply.content or "").strip()]
-    said += loop_fire.withheld_answers(view)  # FIN-1: an answer held back for verification
+    said += loop_fire.withheld_answers(view, obs)  # FIN-1: an answer held back for verification
     answer = done.final_response or ""
     if not any(answer == text or answer.startswith(f"{text}\n\n[") for text in said if text):
         return "it delivered as a success an answer no grace summary gave"
@@ -100,7 +100,7 @@ def _budget_exhausted(obs: Observation, view: TurnView, line: ExitLine) -> str |
     used = regular - refunded_rounds(view)
     if used < obs.limits.iteration_budget:
         return f"it spent {used} of {obs.limits.iteration_budget} budget units"
-    return _summary_problem(view)
+    return _summary_problem(obs, view)
 
 
 def _pending_tool_result(obs: Observation, view: TurnView, line: ExitLine) -> str | None:

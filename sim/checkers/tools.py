@@ -22,6 +22,7 @@ from sim.checkers.base import (
     invalid_streak_at_end,
     offered,
     result_row_of,
+    stopped_at_the_bound,
     tool_replies,
 )
 from sim.checkers.intake import taken_in_calls
@@ -125,7 +126,7 @@ def tool_error_is_result(obs: Observation) -> list[Violation]:
         if any(run.turn_id == row.turn_id and run.crashed for run in obs.runs or ()):
             continue  # its process died after the result: the crash ended the turn, not the error
         later = [c for c in obs.calls_of_turn(row.turn_id) if c.watermark >= (row.row_id or 0)]
-        if not later:
+        if not later and not stopped_at_the_bound(obs, row.turn_id):  # no call was left
             out.append(Violation("tool_error_is_result", "TOOL-6",
                                  f"the failure of {entry.name}({entry.call_id}) ended turn "
                                  f"{row.turn_id} without another model call"))

@@ -9,6 +9,7 @@ from hermes_ref.scaffolding import (
     EMPTY_AFTER_TOOLS_NUDGE,
     EMPTY_SENTINEL,
     GRACE_SUMMARY_PROMPT,
+    PRE_VERIFY_NUDGE,
 )
 from sim.checkers.base import (
     Observation,
@@ -37,7 +38,8 @@ def tail_closure(obs: Observation) -> list[Violation]:
     return out
 
 
-SCAFFOLD_TEXTS = frozenset({DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, GRACE_SUMMARY_PROMPT})
+SCAFFOLD_TEXTS = frozenset({DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, GRACE_SUMMARY_PROMPT,
+                            PRE_VERIFY_NUDGE})  # the verification gate's request (FIN-1)
 
 
 def prefills(obs: Observation) -> set[tuple[str, str]]:

@@ -36,6 +36,7 @@ from sim.checkers.base import (
     grace_calls,
     is_grace,
     refunded_rounds,
+    stopped_at_the_bound,
 )
 from sim.checkers.reasons import bad_calls, cut_off, reason_problem
 from sim.checkers.streaming import whole_answer  # FIN-2: a recovered stream answered
@@ -375,7 +376,8 @@ def dropped_call_reprompts(obs: Observation) -> list[Violation]:
                     if (problem := _reprompt_problem(before, after, limit)) is not None]
         last, reason = records[-1], exits.get(turn_id)
         if (_dropped(last.reply) and not is_grace(last) and reason is not None
-                and _nudges_since_tool(last) < limit and reason not in _STOPPED_FROM_OUTSIDE):
+                and _nudges_since_tool(last) < limit and reason not in _STOPPED_FROM_OUTSIDE
+                and not stopped_at_the_bound(obs, turn_id)):
             # silence is a finding: no request followed, and nothing outside the reply stopped it
             problems.append(f"the dropped tool call of effect {last.seq} ended the turn as "
                             f"{reason} instead of being re-prompted")

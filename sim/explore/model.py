@@ -27,13 +27,14 @@ from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderServer
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.wire import ProviderRequest
 from sim.choices import Chooser
+from sim.explore import edges
 from sim.explore.plan import BIG_LOG, FaultKind, ReplyFault
 from sim.provider import LONE_SURROGATE, _FakeBase, calls_sharing_id, text, tool_calls
 
 _READ = re.compile(r"^Read (\S+)\.$")
 _READ_TWO = re.compile(r"^Read (\S+) and (\S+)\.$")
 _WRITE = re.compile(r"^Write note (\d+) to (\S+)\.$")
-_ASKS = re.compile(r"^(Read |Write note |Say hello )")  # the texts plan.py writes
+_ASKS = re.compile(r"^(Read |Write note |Say hello |Go through )")  # the texts the plan writes
 
 
 class ExploreModel(_FakeBase):
@@ -123,6 +124,8 @@ def _faulty(fault: ReplyFault) -> ProviderReply:
         return tool_calls(("execute_code", {"code": "print(6 * 7)"}))
     if kind is FaultKind.HUGE_READ:
         return tool_calls(("read_file", {"path": BIG_LOG}))
+    if kind is FaultKind.REFUSED_WRITE:
+        return tool_calls(edges.refused_write())
     if kind is FaultKind.WIDE_BATCH:
         return tool_calls(*(("read_file", {"path": f"notes-{1 + n % 2}.txt"}) for n in range(10)))
     return ProviderReply(content="", finish_reason="stop")
@@ -130,15 +133,21 @@ def _faulty(fault: ReplyFault) -> ProviderReply:
 
 def _answer(request: ProviderRequest) -> ProviderReply:
     messages = request.messages
+    if request.tools and (check := edges.check_round(messages)) is not None:
+        return tool_calls(check)  # asked to check its work: it reads what it wrote
     asked_at = next((i for i in range(len(messages) - 1, -1, -1)
                      if messages[i].role is Role.USER and _ASKS.match(messages[i].content or "")),
                     None)
     if asked_at is None:
         return text("Nothing was asked.")
     asked = (messages[asked_at].content or "").split("\n\n<context>\n", 1)[0]  # sans its notes
+    if request.tools and (chore := edges.chore_round(asked, messages[asked_at + 1:])) is not None:
+        return tool_calls(chore)  # a long chore: one read a round
     tools_ran = any(m.role is Role.TOOL for m in messages[asked_at + 1:])
     if tools_ran or not request.tools:
         return text(f"Done: {asked}")
+    if (rewrite := edges.rewrite_round(asked)) is not None:  # a read and a write, one file
+        return tool_calls(*rewrite)
     if (both := _READ_TWO.match(asked)) is not None:  # one round, two calls side by side
         return tool_calls(("read_file", {"path": both.group(1)}),
                           ("read_file", {"path": both.group(2)}))

@@ -64,6 +64,8 @@ class FaultKind(StrEnum):
     VERIFY_GATE = "verify_gate"        # the first answer after a file change waits for a check
     DISCONNECT = "disconnect"          # a chat client drops, comes back and replays what it missed
     LANE_RESTART = "lane_restart"      # a process restarts: no clean-exit marker, or lanes running
+    SUMMARY_FAILURE = "summary_failure"  # a compaction's summary request fails (503): the cooldown
+    REFUSED_WRITE = "refused_write"    # the model writes under a file as if it were a folder
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
@@ -142,8 +144,21 @@ class Redirect(Frozen):
     text: str
 
 
+class Handover(Frozen):
+    """A caller hands ``process`` a turn of session ``into`` directly, not through the door,
+    with its own history of ``history`` exchanges (CTX-2). ``into`` is no session of the
+    plan's: nobody is bound to it, so its user rows need no admission (ADM-1)."""
+
+    op: Literal["handover"] = "handover"
+    at_s: float = Field(ge=0)
+    process: int = Field(ge=0)
+    into: str
+    text: str
+    history: int = Field(default=2, ge=0)
+
+
 Step = Annotated[Submit | Drain | Kill | Stall | ClockJump | Interrupt | Redirect | Direct
-                 | Redact | Recover, Field(discriminator="op")]
+                 | Redact | Recover | Handover, Field(discriminator="op")]
 TIMED_FAULTS = {"kill", "stall", "clock_jump", "interrupt", "redirect"}  # steps that are faults
 
 
@@ -190,6 +205,11 @@ class WorldPlan(Frozen):
     build_log_s: float | None = Field(default=None, ge=0)  # a terminal's build log's read time
     clients: tuple[Client, ...] = ()  # chat clients following sessions (DEL-2)
     lanes: LanePlan | None = None  # platform messages through the lane router (SES)
+    iteration_budget: int | None = Field(default=None, ge=1)  # budget units (LOOP-1)
+    grace_call: bool = True  # the summary call at the end of a budget (FIN-1, FIN-8)
+    symlinks: dict[str, str] = Field(default_factory=dict)  # link -> target, in the workspace
+    idle_compact_after_s: float | None = Field(default=None, gt=0)  # idle compaction (CTX-5)
+    summary_failures: tuple[int, ...] = ()  # the n-th summary requests that fail (CMP-4)
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -237,6 +257,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.DISCONNECT)
         if self.lanes is not None and self.lanes.restarts:
             kinds.add(FaultKind.LANE_RESTART)
+        if self.summary_failures:
+            kinds.add(FaultKind.SUMMARY_FAILURE)
         return kinds
 
     @property
@@ -246,6 +268,7 @@ class WorldPlan(Frozen):
                   + sum(self.write_failures.values())
                   + len(self.tool_timings) + (self.fallback_window is not None)
                   + (self.context_window is not None) + self.verify_before_answer
+                  + len(self.summary_failures)
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS)
                   + sum(1 for c in self.clients if c.disconnect_after is not None))
         turns = sum(1 for s in self.steps if s.op in ("submit", "direct"))
@@ -346,19 +369,7 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
     # nearly calm, some are storms
     process_chance = min(1.0, mix.process_fault_chance * faults.uniform(0.0, 2.0))
     reply_share = min(0.9, mix.reply_fault_share * faults.uniform(0.0, 2.0))
-    for index in range(processes):
-        if faults.random() >= process_chance:
-            continue
-        chosen: list[FaultKind] = [k for k in (FaultKind.KILL, FaultKind.STALL) if k in kinds]
-        if not chosen:
-            break
-        kind = faults.choice(chosen)
-        at = round(faults.uniform(1.0, 150.0), 1)
-        if kind is FaultKind.KILL:
-            steps.append(Kill(at_s=at, process=index))
-        else:
-            steps.append(Stall(at_s=at, process=index,
-                               seconds=float(faults.choice((30, 200, 400, 900)))))
+    steps += _kills_and_stalls(faults, kinds, processes, process_chance)
     if FaultKind.CLOCK_JUMP in kinds and faults.random() < 0.2:
         steps.append(ClockJump(at_s=round(faults.uniform(1.0, 150.0), 1),
                                seconds=float(faults.choice((60, 400, 3600)))))
@@ -380,12 +391,33 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
         replies = [r for r in replies if r.kind is not FaultKind.HUGE_READ]  # for unspilled
     watched = _bystanders(seed, kinds, processes, sorted(sessions), sorted(files), steps)
     steps.sort(key=lambda s: s.at_s)
-    return WorldPlan(seed=seed, processes=processes, sessions=sessions, members=members,
-                     max_iterations=iterations, files=files, steps=tuple(steps),
-                     replies=tuple(replies), crash=crash, crash_at_effect=at_effect,
-                     write_failures=failures, tool_timings=timings, fallback_window=fallback,
-                     context_window=_small_window(seed, kinds, processes),
-                     verify_before_answer=_verify_gate(seed, kinds, iterations), **watched)
+    from sim.explore import edges  # its parts are drawn last, on streams of their own
+    return edges.draw(seed, kinds, WorldPlan(
+        seed=seed, processes=processes, sessions=sessions, members=members,
+        max_iterations=iterations, files=files, steps=tuple(steps), replies=tuple(replies),
+        crash=crash, crash_at_effect=at_effect, write_failures=failures, tool_timings=timings,
+        fallback_window=fallback, context_window=_small_window(seed, kinds, processes),
+        verify_before_answer=_verify_gate(seed, kinds, iterations), **watched))
+
+
+def _kills_and_stalls(faults: random.Random, kinds: frozenset[FaultKind], processes: int,
+                      chance: float) -> list[Step]:
+    """Per process, with ``chance``: a kill or a stall at a time drawn from ``faults``."""
+    steps: list[Step] = []
+    for index in range(processes):
+        if faults.random() >= chance:
+            continue
+        chosen: list[FaultKind] = [k for k in (FaultKind.KILL, FaultKind.STALL) if k in kinds]
+        if not chosen:
+            break
+        kind = faults.choice(chosen)
+        at = round(faults.uniform(1.0, 150.0), 1)
+        if kind is FaultKind.KILL:
+            steps.append(Kill(at_s=at, process=index))
+        else:
+            steps.append(Stall(at_s=at, process=index,
+                               seconds=float(faults.choice((30, 200, 400, 900)))))
+    return steps
 
 
 class _Watched(TypedDict):

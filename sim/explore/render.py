@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import re
 
-from sim.explore import terminal, watch
+from sim.explore import edges, terminal, watch
 from sim.explore.lanes import render_lanes, render_settings
 from sim.explore.plan import (
     BIG_LOG,
     ClockJump,
     Drain,
     FaultKind,
+    Handover,
     Interrupt,
     Kill,
     Redirect,
@@ -54,6 +55,7 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         "",
         *(["from hermes_ref.limits import ProviderRoute"] if plan.fallback_window else []),
         *(["from hermes_ref.session import SessionSource"] if plan.lanes is not None else []),
+        *edges.render_imports(plan),
         *(["from sim.explore.lanes import LaneWorld"] if plan.lanes is not None else []),
         "from sim.explore.model import ExploreModel",
         "from sim.explore.plan import " + ("BIG_LOG_TEXT, " if any(
@@ -143,7 +145,8 @@ def _options(plan: WorldPlan) -> list[str]:
                   f"s.use_provider_for({FALLBACK_MODEL!r}, model.for_fallback())"]
     if plan.lanes is not None:
         lines.append(render_settings(plan.lanes))
-    return lines + terminal.render_options(plan.terminals, plan.lease_wait_s, plan.build_log_s)
+    return lines + terminal.render_options(plan.terminals, plan.lease_wait_s, plan.build_log_s) \
+        + edges.render_options(plan)
 
 
 def _more_imports(plan: WorldPlan) -> tuple[list[str], list[str]]:
@@ -177,4 +180,8 @@ def _step(step: object, names: tuple[str, ...]) -> str:
     line = terminal.render_step(step, names) or watch.render_step(step, names)
     if line is not None:
         return line
+    if isinstance(step, Handover):  # the caller's own list, handed with the turn
+        return (f"s.start_turn({step.text!r}, session={step.into!r}, "
+                f"process={names[step.process]}, after_s={step.at_s!r}, "
+                f"history=handed_history({step.history}))")
     raise TypeError(f"unknown step {step!r}")

@@ -37,7 +37,7 @@ from pydantic_core import PydanticSerializationError
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
 from hermes_ref.limits import ProviderRoute
-from sim.explore import lanes, terminal, watch
+from sim.explore import edges, lanes, terminal, watch
 from sim.explore.model import ExploreModel
 from sim.explore.plan import (
     BIG_LOG,
@@ -45,6 +45,7 @@ from sim.explore.plan import (
     ClockJump,
     Drain,
     FaultKind,
+    Handover,
     Interrupt,
     Kill,
     Redirect,
@@ -204,7 +205,7 @@ def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:
         fired.add(FaultKind.VERIFY_GATE)  # an answer was held back and the model asked to check
     if plan.context_window is not None and world.summary_calls:
         fired.add(FaultKind.SMALL_WINDOW)  # the window filled: a compaction asked for a summary
-    return fired
+    return fired | edges.fired(world, plan)
 
 
 def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
@@ -250,6 +251,9 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
             story.interrupt(after_s=step.at_s, session=step.session)
         elif isinstance(step, Redirect):
             redirect_a_running_turn(story, step.text, after_s=step.at_s, session=step.session)
+        elif isinstance(step, Handover):
+            story.start_turn(step.text, session=step.into, process=handles[step.process],
+                             after_s=step.at_s, history=edges.handed_history(step.history))
         elif not terminal.stage_step(story, step, handles):
             watch.stage_step(story, step, handles)
     if plan.lanes is not None:
@@ -298,6 +302,7 @@ def _stage_options(story: Story, plan: WorldPlan) -> None:
     terminal.stage_terminal(story, plan.terminals, plan.lease_wait_s, plan.build_log_s)
     if plan.lanes is not None:
         story.limits(**plan.lanes.settings())
+    edges.stage(story, plan)
 
 
 def jump_clock(story: Story, seconds: float, *, after_s: float) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from sim.explore import edges
 from sim.explore.lanes import fewer_events
 from sim.explore.plan import Step, WorldPlan
 from sim.explore.run import RunReport, Verdict, run_plan
@@ -97,6 +98,8 @@ def shrink(plan: WorldPlan, *, runs_max: int = RUNS_MAX,
             state.attempt(state.plan.model_copy(update={"write_failures": {
                 s: n for s, n in state.plan.write_failures.items() if s != site}}))
         _fewer_bystanders(state)
+        for candidate in edges.simpler(state.plan):
+            state.attempt(candidate)
         for candidate in _simpler_times(state.plan):
             state.attempt(candidate)
         state.fewer_lanes()

@@ -40,7 +40,8 @@ ODD_KINDS = (FaultKind.AUTH_ERROR, FaultKind.REASONING_ONLY, FaultKind.NARRATED_
              FaultKind.WIDE_BATCH, FaultKind.STREAM_CUT, FaultKind.OVERFLOW, FaultKind.OUTAGE,
              FaultKind.INTERRUPT, FaultKind.REDIRECT, FaultKind.SLOW_TOOL, FaultKind.FALLBACK,
              FaultKind.SMALL_WINDOW, FaultKind.RUN_CODE, FaultKind.HUGE_READ,
-             FaultKind.VERIFY_GATE)  # the kinds drawn after the first parts
+             FaultKind.VERIFY_GATE, FaultKind.SUMMARY_FAILURE,
+             FaultKind.REFUSED_WRITE)  # the kinds drawn after the first parts
 
 # a stalled holder whose lease runs out while its model call is slow: a small world with
 # one lease loss, used wherever a test needs a run with a fault in it
@@ -217,15 +218,17 @@ def test_the_odder_parts_have_streams_of_their_own() -> None:
         assert [s for s in every.steps if s.op not in ("interrupt", "redirect")] == list(fewer.steps)
         assert [r for r in every.replies if r.kind not in ODD_KINDS] == list(fewer.replies)
         assert not (fewer.tool_timings or fewer.context_window or fewer.fallback_window
-                    or fewer.verify_before_answer)
+                    or (fewer.verify_before_answer and fewer.iteration_budget is None))
 
 
 def test_the_verification_gate_is_drawn_only_when_named() -> None:
-    """The verification gate is opt-in: ``all`` leaves it out, ``all,verify_gate`` draws it."""
+    """The verification gate with the whole budget is opt-in: ``all`` leaves it out,
+    ``all,verify_gate`` draws it (``edges``' budgets draw it with a tight budget)."""
     assert FaultKind.VERIFY_GATE not in FaultMix.parse("all").kinds
     named = FaultMix.parse("all,verify_gate")
     assert named.kinds == set(FaultKind)
-    assert not any(generate(seed).verify_before_answer for seed in range(40))
+    plans = [generate(seed) for seed in range(40)]  # with the whole budget: only when named
+    assert not any(p.verify_before_answer and p.iteration_budget is None for p in plans)
     assert any(generate(seed, named).verify_before_answer for seed in range(40))
     assert any(generate(seed).context_window for seed in range(40))
 

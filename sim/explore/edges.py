@@ -1,0 +1,340 @@
+"""The world's context and loop-ending parts, each drawn from a sub-stream of its own.
+
+``draw`` adds them to a plan the older parts have drawn, moving nothing of those:
+
+* ``budgets``: in a world in five an iteration budget of 1-3 units (``iteration_budget``),
+  which binds before ``max_iterations`` does (LOOP-1); in about a third of the worlds
+  with a tight budget or cap, no grace call, so a turn whose budget ends on a tool round
+  stops on its results (FIN-8); in four of five worlds with a budget of 2 or 3 (and the
+  whole cap) the verification gate, whose held-back answer the budget's end delivers (FIN-1);
+* ``aliases``: in about a third of the worlds one or two turns that read a notes file and
+  rewrite it in the same round, naming it again, by its absolute path, through a symlink
+  (``link-notes-1.txt``) or as ``./notes-1.txt``: one file, so the write waits for the
+  read (TOOL-4);
+* ``returns``: a session's user comes back after its workload, within a minute or after
+  a pause of 5-25 minutes, and half the time asks again what they asked first;
+* ``pressure``: in a world with a small context window, half the time idle compaction
+  (``idle_compact_after_s`` 300 or 600 s, CTX-5), and in three worlds in five one or two
+  failed summary requests (``summary_failures``, numbered by summary request: the cooldown
+  of CMP-4);
+* ``writes``: in a world in four the model writes under a file as if it were a folder
+  (``notes-1.txt/draft.txt``); the tool refuses, and the answer must say so (TOOL-9);
+* ``chores``: in a world in four a session opens with a long chore of 6-10 reads, one a
+  round (``Go through part-1.txt to part-8.txt in order.``), and half the time its user
+  asks for it again later; a one-process world without a small window gets one of 500-700
+  tokens, which a chore fills halfway: the mid-turn compaction must keep that turn's own
+  user row, not its earlier twin in the session's head (CTX-7);
+* ``handover``: in a world in four a conversation brought in from elsewhere: a caller hands
+  a process a turn of a session of its own with its history list (``Handover``), which the
+  turn must copy and never change (CTX-2), then one or two more with that list grown.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from hermes_ref.errors import ProviderServerError
+from hermes_ref.models import Message, ProviderReply, Role
+from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
+from hermes_ref.wire import ProviderRequest
+from sim.explore.plan import Drain, FaultKind, Handover, ReplyFault, Step, Submit, WorldPlan
+from sim.summarizer import Summarizer
+from sim.tools import SIM_ROOT
+from sim.world import seeded_id
+
+if TYPE_CHECKING:
+    from sim.harness import Story
+    from sim.world import World
+
+REWRITE = re.compile(r"^Read (\S+) and rewrite it as note (\d+) at (\S+)\.$")
+CHORE = re.compile(r"^Go through part-1\.txt to part-(\d+)\.txt in order\.$")
+PART = re.compile(r"part-(\d+)\.txt")
+PATH = re.compile(r'"path": "([^"]+)"')
+REFUSED_PATH = "notes-1.txt/draft.txt"  # under a file: no folder is there to write into
+LATER = (300.0, 600.0)  # seconds of idleness after which a turn compacts (CTX-5)
+
+
+def _rng(seed: int, part: str) -> random.Random:
+    return random.Random(f"{seed}:{part}")
+
+
+def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
+    """``plan`` with this module's parts added (see the module docstring)."""
+    steps = list(plan.steps)
+    taken = {s.request_id for s in steps if isinstance(s, Submit)}
+    links = _aliases(seed, plan, steps, taken)
+    _returns(seed, plan, steps, taken)
+    _handover(seed, plan, steps)
+    files, window = _chores(seed, kinds, plan, steps, taken)
+    steps.sort(key=lambda s: s.at_s)
+    plan = plan.model_copy(update={"context_window": window})
+    budget, grace, gate = _budgets(seed, plan)
+    idle, failures = _pressure(seed, kinds, plan)
+    return plan.model_copy(update={
+        "steps": tuple(steps), "replies": _refused_writes(seed, kinds, plan),
+        "iteration_budget": budget, "grace_call": grace, "verify_before_answer": gate,
+        "symlinks": links, "files": files,
+        "idle_compact_after_s": idle, "summary_failures": failures})
+
+
+def _turn(rng: random.Random, plan: WorldPlan, steps: list[Step], taken: set[str],
+          session: str, at: float, text: str) -> None:
+    """One more submission of ``session``'s principal, and a drain claim after it."""
+    steps.append(Submit(at_s=round(at, 1), process=rng.randrange(plan.processes),
+                        principal=plan.sessions[session], session=session,
+                        request_id=seeded_id(rng, "r-", taken), text=text))
+    steps.append(Drain(at_s=round(at + rng.uniform(0.5, 30.0), 1),
+                       process=rng.randrange(plan.processes), session=session))
+
+
+def _budgets(seed: int, plan: WorldPlan) -> tuple[int | None, bool, bool]:
+    """A tight iteration budget, no grace call, and the verification gate, in some worlds
+    ("budgets"): the gate only with a budget of 2 or 3 and the whole call cap, where the held
+    answer is delivered when the budget ends (FIN-1). Neither a tight budget nor the grace
+    call off comes with a fallback route, nor a tight budget with a small window or the
+    gate of the opt-in part (docs/explore.md)."""
+    rng = _rng(seed, "budgets")
+    budget = rng.choice((1, 2, 3)) if rng.random() < 0.2 else None
+    if plan.verify_before_answer or plan.fallback_window is not None \
+            or plan.context_window is not None:
+        budget = None
+    tight = budget is not None or plan.max_iterations is not None
+    grace = not (tight and rng.random() < 0.35) or plan.fallback_window is not None
+    gate = (budget or 0) >= 2 and plan.max_iterations is None and rng.random() < 0.8
+    return budget, grace, gate or plan.verify_before_answer
+
+
+def _aliases(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> dict[str, str]:
+    """Turns that read a file and rewrite it under another name of it ("aliases")."""
+    rng = _rng(seed, "aliases")
+    files = sorted(plan.files)
+    if not files or rng.random() >= 0.35:
+        return {}
+    links: dict[str, str] = {}
+    for k in range(rng.randint(1, 2)):
+        session, name = rng.choice(sorted(plan.sessions)), rng.choice(files)
+        how = rng.choice(("same", "absolute", "link", "dot"))
+        alias = {"same": name, "absolute": f"{SIM_ROOT}/{name}", "dot": f"./{name}",
+                 "link": f"link-{name}"}[how]
+        if how == "link":
+            links[alias] = name
+        _turn(rng, plan, steps, taken, session, rng.uniform(0.0, 120.0),
+              f"Read {name} and rewrite it as note {70 + k} at {alias}.")
+    return links
+
+
+def _returns(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> None:
+    """A user comes back after the workload, soon or after a pause, and half the time
+    asks again what they asked first ("returns")."""
+    rng = _rng(seed, "returns")
+    for session in sorted(plan.sessions):
+        if rng.random() >= 0.4:
+            continue
+        mine = sorted((s for s in steps if isinstance(s, Submit) and s.session == session
+                       and s.principal == plan.sessions[session]), key=lambda s: s.at_s)
+        if not mine:
+            continue
+        pause = rng.uniform(5.0, 60.0) if rng.random() < 0.5 else rng.uniform(300.0, 1500.0)
+        again = rng.random() < 0.5
+        text = mine[0].text if again else f"Say hello {rng.randint(30, 69)}."
+        _turn(rng, plan, steps, taken, session, mine[-1].at_s + 30.0 + pause, text)
+
+
+def _chores(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps: list[Step],
+            taken: set[str]) -> tuple[dict[str, str], int | None]:
+    """In a world in four, a session opens with a long chore, one read a round, and half
+    the time its user asks for the same chore again later ("chores"); a one-process world
+    without a small window then gets one of 500-700 tokens, which a chore fills halfway
+    through. Returns the files and the window."""
+    rng = _rng(seed, "chores")
+    if rng.random() >= 0.25:
+        return dict(plan.files), plan.context_window
+    session, parts = rng.choice(sorted(plan.sessions)), rng.randint(6, 10)
+    text = f"Go through part-1.txt to part-{parts}.txt in order."
+    mine = [s.at_s for s in steps if isinstance(s, Submit) and s.session == session]
+    _turn(rng, plan, steps, taken, session, rng.uniform(0.0, min(mine, default=10.0)), text)
+    if rng.random() < 0.5:
+        _turn(rng, plan, steps, taken, session, max(mine, default=0.0) + rng.uniform(5.0, 90.0),
+              text)
+    window = plan.context_window
+    if window is None and plan.processes == 1 and FaultKind.SMALL_WINDOW in kinds:
+        window = rng.choice((500, 600, 700))
+    return {**plan.files, **{f"part-{k}.txt": f"part {k} of seed {seed}: in order"
+                             for k in range(1, parts + 1)}}, window
+
+
+def _handover(seed: int, plan: WorldPlan, steps: list[Step]) -> None:
+    """In a world in four, a conversation brought in from elsewhere: a caller hands a
+    process a turn of a session of its own (``h-1``, nobody bound to it) with its history,
+    and later hands it one or two more turns with that history grown ("handover")."""
+    rng = _rng(seed, "handover")
+    if rng.random() >= 0.25:
+        return
+    at, exchanges = rng.uniform(0.0, 120.0), rng.randint(1, 4)
+    for k in range(rng.randint(1, 3)):
+        steps.append(Handover(at_s=round(at, 1), process=rng.randrange(plan.processes),
+                              into="h-1", text=f"Say hello {80 + k}.", history=exchanges + k))
+        at += rng.uniform(5.0, 60.0)
+
+
+def handed_history(exchanges: int) -> list[Message]:
+    """The history a caller hands over: ``exchanges`` questions and answers, a new list."""
+    rows: list[Message] = []
+    for k in range(1, exchanges + 1):
+        rows += [Message(role=Role.USER, content=f"Earlier question {k}."),
+                 Message(role=Role.ASSISTANT, content=f"Earlier answer {k}.")]
+    return rows
+
+
+def _pressure(seed: int, kinds: frozenset[FaultKind],
+              plan: WorldPlan) -> tuple[float | None, tuple[int, ...]]:
+    """Idle compaction and failed summaries, in worlds with a small window ("pressure")."""
+    rng = _rng(seed, "pressure")
+    if plan.context_window is None:
+        return None, ()
+    idle = rng.choice(LATER) if rng.random() < 0.5 else None
+    failures: tuple[int, ...] = ()
+    if FaultKind.SUMMARY_FAILURE in kinds and rng.random() < 0.6:
+        failures = tuple(sorted(rng.sample(range(1, 4), rng.choice((1, 2)))))
+    return idle, failures
+
+
+def _refused_writes(seed: int, kinds: frozenset[FaultKind],
+                    plan: WorldPlan) -> tuple[ReplyFault, ...]:
+    """A write the tool refuses, at one model call of the faulty phase ("writes")."""
+    rng = _rng(seed, "writes")
+    turns = sum(1 for s in plan.steps if isinstance(s, Submit))
+    if FaultKind.REFUSED_WRITE not in kinds or rng.random() >= 0.25 or not turns:
+        return plan.replies
+    call = rng.randint(1, 2 * turns)
+    if any(r.call == call for r in plan.replies):
+        return plan.replies
+    fault = ReplyFault(call=call, kind=FaultKind.REFUSED_WRITE)
+    return tuple(sorted((*plan.replies, fault), key=lambda r: r.call))
+
+
+# ---- the model's side ------------------------------------------------------------------------
+
+
+def rewrite_round(asked: str) -> tuple[tuple[str, dict[str, Any]], ...] | None:
+    """The round a rewrite request asks for: the read, then the write under the alias."""
+    found = REWRITE.match(asked)
+    if found is None:
+        return None
+    return (("read_file", {"path": found.group(1)}),
+            ("write_file", {"path": found.group(3), "content": f"note {found.group(2)}"}))
+
+
+def chore_round(asked: str, since: tuple[Message, ...]) -> tuple[str, dict[str, Any]] | None:
+    """The next read of a chore: the part after the highest one read since it was asked
+    (a compaction may have summarized earlier rounds, never the latest), or None when done."""
+    found = CHORE.match(asked)
+    if found is None:
+        return None
+    read = [int(m.group(1)) for message in since for call in message.tool_calls
+            if (m := PART.search(call.arguments)) is not None]
+    after = max(read, default=0)
+    return None if after >= int(found.group(1)) else ("read_file", {"path": f"part-{after + 1}.txt"})
+
+
+def check_round(messages: tuple[Message, ...]) -> tuple[str, dict[str, Any]] | None:
+    """Asked by the verification gate to check its work, the model reads the file it last
+    wrote; None when the request is no such ask."""
+    if not messages or messages[-1].content != PRE_VERIFY_NUDGE:
+        return None
+    written = [PATH.search(c.arguments) for m in messages for c in m.tool_calls
+               if c.name == "write_file"]
+    paths = [w.group(1) for w in written if w is not None]
+    return ("read_file", {"path": paths[-1]}) if paths else None
+
+
+def refused_write() -> tuple[str, dict[str, Any]]:
+    return ("write_file", {"path": REFUSED_PATH, "content": "draft"})
+
+
+class FlakySummarizer(Summarizer):
+    """The world's summarizer, but the n-th summary requests of the faulty phase fail (503)."""
+
+    def __init__(self, failing: tuple[int, ...], model: object) -> None:
+        super().__init__()
+        self._failing = set(failing)
+        self._model = model  # its ``calm`` flag disarms the failures
+        self.asked = 0
+        self.failed = 0
+
+    def complete(self, request: ProviderRequest) -> ProviderReply:
+        self.asked += 1
+        if self.asked in self._failing and not getattr(self._model, "calm", False):
+            self.failed += 1
+            self.requests.append(request)
+            raise ProviderServerError(f"503 at summary request {self.asked}: summarizer "
+                                      "unavailable", status=503)
+        return super().complete(request)
+
+
+# ---- staging, firing, rendering, shrinking ---------------------------------------------------
+
+
+def stage(story: Story, plan: WorldPlan) -> None:
+    """The limits, symlinks and summarizer of these parts, as ``render_options`` writes them."""
+    limits = _limits(plan)
+    if limits:
+        story.limits(**limits)
+    if plan.symlinks:
+        story.symlinks(dict(plan.symlinks))
+    if plan.summary_failures:
+        model = story.world.provider
+        model.summarizer = FlakySummarizer(plan.summary_failures, model)  # type: ignore[attr-defined]
+
+
+def _limits(plan: WorldPlan) -> dict[str, Any]:
+    limits: dict[str, Any] = {}
+    if plan.iteration_budget is not None:
+        limits["iteration_budget"] = plan.iteration_budget
+    if not plan.grace_call:
+        limits["grace_call_enabled"] = False
+    if plan.idle_compact_after_s is not None:
+        limits["idle_compact_after_s"] = plan.idle_compact_after_s
+    return limits
+
+
+def fired(world: World, plan: WorldPlan) -> set[FaultKind]:
+    """A summary request that failed in the faulty phase."""
+    summarizer = getattr(world.provider, "summarizer", None)
+    if plan.summary_failures and isinstance(summarizer, FlakySummarizer) and summarizer.failed:
+        return {FaultKind.SUMMARY_FAILURE}
+    return set()
+
+
+def render_imports(plan: WorldPlan) -> list[str]:
+    names = (["FlakySummarizer"] if plan.summary_failures else []) + (
+        ["handed_history"] if any(isinstance(s, Handover) for s in plan.steps) else [])
+    return [f"from sim.explore.edges import {', '.join(names)}"] if names else []
+
+
+def render_options(plan: WorldPlan) -> list[str]:
+    """``stage``'s calls as scenario lines."""
+    lines = []
+    limits = _limits(plan)
+    if limits:
+        lines.append("s.limits(" + ", ".join(f"{k}={v!r}" for k, v in limits.items()) + ")")
+    if plan.symlinks:
+        lines.append(f"s.symlinks({dict(plan.symlinks)!r})")
+    if plan.summary_failures:
+        lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model)"
+                     "  # these summary requests fail")
+    return lines
+
+
+def simpler(plan: WorldPlan) -> Iterator[WorldPlan]:
+    """The shrinker's edits of these parts: each option off, one failed summary fewer."""
+    for option, off in (("iteration_budget", None), ("grace_call", True),
+                        ("idle_compact_after_s", None), ("symlinks", {})):
+        if getattr(plan, option) != off:
+            yield plan.model_copy(update={option: off})
+    for n in plan.summary_failures:
+        yield plan.model_copy(update={"summary_failures": tuple(
+            f for f in plan.summary_failures if f != n)})
