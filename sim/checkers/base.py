@@ -16,6 +16,8 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
 from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
+from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT
+from hermes_ref.tokens import count_message
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
 from sim.checkers import lineage  # CMP-5: a rotated turn is one turn
@@ -334,12 +336,36 @@ def exit_reasons(obs: Observation) -> dict[str, str | None]:
 
 def stopped_at_the_bound(obs: Observation, turn_id: str) -> bool:
     """The turn's exit line shows every budget unit or ``max_iterations`` call spent, with
-    the grace call off: the loop could make no further call of any kind (LOOP-1, FIN-1)."""
-    if obs.limits.grace_call_enabled:
+    the grace call off, or with a grace request too long for its window: the loop could
+    make no further call of any kind (LOOP-1, FIN-1, CMP-7)."""
+    views = [v for v in obs.turns.values() if v.turn_id == turn_id and v.exit is not None]
+    if obs.limits.grace_call_enabled and not any(grace_would_not_fit(obs, v) for v in views):
         return False
     return any(view.exit.budget_used >= view.exit.budget_max
                or view.exit.api_calls >= view.exit.max_iterations
-               for view in obs.turns.values() if view.turn_id == turn_id and view.exit is not None)
+               for view in views if view.exit is not None)
+
+
+def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
+    """The turn made no grace call, and its grace request rebuilt from the record (the
+    prompt of the session it ended in, that session's rows but the turn's closing row, the
+    grace prompt) is over the window of the turn's last route: preflight refused it."""
+    if not view.calls or any(c.request.purpose == "grace" for c in view.calls):
+        return False
+    where = next((e.session_id for e in view.events if e.kind == EventKind.TURN_EXIT),
+                 view.session_id)
+    prompt = next((s.system_prompt for s in obs.record.sessions if s.id == where), "")
+    rows = [m.message for m in obs.record.messages if m.session_id == where]
+    if rows and rows[-1].turn_id == view.turn_id and rows[-1].role is Role.ASSISTANT \
+            and not rows[-1].tool_calls:
+        rows = rows[:-1]  # the boundary or answer row the finalizer wrote after
+    model = view.calls[-1].request.model
+    window = next((int(r.window_in_estimate) for r in obs.limits.fallback_providers
+                   if r.model == model), obs.limits.context_window_tokens)
+    tokens = count_message({"role": "system", "content": prompt}) + \
+        sum(count_message(m.wire) for m in rows) + \
+        count_message({"role": "user", "content": GRACE_SUMMARY_PROMPT})
+    return tokens > window
 
 
 def calls_by_turn(obs: Observation) -> dict[str, list[CallRecord]]:

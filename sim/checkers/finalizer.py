@@ -21,6 +21,7 @@ from sim.checkers.base import (
     checker,
     distinct_requests,
     grace_calls,
+    grace_would_not_fit,
     is_grace,
     round_landed,
     tool_replies,
@@ -45,6 +46,8 @@ def grace_summary(obs: Observation) -> list[Violation]:
         if loop_fire.withheld_answers(view, obs):
             continue  # an answer held back for verification stands in for it (withheld_answer_reused)
         graces = distinct_requests([r for r in records if is_grace(r)])
+        if not graces and grace_would_not_fit(obs, view):
+            continue  # preflight refused the grace request: it did not fit the window (CMP-7)
         if grace_calls(records) != 1:  # sent again on the fallback after a hop: still one
             problem = f"made {grace_calls(records)} grace calls"
         elif any(g.tools for g in graces):

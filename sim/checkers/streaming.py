@@ -273,9 +273,12 @@ def _text_problems(obs: Observation, client: Any, turn_id: str) -> list[str]:
     if row is None or not calls or row.content == EMPTY_SENTINEL:
         return []
     shown = clean_text(client.text(turn_id, calls[-1]))  # as a UTF-16 client renders it
-    if shown != row.content and visible_text(shown) != row.content:  # think blocks fold away
+    stored = row.content or ""
+    if shown and stored.startswith(f"{shown}\n\n["):  # the engine's bracketed notes (TOOL-9)
+        stored = shown  # follow the model's streamed text in the stored answer, as FIN-6 reads
+    if shown != stored and visible_text(shown) != stored:  # think blocks fold away
         return [f"it was shown {shown!r:.60} for {turn_id}, the durable answer is "
-                f"{row.content!r:.60}"]
+                f"{stored!r:.60}"]
     return []
 
 

@@ -70,7 +70,9 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     _handover(seed, plan, steps)
     files, window = _chores(seed, kinds, plan, steps, taken)
     steps.sort(key=lambda s: s.at_s)
-    plan = plan.model_copy(update={"context_window": window})
+    # a client follows one session id, and a compaction's rotation moves the stream to a child
+    clients = () if window is not None else plan.clients
+    plan = plan.model_copy(update={"context_window": window, "clients": clients})
     budget, grace, gate = _budgets(seed, plan)
     idle, failures = _pressure(seed, kinds, plan)
     return plan.model_copy(update={
