@@ -341,17 +341,24 @@ def stopped_at_the_bound(obs: Observation, turn_id: str) -> bool:
     views = [v for v in obs.turns.values() if v.turn_id == turn_id and v.exit is not None]
     if obs.limits.grace_call_enabled and not any(grace_would_not_fit(obs, v) for v in views):
         return False
-    return any(view.exit.budget_used >= view.exit.budget_max
-               or view.exit.api_calls >= view.exit.max_iterations
-               for view in views if view.exit is not None)
+    return any(bound_spent(obs, view) for view in views)
+
+
+def bound_spent(obs: Observation, view: TurnView) -> bool:
+    """Every budget unit or every one of ``max_iterations`` calls spent, counted from the
+    provider's log (a fallback hop's call refunded, refundable rounds given back)."""
+    charged = charged_requests(view.calls)
+    return charged >= obs.limits.max_iterations or \
+        charged - refunded_rounds(view) >= obs.limits.iteration_budget
 
 
 def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
     """The turn made no grace call, and its grace request rebuilt from the record (the
     prompt of the session it ended in, that session's rows but the turn's closing row, the
     grace prompt) is over the window of the turn's last route: preflight refused it."""
-    if not view.calls or any(c.request.purpose == "grace" for c in view.calls):
-        return False
+    if not view.calls or any(c.request.purpose == "grace" for c in view.calls) \
+            or view.exit is None or "grace call not sent" not in view.exit.detail:
+        return False  # the engine said it refused, and the rebuilt request must agree
     where = next((e.session_id for e in view.events if e.kind == EventKind.TURN_EXIT),
                  view.session_id)
     prompt = next((s.system_prompt for s in obs.record.sessions if s.id == where), "")

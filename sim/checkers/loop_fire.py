@@ -27,7 +27,7 @@ from hermes_ref.closure import NOT_RUN_TEXT
 from hermes_ref.ladder import HOUSEKEEPING_TOOLS, inline_reasoning, reasoning_of, visible_text
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role, ToolKind
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
 from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
 from hermes_ref.tokens import count_wire_messages
 from hermes_ref.tool_specs import TOOLS_BY_NAME
@@ -37,6 +37,7 @@ from sim.checkers.base import (
     TurnView,
     Violation,
     all_invalid,
+    bound_spent,
     charged_requests,
     checker,
     is_grace,
@@ -107,21 +108,22 @@ def withheld_answers(view: TurnView, obs: Observation | None = None) -> list[str
     return out + ([last] if last else [])
 
 
-def _budget_ended(line: ExitLine | None) -> bool:
+def _budget_ended(obs: Observation, view: TurnView) -> bool:
     """The turn's budget or call cap ended it: its exit reason says so, or says it stopped
-    on a tool result (FIN-8 overrules the budget's reason) with the bound spent."""
+    on a tool result (FIN-8 overrules the budget's reason) with the bound spent, as the
+    provider's log counts it."""
+    line = view.exit
     if line is None:
         return False
-    spent = line.budget_used >= line.budget_max or line.api_calls >= line.max_iterations
     return line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED) or (
-        line.reason is ExitReason.PENDING_TOOL_RESULT and spent)
+        line.reason is ExitReason.PENDING_TOOL_RESULT and bound_spent(obs, view))
 
 
 def _held_at_the_end(obs: Observation, view: TurnView) -> str | None:
     """The gate's hold with no request after it: the turn's last call answered in text
     after a landed round that wrote, and the budget or the call cap ended the turn there."""
-    calls, line = _budgeted(view), view.exit
-    if not obs.limits.verify_before_answer or not calls or not _budget_ended(line):
+    calls = _budgeted(view)
+    if not obs.limits.verify_before_answer or not calls or not _budget_ended(obs, view):
         return None
     last = calls[-1].reply
     wrote = any(c.reply is not None and round_landed(obs, c) and any(
@@ -208,7 +210,9 @@ class _Walk:
 
 
 REFUSED = "refused by preflight"
-SENDING_RUNGS = frozenset({"nudge", "prefill", "retry", "fallback"})  # rungs that call again
+# rungs whose next request differs from the one just sent, so preflight may refuse it (a
+# retry resends a request that fitted)
+SENDING_RUNGS = frozenset({"nudge", "prefill", "fallback"})
 
 
 def _observed(view: TurnView, calls: list[CallRecord], index: int,
@@ -547,10 +551,10 @@ def withheld_answer_reused(obs: Observation) -> list[Violation]:
         held = withheld_answers(view, obs)
         if not held:
             continue
-        line, done = view.exit, view.completion
+        done = view.completion
         graces = [c for c in view.calls if is_grace(c)]  # the held answer stands in for one
         answer = done.final_response if done is not None else None
-        if graces or (_budget_ended(line) and answer != held[-1]):
+        if graces or (_budget_ended(obs, view) and answer != held[-1]):
             out.append(Violation("withheld_answer_reused", "FIN-1",
                                  f"turn {view.key} ran out of budget with the answer "
                                  f"{held[-1][:30]!r} held back, and delivered {answer!r} after "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from hermes_ref.finalizer import MUTATION_FOOTER
 from hermes_ref.ladder import visible_text
 from hermes_ref.models import Event, EventKind, Message, Role, StreamDelta
 from hermes_ref.reply_intake import clean_text
@@ -274,7 +275,7 @@ def _text_problems(obs: Observation, client: Any, turn_id: str) -> list[str]:
         return []
     shown = clean_text(client.text(turn_id, calls[-1]))  # as a UTF-16 client renders it
     stored = row.content or ""
-    if shown and stored.startswith(f"{shown}\n\n["):  # the engine's bracketed notes (TOOL-9)
+    if shown and stored.startswith(f"{shown}\n\n{MUTATION_FOOTER}"):  # the engine's note (TOOL-9)
         stored = shown  # follow the model's streamed text in the stored answer, as FIN-6 reads
     if shown != stored and visible_text(shown) != stored:  # think blocks fold away
         return [f"it was shown {shown!r:.60} for {turn_id}, the durable answer is "

@@ -290,10 +290,10 @@ def load_plan(text: str, where: str = "plan") -> WorldPlan:
 # ---- drawing a plan from a seed -------------------------------------------------------------
 
 
-# kinds a sweep draws only when named. The verification gate finds no sabotage the default
-# plan misses, and a sabotage that persists its nudge breaks CTX-8 alone (SCAF-1 does not
-# know that nudge), which takes the causal credit from the scaffolding sabotages the
-# default plan finds
+# kinds a sweep draws only when named: the verification gate with the whole budget (the
+# edges draw the gate in worlds of a budget of two or three on their own stream, by
+# default). Drawn everywhere, the gate found no sabotage the default plan missed and made
+# the worlds longer
 OPT_IN = frozenset({FaultKind.VERIFY_GATE})
 
 
