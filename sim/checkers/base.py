@@ -359,20 +359,40 @@ def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
     if not view.calls or any(c.request.purpose == "grace" for c in view.calls) \
             or view.exit is None or "grace call not sent" not in view.exit.detail:
         return False  # the engine said it refused, and the rebuilt request must agree
-    where = next((e.session_id for e in view.events if e.kind == EventKind.TURN_EXIT),
-                 view.session_id)
-    prompt = next((s.system_prompt for s in obs.record.sessions if s.id == where), "")
+    where = ended_in(view)
     rows = [m.message for m in obs.record.messages if m.session_id == where]
     if rows and rows[-1].turn_id == view.turn_id and rows[-1].role is Role.ASSISTANT \
             and not rows[-1].tool_calls:
         rows = rows[:-1]  # the boundary or answer row the finalizer wrote after
-    model = view.calls[-1].request.model
-    window = next((int(r.window_in_estimate) for r in obs.limits.fallback_providers
-                   if r.model == model), obs.limits.context_window_tokens)
-    tokens = count_message({"role": "system", "content": prompt}) + \
-        sum(count_message(m.wire) for m in rows) + \
+    tokens = record_tokens(obs, where, rows) + \
         count_message({"role": "user", "content": GRACE_SUMMARY_PROMPT})
-    return tokens > window
+    return tokens > window_tokens(obs.limits, view.calls[-1].request.model)
+
+
+def ended_in(view: TurnView) -> str:
+    """The session the turn ended in (a view is keyed by its lineage's root, CMP-5)."""
+    return next((e.session_id for e in view.events if e.kind == EventKind.TURN_EXIT),
+                view.session_id)
+
+
+def record_tokens(obs: Observation, session_id: str, rows: Sequence[Message]) -> int:
+    """A request rebuilt from the record: the session's stored prompt, then ``rows``."""
+    prompt = next((s.system_prompt for s in obs.record.sessions if s.id == session_id), "")
+    return count_message({"role": "system", "content": prompt}) + \
+        sum(count_message(m.wire) for m in rows)
+
+
+def window_tokens(limits: Limits, model: str | None = None) -> int:
+    """The window of the route a request went to (LOOP-6: a fallback has its own)."""
+    for route in getattr(limits, "fallback_providers", ()):
+        if route.model == model:
+            return int(route.window_in_estimate)
+    return limits.context_window_tokens
+
+
+def route_chain(limits: Limits) -> list[str]:
+    """The models of a turn's routes, the primary first (LOOP-6)."""
+    return [limits.model, *(r.model for r in limits.fallback_providers)]
 
 
 def calls_by_turn(obs: Observation) -> dict[str, list[CallRecord]]:

@@ -23,7 +23,7 @@ from itertools import pairwise
 from hermes_ref.limits import Limits
 from hermes_ref.models import Role
 from sim.checkers import compaction_shape  # noqa: F401  # its checkers register with these
-from sim.checkers.base import Observation, Violation, checker
+from sim.checkers.base import Observation, Violation, checker, window_tokens
 from sim.checkers.compaction_record import (
     SUMMARY_PREFIX,
     attempts,
@@ -37,7 +37,6 @@ from sim.checkers.compaction_record import (
     threshold_tokens,
     tokens_of,
     tokens_sent,
-    window_tokens,
 )
 from sim.world import CallRecord
 

@@ -18,12 +18,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hermes_ref.ladder import inline_reasoning, reasoning_of, visible_text
+from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ScaffoldFlag
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL
 from hermes_ref.tokens import count_message, count_wire_messages
-from sim.checkers.base import Observation, TurnView, remembered
+from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
+    Observation,
+    TurnView,
+    record_tokens,
+    remembered,
+    window_tokens,
+)
 from sim.checkers.lineage import roots
 from sim.checkers.rotation import CompactionRun  # a story's own compaction, not judged here
 from sim.checkers.wire import sent_messages
@@ -158,14 +165,6 @@ def attempts(obs: Observation, turn: str, before: CallRecord | None = None,
     return count
 
 
-def window_tokens(limits: Limits, model: str | None = None) -> int:
-    """The window of the route a request went to (LOOP-6: a fallback has its own)."""
-    for route in getattr(limits, "fallback_providers", ()):
-        if route.model == model:
-            return int(route.window_in_estimate)
-    return limits.context_window_tokens
-
-
 def smallest_window(limits: Limits) -> int:
     routes = [int(r.window_in_estimate) for r in getattr(limits, "fallback_providers", ())]
     return min([limits.context_window_tokens, *routes])
@@ -194,15 +193,10 @@ def pre_tokens(obs: Observation, call: CallRecord) -> int:
     """The request the turn would have sent when it asked for the summary: the system
     prompt, the session's rows committed by then, and the retry scaffolding (a nudge, a
     refused reply) that the turn's next model call is seen carrying on the wire."""
-    prompt = next((s.system_prompt for s in obs.record.sessions if s.id == call.session_id), "")
     rows = [m.message for m in obs.record.messages
             if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
-    return count_message({"role": "system", "content": prompt}) + tokens_of(rows) + \
-        _scaffolding_sent_after(obs, call)
-
-
-def _scaffolding_sent_after(obs: Observation, call: CallRecord) -> int:
-    return scaffolding_tokens(obs, call.turn_id, call.seq)
+    return record_tokens(obs, call.session_id, rows) + \
+        scaffolding_tokens(obs, call.turn_id, call.seq)
 
 
 AFTER_EVERY_CALL = 1 << 62  # an effect count past any call: what the turn held at its end
@@ -275,7 +269,7 @@ def engine_of(obs: Observation) -> dict[str, str]:
     def read() -> dict[str, str]:
         pids: dict[str, str] = {}
         for grant in obs.record.lease_grants:
-            fields = dict(p.partition("=")[::2] for p in grant.holder.split(":") if "=" in p)
+            fields = holder_fields(grant.holder)
             if "turn" in fields and "pid" in fields:
                 pids.setdefault(fields["turn"], fields["pid"])
         return pids

@@ -10,7 +10,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS
 from hermes_ref.tokens import count_message
-from sim.checkers.base import Observation, Violation, checker
+from sim.checkers.base import Observation, Violation, checker, ended_in, record_tokens, window_tokens
 from sim.checkers.compaction_record import (
     AFTER_EVERY_CALL,
     PRUNED_PREFIX,
@@ -27,7 +27,6 @@ from sim.checkers.compaction_record import (
     threshold_tokens,
     tokens_of,
     tokens_sent,
-    window_tokens,
 )
 from sim.checkers.wire import sent_messages
 
@@ -213,11 +212,9 @@ def requests_fit_the_window(obs: Observation) -> list[Violation]:
             continue
         if view.calls and view.calls[-1].error == "ContextOverflow":
             continue
-        # the session the turn ended in (a view is keyed by its lineage's root, CMP-5)
-        where = next((e.session_id for e in view.events if e.kind == "turn.exit"), view.session_id)
-        prompt = next((s.system_prompt for s in obs.record.sessions if s.id == where), "")
+        where = ended_in(view)
         rows = [m.message for m in obs.record.messages if m.session_id == where]
-        unsent = count_message({"role": "system", "content": prompt}) + tokens_of(rows) + \
+        unsent = record_tokens(obs, where, rows) + \
             scaffolding_tokens(obs, view.turn_id, AFTER_EVERY_CALL)
         if unsent <= smallest_window(obs.limits):
             out.append(Violation("requests_fit_the_window", "CMP-7",

@@ -44,6 +44,7 @@ from sim.checkers.base import (
     ran_in,
     refunded_rounds,
     round_landed,
+    route_chain,
 )
 from sim.checkers.lease import lost_leases
 from sim.checkers.wire import sent_messages
@@ -294,16 +295,12 @@ def empty_ladder_in_order(obs: Observation) -> list[Violation]:
 # ---- LOOP-6: fallback providers ------------------------------------------------------------
 
 
-def _chain(limits: Limits) -> list[str]:
-    return [limits.model, *(r.model for r in limits.fallback_providers)]
-
-
 @checker("fallback_routes", ("LOOP-6",),
          "a turn starts on the primary, moves down the fallback chain only, and every request "
          "to a fallback fits that fallback's window by its own token count")
 def fallback_routes(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
-    chain = _chain(obs.limits)
+    chain = route_chain(obs.limits)
     routes = {r.model: r for r in obs.limits.fallback_providers}
     for view in obs.ended_turns():
         tag = f"turn {view.key}"

@@ -36,6 +36,7 @@ from sim.checkers.base import (
     grace_calls,
     is_grace,
     refunded_rounds,
+    route_chain,
     stopped_at_the_bound,
 )
 from sim.checkers.reasons import bad_calls, cut_off, reason_problem
@@ -199,7 +200,7 @@ def _refused_hop(limits: Limits, view: TurnView) -> int:
         return 0
     last = budgeted[-1].request
     attempts = [c for c in budgeted if c.request is last]
-    chain = [limits.model, *(r.model for r in limits.fallback_providers)]
+    chain = route_chain(limits)
     spent = all(c.error in _HOPPING_ERRORS for c in attempts) or all(
         c.reply is not None and not c.reply.tool_calls and not visible_text(c.reply.content)
         for c in attempts)
