@@ -28,12 +28,12 @@ from sim.explore.plan import (
     generate,
     load_plan,
 )
-from sim.explore.render import render, scenario_name
+from sim.explore.render import render
 from sim.explore.run import RunReport, Verdict, run_plan
 from sim.explore.sweep import Shard, SweepReport, first_difference, merge, sweep
 from sim.explore.swimlane import lanes_of, render_html, rows_of
 from sim.faults import CrashPoint
-from sim.harness import REGISTRY, run_scenario
+from tests.unit.explore_replay import replay_rendered, same_timeline
 
 ODD_KINDS = (FaultKind.AUTH_ERROR, FaultKind.REASONING_ONLY, FaultKind.NARRATED_CALL,
              FaultKind.LONE_SURROGATE, FaultKind.SHARED_CALL_IDS, FaultKind.DEEP_ARGUMENTS,
@@ -158,14 +158,8 @@ def test_a_rendered_scenario_replays_the_run(tmp_path: Path) -> None:
     """The scenario file makes the plan's calls in the plan's order: the same timeline."""
     report = run_plan(STALLED)
     source = render(STALLED, report)
-    namespace: dict[str, object] = {"__name__": "explored_test_module"}
-    exec(compile(source, "explored.py", "exec"), namespace)
-    try:
-        outcome = run_scenario(REGISTRY[scenario_name(STALLED)], seed=STALLED.seed)
-    finally:
-        REGISTRY.pop(scenario_name(STALLED), None)
-    ran = outcome.timeline.splitlines()
-    assert ran[:len(report.timeline.splitlines())] == report.timeline.splitlines()
+    outcome = replay_rendered(STALLED, report, source, seed=STALLED.seed)
+    assert same_timeline(outcome, report)
     assert outcome.passed == (report.verdict is Verdict.PASSED)
 
 
@@ -199,14 +193,8 @@ def test_the_odder_parts_render_as_story_calls_and_replay() -> None:
                  "s.use_provider_for('fallback-small', model.for_fallback())",
                  "s.files({'big.log': BIG_LOG_TEXT})", "s.limits(verify_before_answer=True)"):
         assert call in source, call
-    namespace: dict[str, object] = {"__name__": "explored_odder"}
-    exec(compile(source, "explored.py", "exec"), namespace)
-    try:
-        outcome = run_scenario(REGISTRY[scenario_name(ODDER)])
-    finally:
-        REGISTRY.pop(scenario_name(ODDER), None)
-    assert outcome.timeline.splitlines()[:len(report.timeline.splitlines())] == \
-        report.timeline.splitlines()
+    outcome = replay_rendered(ODDER, report, source)
+    assert same_timeline(outcome, report)
 
 
 def test_the_odder_parts_have_streams_of_their_own() -> None:
@@ -299,15 +287,9 @@ def test_a_one_process_plan_renders_a_scenario_that_runs() -> None:
     plan = STALLED.model_copy(update={"processes": 1, "steps": tuple(
         s.model_copy(update={"process": 0}) for s in STALLED.steps)})
     report = run_plan(plan)
-    namespace: dict[str, object] = {"__name__": "explored_one_process"}
-    exec(compile(render(plan, report), "explored.py", "exec"), namespace)
-    try:
-        outcome = run_scenario(REGISTRY[scenario_name(plan)])  # its seed is in the file
-    finally:
-        REGISTRY.pop(scenario_name(plan), None)
+    outcome = replay_rendered(plan, report)
     assert outcome.error is None or "expectation" in outcome.error, outcome.error
-    assert outcome.timeline.splitlines()[:len(report.timeline.splitlines())] == \
-        report.timeline.splitlines()
+    assert same_timeline(outcome, report)
 
 
 def test_a_fault_counts_as_fired_only_when_it_lands() -> None:

@@ -12,11 +12,11 @@ from sim.explore.plan import (
     WorldPlan,
     generate,
 )
-from sim.explore.render import render, scenario_name
+from sim.explore.render import render
 from sim.explore.run import Verdict, run_plan
 from sim.explore.terminal import MEMORIES, SECRET, Direct, Redact
 from sim.explore.watch import Client, Recover
-from sim.harness import REGISTRY, run_scenario
+from tests.unit.explore_replay import replay_rendered, same_timeline
 
 # a drained turn dies mid-call and a survivor's round makes it unknown (its queue pauses);
 # a terminal's turns contend for t-1's lease while one reads the slow build log, the
@@ -72,14 +72,8 @@ def test_the_bystanders_render_as_story_calls_and_replay() -> None:
                  "SimClient.join(s.world, 't-1', name='client-1', disconnect_after=2",
                  "s.world.tools.slow('read_file', 20.0, path='t-1-build.log')"):
         assert call in source, call
-    namespace: dict[str, object] = {"__name__": "explored_bystanders"}
-    exec(compile(source, "explored.py", "exec"), namespace)
-    try:
-        outcome = run_scenario(REGISTRY[scenario_name(BYSTANDERS)])
-    finally:
-        REGISTRY.pop(scenario_name(BYSTANDERS), None)
-    assert outcome.timeline.splitlines()[:len(report.timeline.splitlines())] == \
-        report.timeline.splitlines()
+    outcome = replay_rendered(BYSTANDERS, report, source)
+    assert same_timeline(outcome, report)
 
 
 def test_the_bystanders_have_streams_of_their_own() -> None:

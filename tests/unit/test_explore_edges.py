@@ -14,10 +14,10 @@ from sim.explore.plan import (
     WorldPlan,
     generate,
 )
-from sim.explore.render import render, scenario_name
+from sim.explore.render import render
 from sim.explore.run import run_plan
-from sim.harness import REGISTRY, run_scenario
 from sim.tools import SIM_ROOT
+from tests.unit.explore_replay import replay_rendered, same_timeline
 
 EDGES = WorldPlan(
     seed=5, processes=1, sessions={"s-1": "p-1"},
@@ -56,14 +56,8 @@ def test_the_edges_render_as_story_calls_and_replay() -> None:
                  "s.start_turn('Say hello 80.', session='h-1', process=one, after_s=10.0, "
                  "history=handed_history(2))"):
         assert call in source, call
-    namespace: dict[str, object] = {"__name__": "explored_edges"}
-    exec(compile(source, "explored.py", "exec"), namespace)
-    try:
-        outcome = run_scenario(REGISTRY[scenario_name(EDGES)])
-    finally:
-        REGISTRY.pop(scenario_name(EDGES), None)
-    assert outcome.timeline.splitlines()[:len(report.timeline.splitlines())] == \
-        report.timeline.splitlines()
+    outcome = replay_rendered(EDGES, report, source)
+    assert same_timeline(outcome, report)
 
 
 def test_a_rewrite_through_an_alias_waits_for_the_read() -> None:

@@ -15,9 +15,9 @@ from sim.explore.lanes import (
     fewer_events,
 )
 from sim.explore.plan import FaultKind, FaultMix, Submit, WorldPlan, generate, load_plan
-from sim.explore.render import render, scenario_name
+from sim.explore.render import render
 from sim.explore.run import Verdict, run_plan
-from sim.harness import REGISTRY, run_scenario
+from tests.unit.explore_replay import replay_rendered, same_timeline
 
 DM = SessionSource(platform="telegram", chat_type="dm", chat_id="99", participant="42")
 DAVE = SessionSource(platform="telegram", chat_type="group", chat_id="-1002285219667",
@@ -92,14 +92,8 @@ def test_a_lane_plan_renders_as_story_calls_and_replays() -> None:
                  "lanes.restart(1, graceful=True, after_s=3110.0)", "lanes.watch(0, after_s=9000.0)",
                  "s.limits(session_reset_mode='idle', session_idle_minutes=30"):
         assert call in source, call
-    namespace: dict[str, object] = {"__name__": "explored_lanes"}
-    exec(compile(source, "explored.py", "exec"), namespace)
-    try:
-        outcome = run_scenario(REGISTRY[scenario_name(PLAN)])
-    finally:
-        REGISTRY.pop(scenario_name(PLAN), None)
-    assert outcome.timeline.splitlines()[:len(report.timeline.splitlines())] == \
-        report.timeline.splitlines()
+    outcome = replay_rendered(PLAN, report, source)
+    assert same_timeline(outcome, report)
 
 
 def test_the_shrinker_edits_the_lanes() -> None:
