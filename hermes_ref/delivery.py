@@ -120,14 +120,17 @@ class TurnSeqs:
         are the turn's first, and they commit with the grant or not at all."""
         if opening is None or not opening.events:
             return opening
-        return opening.model_copy(update={"events": tuple(self.stamp(e, now) for e in opening.events)})
+        return opening.model_copy(update={"events": self._numbered(opening.events, now)})
 
     def number_closing(self, closing: Closing, now: float) -> Closing:
         """A ``Closing`` whose events are numbered now, as ``Emit`` would number them: they
         are the turn's last (its counter ends with the completion)."""
         if not closing.events:
             return closing
-        return closing.model_copy(update={"events": tuple(self.stamp(e, now) for e in closing.events)})
+        return closing.model_copy(update={"events": self._numbered(closing.events, now)})
+
+    def _numbered(self, events: tuple[Event, ...], now: float) -> tuple[Event, ...]:
+        return tuple(self.stamp(e, now) for e in events)
 
     def settle_closing(self, closing: Closing, committed: bool) -> None:
         """Events of a closing that did not commit never existed: the turn's counter goes back

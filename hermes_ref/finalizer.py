@@ -250,9 +250,9 @@ async def finalize(ctx: TurnContext) -> TurnResult:
     _silent_stop_guard(ctx)
     _no_answer_guard(ctx)
     _mutation_footer(ctx)
-    in_one = _closes_in_one(ctx)
-    if not (in_one and await _release(ctx, _closing(ctx))):
-        if not in_one:  # (a closing whose rows failed was that write: it is not retried here)
+    closing = _closing(ctx)
+    if not (closing is not None and await _release(ctx, closing)):
+        if closing is None:  # (a closing whose rows failed was that write: not retried here)
             await _persist_pending(ctx)
         await _close_tail(ctx)
         await _failure_boundary(ctx)
@@ -264,16 +264,13 @@ async def finalize(ctx: TurnContext) -> TurnResult:
     return _result(ctx)
 
 
-def _closes_in_one(ctx: TurnContext) -> bool:
-    """Is the delivered answer's own row all that is left to write? Then it, the ending and
-    the release are one commit (``CloseTurn``): no tail to close, no boundary to add."""
+def _closing(ctx: TurnContext) -> Closing | None:
+    """The final rows and the ending that is true once they are durable (``Closing``), when
+    the delivered answer's own row is all that is left to write: then it, the ending and the
+    release are one commit (``CloseTurn``), with no tail to close and no boundary to add."""
     pending = ctx.transcript.pending()
-    return bool(pending) and ctx.ending.delivered and pending[-1].role is Role.ASSISTANT
-
-
-def _closing(ctx: TurnContext) -> Closing:
-    """The final rows and the ending that is true once they are durable (``Closing``)."""
-    pending = ctx.transcript.pending()
+    if not pending or not ctx.ending.delivered or pending[-1].role is not Role.ASSISTANT:
+        return None
     return Closing(rows=pending, events=_ending(ctx, tail=pending[-1]))
 
 
