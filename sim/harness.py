@@ -115,6 +115,9 @@ class Story:
     workdir: Path
     seed: int = 0
     trace: bool = True
+    # True: every step that changed the record is judged (a scenario, the state machine);
+    # False: only ``check(always=True)`` judges (explore judges each phase's end)
+    check_every_step: bool = True
     violations: list[Violation] = field(default_factory=list)
     _limits: Limits = field(default_factory=Limits)
     _provider: Provider | None = None
@@ -272,13 +275,19 @@ class Story:
     def transcript(self, session: str = "s-1") -> list[Message]:
         return self.world.store.snapshot().transcript(session)
 
-    def check(self) -> list[Violation]:
+    def check(self, *, always: bool = False) -> list[Violation]:
         """Judge the world's record with every checker; the violations not seen before.
+
+        With ``check_every_step`` off, a step's own check is skipped and only ``always``
+        judges: every log the checkers read only grows, so a later check still sees what
+        the skipped one would have.
 
         The checkers are pure functions of the observation. When nothing in it changed
         since the last check, their findings are the last check's, so those are taken
         again instead of judging the same values twice.
         """
+        if not (self.check_every_step or always):
+            return []
         obs = self._observe()
         last = self._judged
         found = last[1] if last is not None and last[0] == obs else run_all(obs)

@@ -111,7 +111,8 @@ def run_plan(plan: WorldPlan, *, store_kind: str = "memory", trace: bool = True,
 
 
 def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunReport:
-    story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace)
+    story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace,
+                  check_every_step=False)  # judged at the end of each phase (below)
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
     model = ExploreModel(plan.replies, ids=story.world.chooser)
     fired: set[FaultKind] = set()
@@ -119,7 +120,9 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
     error: str | None = None
     try:
         _faulty_phase(story, plan, model, fired, points)
+        story.check(always=True)
         calm_phase(story)
+        story.check(always=True)
     except Exception as exc:  # an engine bug, not a simulated crash: report it
         error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
         story.world.timeline.add("ENGINE", f"{type(exc).__name__}: {exc}")
