@@ -16,6 +16,7 @@ from hermes_ref.errors import (
     StreamCut,
 )
 from hermes_ref.ladder import visible_text
+from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
@@ -176,7 +177,9 @@ def budget_accounting(obs: Observation) -> list[Violation]:
         if line.budget_used != regular - refunds:
             out.append(_units_violation(tag, line.budget_used, regular, refunds,
                                         unsent=line.api_calls - len(requests),
-                                        earlier=_others_called_before(obs, view)))
+                                        earlier=_others_called_before(obs, view),
+                                        occasions=refunds + hops + _compactions_of(obs, view)
+                                        + int(line.reason in CONTEXT_PRESSURE_EXITS)))
         if line.budget_max != obs.limits.iteration_budget:
             out.append(Violation("budget_accounting", "CTX-1",
                                  f"{tag} ran with a budget of {line.budget_max}, "
@@ -209,22 +212,35 @@ def _refused_hop(limits: Limits, view: TurnView) -> int:
 
 
 def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent: int,
-                     earlier: bool) -> Violation:
+                     earlier: bool, occasions: int) -> Violation:
     """Name the rule a wrong unit count breaks, by what explains the difference.
 
     Extra units matched by as many calls the turn counted but the provider never saw were
-    charged for requests that were never sent (a preflight refusal, say): LOOP-2. Units
-    beyond every call the turn sent can only have been carried in from earlier turns
-    (CTX-1), and only if another turn called the model before. Any other difference (a
-    refund withheld, or given where none was due) is LOOP-2.
+    charged for requests that were never sent (a preflight refusal, say): LOOP-2. Extra
+    units no more than the turn's own occasions for a refund (its refundable rounds, its
+    fallback hops, the compactions it committed and a last request preflight refused,
+    each of which gives a unit back) are refunds withheld or passes charged: LOOP-2.
+    Units beyond those can only have been carried in from earlier turns (CTX-1), and only
+    if another turn called the model before. Any other difference (a refund given where
+    none was due) is LOOP-2.
     """
     extra = used - (regular - refunds)
     detail = f"{tag} used {used} budget units for {regular} calls and {refunds} refundable rounds"
     if extra > 0 and extra == unsent:
         return Violation("budget_accounting", "LOOP-2",
                          f"{detail}; the provider never saw {unsent} of the requests it counted")
+    if 0 < extra <= occasions:
+        return Violation("budget_accounting", "LOOP-2",
+                         f"{detail}; {extra} unit(s) kept of its {occasions} occasion(s) for a "
+                         "refund (refundable rounds, fallback hops, compactions, a refused request)")
     carried = used > regular and earlier
     return Violation("budget_accounting", "CTX-1" if carried else "LOOP-2", detail)
+
+
+def _compactions_of(obs: Observation, view: TurnView) -> int:
+    """The compactions committed under ``view``'s turn (its holder names the turn)."""
+    return sum(1 for c in obs.record.compactions
+               if holder_fields(c.holder).get("turn") == view.turn_id)
 
 
 def _others_called_before(obs: Observation, view: TurnView) -> bool:
