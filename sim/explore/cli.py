@@ -18,11 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from hermes_ref.errors import BadInput
 from sim.explore.plan import FaultMix, WorldPlan, generate, load_plan
 from sim.explore.run import EXIT_CODES, RunReport, run_plan
+
+if TYPE_CHECKING:
+    from sim.explore.hunt import Hunt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -178,7 +181,8 @@ def _shrink(args: argparse.Namespace, mix: FaultMix, out: TextIO) -> int:
 
 
 def _hunt(args: argparse.Namespace, mix: FaultMix, out: TextIO) -> int:
-    """Exit 0 when every sabotage hunted was found with causal credit, 1 otherwise."""
+    """Exit 0 when every sabotage hunted was found with causal credit (its first failure,
+    or a later one, broke one of its own ids), 1 otherwise."""
     import scenarios  # noqa: F401 - the sabotages' modules register beside the scenarios
     from sim.explore.hunt import hunt_all
     from sim.sabotage import SABOTAGES
@@ -191,12 +195,20 @@ def _hunt(args: argparse.Namespace, mix: FaultMix, out: TextIO) -> int:
         out.write(json.dumps([h.as_json() for h in hunts], indent=2) + "\n")
     else:
         for h in hunts:
-            if h.found_at is None:
-                out.write(f"{h.sabotage:<44} not found in {h.seeds_tried} seeds\n")
-            else:
-                credit = "causal" if h.causal else "other ids"
-                out.write(f"{h.sabotage:<44} seed {h.found_at} after {h.seeds_tried} seeds: "
-                          f"{', '.join(h.broke)} ({credit})\n")
-        found = sum(1 for h in hunts if h.found_at is not None and h.causal)
+            out.write(f"{h.sabotage:<44} {_hunted(h)}\n")
+        found = sum(1 for h in hunts if h.causal_at is not None)
         out.write(f"{found} of {len(hunts)} sabotages found with causal credit\n")
-    return 0 if all(h.found_at is not None and h.causal for h in hunts) else 1
+    return 0 if all(h.causal_at is not None for h in hunts) else 1
+
+
+def _hunted(h: Hunt) -> str:
+    """One sabotage's line: its first failure and, when that broke other ids, its first
+    causal one."""
+    if h.found_at is None:
+        return f"not found in {h.seeds_tried} seeds"
+    first = f"seed {h.found_at} after {h.seeds_to_first} seeds: {', '.join(h.broke)}"
+    if h.causal:
+        return f"{first} (causal)"
+    if h.causal_at is None:
+        return f"{first} (other ids; none of its own in {h.seeds_tried} seeds)"
+    return f"{first} (other ids); its own at seed {h.causal_at} after {h.seeds_to_causal} seeds"

@@ -6,6 +6,10 @@ default plan (nothing tells a seed where the sabotage is) until one fails, at mo
 anyway proves nothing about the sabotage. The hunt reports, per sabotage, the number of
 seeds to the first failure, the ids that failure broke, and whether one of them is an id
 the sabotage is registered for (the causal credit ``invariants verify`` demands too).
+When the first failure breaks only other ids, the hunt goes on to the first seed that
+breaks one of the sabotage's own (within the same ``seeds_max``) and reports both: the
+first failure says how soon a sweep notices, the first causal one that a checker of the
+right rule can see it in a world nobody scripted.
 
 A sabotage of a path the explored world never takes (session lanes, path resolution, the
 caller's history list) is not found; the report says so, which is how the workload
@@ -25,14 +29,18 @@ class Hunt:
     sabotage: str
     invariants: tuple[str, ...]
     seeds_tried: int = 0
-    found_at: int | None = None  # the seed, if one failed
+    found_at: int | None = None  # the first seed that failed, if one did
     broke: list[str] = field(default_factory=list)
-    causal: bool = False
+    causal: bool = False  # the first failure broke one of the sabotage's own ids
+    seeds_to_first: int | None = None
+    causal_at: int | None = None  # the first seed that broke one of its own ids
+    seeds_to_causal: int | None = None
 
     def as_json(self) -> dict[str, object]:
         return {"sabotage": self.sabotage, "invariants": list(self.invariants),
-                "seeds_to_first_failure": None if self.found_at is None else self.seeds_tried,
-                "seed": self.found_at, "broke": self.broke, "causal": self.causal}
+                "seeds_to_first_failure": self.seeds_to_first,
+                "seed": self.found_at, "broke": self.broke, "causal": self.causal,
+                "causal_seed": self.causal_at, "seeds_to_causal_failure": self.seeds_to_causal}
 
 
 class Baseline:
@@ -60,10 +68,15 @@ def hunt(name: str, *, seeds_max: int, baseline: Baseline) -> Hunt:
         found.seeds_tried += 1
         with sab.applied():
             report: RunReport = run_plan(generate(seed, baseline.mix), trace=False)
-        if report.verdict is not Verdict.PASSED:
-            found.found_at = seed
+        if report.verdict is Verdict.PASSED:
+            continue
+        own = bool(set(report.invariants) & set(sab.invariants))
+        if found.found_at is None:
+            found.found_at, found.seeds_to_first = seed, found.seeds_tried
             found.broke = report.invariants or [report.verdict.value]
-            found.causal = bool(set(report.invariants) & set(sab.invariants))
+            found.causal = own
+        if own:
+            found.causal_at, found.seeds_to_causal = seed, found.seeds_tried
             break
     return found
 
