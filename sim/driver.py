@@ -180,6 +180,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
     def _end(self, actor: Actor, result: Any, raised: BaseException | None) -> None:
         """An actor ended; whatever it started and did not stop (a refresher) ends with it."""
         actor.done, actor.result, actor.raised = True, result, raised
+        self.world.scheduler.ends += 1
         self.world.scheduler.retire(actor)
         for child in actor.children:
             self.stop_actor(child)
@@ -192,6 +193,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             self.world.effects_performed += 1  # its handler ran; the wait is cut short
         actor.coro.close()
         actor.done = True
+        self.world.scheduler.ends += 1
         self.world.scheduler.retire(actor)
 
     def _crash_before(self, actor: Actor, effect: Any) -> bool:

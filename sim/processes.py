@@ -137,14 +137,15 @@ def start_turn(story: Story, text: str, *, session: str, process: ProcessHandle 
 def run_all(story: Story) -> None:
     """Step the world until every turn and door actor handed out has ended, then check
     the record."""
-    world = story.world
-    pending = story._processes.pending
+    pending, scheduler, ends = story._processes.pending, story.world.scheduler, -1
     while any(not t.done for t in pending) or door_story.busy(story) \
             or any(wait() for wait in story._processes.waits):
-        if not world.scheduler.step():
+        if not scheduler.step():
             break
-        _record_ended(story)
-        door_story.record_ended(story)
+        if scheduler.ends != ends:  # only a step that ended an actor has an end to record
+            ends = scheduler.ends
+            _record_ended(story)
+            door_story.record_ended(story)
     _record_ended(story)
     door_story.record_ended(story)
     story.check()

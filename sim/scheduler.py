@@ -90,6 +90,7 @@ class Scheduler:
         self._now = now
         self._advance_to = advance_to
         self._seq = 0
+        self.ends = 0  # actors that ended so far (a step that ends none changes no log of ends)
         self.actors: list[Actor] = []
         self._ready: list[Actor] = []
         self._parked: list[tuple[float, int, int, Actor]] = []  # (deadline, park order, seq)
@@ -216,6 +217,7 @@ class Scheduler:
             if actor.pid == pid:
                 actor.coro.close()
                 actor.done, actor.crashed = True, point
+                self.ends += 1
                 self.retire(actor)
 
     def live(self) -> list[Actor]:
