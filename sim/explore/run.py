@@ -38,7 +38,9 @@ from pydantic_core import PydanticSerializationError
 
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
+from hermes_ref.lease import holder_fields
 from hermes_ref.limits import ProviderRoute
+from hermes_ref.models import Role
 from sim.explore import edges, lanes, terminal, watch
 from sim.explore.model import ExploreModel
 from sim.explore.plan import (
@@ -58,7 +60,7 @@ from sim.explore.plan import (
 from sim.harness import Story
 from sim.interventions import running_turn
 from sim.processes import ProcessHandle
-from sim.world import World
+from sim.world import TurnRun, World
 
 CALM_ROUNDS_MAX = 4  # drain passes of the calm phase before a queue counts as stuck
 FALLBACK_MODEL = "fallback-small"  # the model of a plan's fallback route (LOOP-6)
@@ -126,8 +128,9 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
         calm_phase(story)
         story.check(always=True)
     except Exception as exc:  # an engine bug, not a simulated crash: report it
-        error = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
-        story.world.timeline.add("ENGINE", f"{type(exc).__name__}: {exc}")
+        error = _engine_error(story, exc)
+    if error is not None:
+        error = _judge_the_wreck(story, error)
     world = story.world
     fired |= {r.kind for r in model.fired}
     if world.write_failures:
@@ -150,6 +153,55 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
         actor.coro.close()  # the run is over: actors it left waiting never resume
     world.store.close()
     return report
+
+
+def _engine_error(story: Story, exc: Exception) -> str:
+    """What the run raised, for the report, and its line in the timeline."""
+    story.world.timeline.add("ENGINE", f"{type(exc).__name__}: {exc}")
+    return f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exc(limit=8))
+
+
+def _judge_the_wreck(story: Story, error: str) -> str:
+    """The engine raised, and the run stops there: judge the record it left.
+
+    Nothing in flight will ever finish, so every live process is taken as dead at this
+    instant and its open turns are judged as a crash leaves them (excused their endings);
+    what the record shows besides (a result stored twice, a counter gone wrong) is found
+    as at any check. Returns ``error``, or the checkers' own if they raised.
+    """
+    world = story.world
+    for process in world.processes.values():
+        if process.alive:
+            process.alive, process.died_at = False, world.clock.now()
+            process.died_seq = world.effects_performed
+    world.runs.extend(_cut_short(world))
+    try:
+        story.check(always=True)
+    except Exception as exc:
+        return f"{error}\nthen the checkers raised: {_engine_error(story, exc)}"
+    return error
+
+
+def _cut_short(world: World) -> list[TurnRun]:
+    """The turns in flight when the engine raised (the one that raised among them), as
+    runs their process died in; a turn the record never mentions is left out."""
+    ran = {r.turn_id for r in world.runs}
+    record = world.store.snapshot()
+    users = {m.message.turn_id: m for m in reversed(record.messages)
+             if m.message.role is Role.USER}  # a turn's first user row wins
+    granted = {holder_fields(g.holder).get("turn"): g.session_id for g in record.lease_grants}
+    out = []
+    for actor in world.scheduler.actors:
+        turn_id = actor.turn_id
+        if turn_id is None or turn_id in ran or (actor.done and actor.raised is None):
+            continue
+        ran.add(turn_id)
+        user = users.get(turn_id)
+        session = user.session_id if user is not None else granted.get(turn_id)
+        if session is not None:
+            text = user.message.content or "" if user is not None else ""
+            out.append(TurnRun(session, text, turn_id, True, world.write_failures_by_turn.get(turn_id, 0)))
+    return out
 
 
 def _record_text(world: World) -> str:

@@ -66,3 +66,37 @@ def test_other_ids_only_is_no_causal_credit(monkeypatch: pytest.MonkeyPatch) -> 
     found = hunt("fake", seeds_max=5, baseline=Baseline(FaultMix()))
     assert (found.found_at, found.causal, found.causal_at, found.seeds_tried) == (0, False, None, 5)
     assert found.as_json()["seeds_to_causal_failure"] is None
+
+
+def test_an_engine_error_is_judged_as_a_crash_leaves_the_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run stops where the engine raised: its turns in flight are excused their
+    endings as after a crash, and what the record does show is still found."""
+    from hermes_ref import tool_round
+    from sim.explore.plan import generate
+    from sim.explore.run import run_plan
+
+    original, calls = tool_round.run_tool_round, {"n": 0}
+
+    async def breaks_on_the_third(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("a bug in the tool round")
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(tool_round, "run_tool_round", breaks_on_the_third)
+    report = run_plan(generate(0), trace=False)
+    assert report.verdict is Verdict.ENGINE_CRASH and "a bug in the tool round" in (report.error or "")
+    assert report.violations == []  # no missing ending, exit line or release is called a violation
+
+
+def test_what_a_wrecked_record_shows_is_still_found() -> None:
+    """A result stored twice trips the engine's own guard; the record still shows it."""
+    import scenarios  # noqa: F401 - the sabotages register beside the scenarios
+    from sim.explore.plan import generate
+    from sim.explore.run import run_plan
+
+    with SABOTAGES["duplicate_tool_result"].applied():
+        wrecks = (r for r in (run_plan(generate(seed), trace=False) for seed in range(30))
+                  if r.verdict is Verdict.ENGINE_CRASH)
+        report = next(wrecks)
+    assert "TOOL-3" in report.invariants and not {"FIN-7", "LOOP-3", "DEL-1"} & set(report.invariants)
