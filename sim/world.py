@@ -86,6 +86,17 @@ class TurnRun:
 
 
 @dataclass(frozen=True, slots=True)
+class RaisedRun(TurnRun):
+    """A turn the engine itself raised out of (an error, not a simulated crash). The run
+    stopped there, so its ending is excused as a crash's is (``crashed`` is true); but an
+    answer the model had already given it is lost, and a store error that escaped it
+    should have gone into its result (FIN-6)."""
+
+    raised: str = ""  # the error's type and message
+    store_error: bool = False  # a PersistenceError (a fenced write, LeaseLost, among them)
+
+
+@dataclass(frozen=True, slots=True)
 class RewriteRun(TurnRun):
     """Not a turn: a content rewrite the harness asked the store for (a redaction between
     turns), kept with the runs so checkers see it in order. ``text`` is the new content,

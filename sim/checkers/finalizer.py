@@ -27,7 +27,7 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_text
-from sim.world import CallRecord
+from sim.world import CallRecord, RaisedRun
 
 # ---- finalizer ---------------------------------------------------------------------------
 
@@ -169,7 +169,8 @@ def answer_delivered(obs: Observation) -> list[Violation]:
     # a turn fenced off after its lease went delivers nothing (LEASE-4), nor one the user
     # stopped (FIN-4): the reply that came too late is not the answer
     lost = loop_fire.interrupted(obs)
-    for view in obs.ended_turns():
+    raised = [v for v in obs.turns.values() if isinstance(v.run, RaisedRun)]  # their answer is lost too
+    for view in [*obs.ended_turns(), *raised]:
         if (view.session_id, view.turn_id) in lost:
             continue
         call = view.calls[-1] if view.calls else None
@@ -180,14 +181,24 @@ def answer_delivered(obs: Observation) -> list[Violation]:
             continue  # the process died after this call; a later turn owns the repair
         done = view.completion
         if done is None:
+            how = ", then the engine raised out of it" if isinstance(view.run, RaisedRun) else ""
             out.append(Violation("answer_delivered", "FIN-6",
-                                 f"turn {view.key} got a final answer but never completed"))
+                                 f"turn {view.key} got a final answer{how} but never completed"))
         elif not _same_answer(done.final_response,  # think blocks are never delivered (LOOP-4)
                               taken_in_text(without_reasoning(reply.content))):
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} completed with a different answer than the "
                                  "model gave"))
     return out
+
+
+@checker("store_errors_stay_in_the_result", ("FIN-6",),
+         "a store error never escapes a turn: it goes into the turn's result")
+def store_errors_stay_in_the_result(obs: Observation) -> list[Violation]:
+    return [Violation("store_errors_stay_in_the_result", "FIN-6",
+                      f"turn {run.session_id}/{run.turn_id} raised {run.raised} out of the engine "
+                      "instead of ending with it in its result")
+            for run in obs.runs or () if isinstance(run, RaisedRun) and run.store_error]
 
 
 def _same_answer(delivered: object, given: str | None) -> bool:

@@ -38,6 +38,7 @@ from pydantic_core import PydanticSerializationError
 
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
+from hermes_ref.errors import PersistenceError
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import ProviderRoute
 from hermes_ref.models import Role
@@ -60,7 +61,7 @@ from sim.explore.plan import (
 from sim.harness import Story
 from sim.interventions import running_turn
 from sim.processes import ProcessHandle
-from sim.world import TurnRun, World
+from sim.world import RaisedRun, TurnRun, World
 
 CALM_ROUNDS_MAX = 4  # drain passes of the calm phase before a queue counts as stuck
 FALLBACK_MODEL = "fallback-small"  # the model of a plan's fallback route (LOOP-6)
@@ -200,7 +201,11 @@ def _cut_short(world: World) -> list[TurnRun]:
         session = user.session_id if user is not None else granted.get(turn_id)
         if session is not None:
             text = user.message.content or "" if user is not None else ""
-            out.append(TurnRun(session, text, turn_id, True, world.write_failures_by_turn.get(turn_id, 0)))
+            failed = world.write_failures_by_turn.get(turn_id, 0)
+            error = actor.raised
+            out.append(TurnRun(session, text, turn_id, True, failed) if error is None else RaisedRun(
+                session, text, turn_id, True, failed, raised=f"{type(error).__name__}: {error}",
+                store_error=isinstance(error, PersistenceError)))
     return out
 
 

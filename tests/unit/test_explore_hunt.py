@@ -1,4 +1,5 @@
-"""The hunt: the first failure, and the first that breaks one of the sabotage's own ids."""
+"""The hunt (the first failure, and the first under the sabotage's own ids), and how a run
+the engine broke is judged."""
 
 from __future__ import annotations
 
@@ -100,3 +101,17 @@ def test_what_a_wrecked_record_shows_is_still_found() -> None:
                   if r.verdict is Verdict.ENGINE_CRASH)
         report = next(wrecks)
     assert "TOOL-3" in report.invariants and not {"FIN-7", "LOOP-3", "DEL-1"} & set(report.invariants)
+
+
+def test_a_store_error_that_escapes_a_turn_breaks_fin_6() -> None:
+    """Under an unguarded final persist a fenced final write raises out of the turn; the
+    run log keeps that turn as raised, and FIN-6 names the escaped store error."""
+    import scenarios  # noqa: F401 - the sabotages register beside the scenarios
+    from sim.explore.plan import generate
+    from sim.explore.run import run_plan
+
+    with SABOTAGES["unguarded_final_persist"].applied():
+        wrecks = (r for r in (run_plan(generate(seed), trace=False) for seed in range(30))
+                  if r.verdict is Verdict.ENGINE_CRASH)
+        report = next(wrecks)
+    assert any(v.startswith("FIN-6 [store_errors_stay_in_the_result]") for v in report.violations)
