@@ -9,7 +9,16 @@ from unittest import mock
 
 from hermes_ref import delivery, finalizer, loop
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import AppendMessages, CloseTurn, Emit, FlushEvents, ReleaseLease, Site
+from hermes_ref.effects import (
+    AppendMessages,
+    ClearInterrupt,
+    CloseTurn,
+    Emit,
+    FlushEvents,
+    ReleaseLease,
+    Site,
+    StopRefresher,
+)
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Event, Message
 from hermes_ref.outcomes import Completion, ExitLine, ExitReason
@@ -177,6 +186,10 @@ sabotage("no_answer_delivered_as_success", ("LOOP-3",),
 
 def _release_without_flush() -> list[AbstractContextManager[Any]]:
     async def release(ctx: TurnContext, closing: Closing | None = None) -> bool:
+        if ctx.refresher is not None:  # LEASE-6's order kept: only the ending's fate changes
+            await StopRefresher(ctx.refresher)
+            await ClearInterrupt()
+            ctx.refresher = None
         if closing is not None:  # the rows in the release's commit, the ending left to the release
             closed = await CloseTurn(ctx.lease, closing.model_copy(update={"events": ()}))
             ctx.transcript.absorb(closed.stored)
