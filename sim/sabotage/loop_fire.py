@@ -125,7 +125,8 @@ def _switch_without_preflight() -> list[AbstractContextManager[Any]]:
         route = ctx.state.route
         reply = await original(ctx, request)
         if reply is None and not ctx.ended and ctx.state.route != route:
-            ctx.state.api_calls += 1  # straight to the fallback, past its preflight
+            ctx.state.budget.consume()  # charged like any call (LOOP-2 kept) ...
+            ctx.state.api_calls += 1  # ... but straight to the fallback, past its preflight
             return await original(ctx, loop.build_request(ctx))
         return reply
     return [mock.patch.object(loop, "call_with_retries", hurried)]
