@@ -270,6 +270,21 @@ def late_start_is_warned(obs: Observation) -> list[Violation]:
     return out
 
 
+def _carried_to(obs: Observation) -> dict[tuple[str, int], LeaseGrantRow]:
+    """For each grant a rotation ended, the grant its lease lives on in at the end of the
+    chain: the child's grant of the same holder and token (a child may rotate again)."""
+    by_lease: dict[tuple[str, int], list[LeaseGrantRow]] = defaultdict(list)
+    for grant in obs.record.lease_grants:
+        by_lease[(grant.holder, grant.token)].append(grant)
+    out: dict[tuple[str, int], LeaseGrantRow] = {}
+    for chain in by_lease.values():
+        if len(chain) > 1:
+            for grant in chain[:-1]:
+                if grant.end_reason == "rotated":
+                    out[(grant.session_id, grant.token)] = chain[-1]
+    return out
+
+
 def _death_of(holder: str, deaths: dict[int, float]) -> tuple[str, float | None]:
     """The pid a holder names, and when that simulated process died (None: it did not)."""
     pid = holder_fields(holder).get("pid", "")
@@ -366,9 +381,12 @@ def _live_leases_taken(obs: Observation, deaths: dict[int, float]) -> list[Viola
     out: list[Violation] = []
     if obs.lease_log is None:
         return out
+    carried = _carried_to(obs)
     for session_id, before, after in successive_grants(obs):
         at = after.acquired_at
-        released = before.end_reason == "released" and (before.ended_at or 0.0) <= at
+        last = carried.get((before.session_id, before.token), before)  # CMP-5: it lives on in the child
+        released = last.end_reason == "released" and (last.ended_at or 0.0) <= at
+        before = last
         _, died = _death_of(before.holder, deaths)
         if released or before.expires_at <= at + EPSILON_S or (
                 died is not None and died <= at + EPSILON_S):

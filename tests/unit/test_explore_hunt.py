@@ -115,3 +115,17 @@ def test_a_store_error_that_escapes_a_turn_breaks_fin_6() -> None:
                   if r.verdict is Verdict.ENGINE_CRASH)
         report = next(wrecks)
     assert any(v.startswith("FIN-6 [store_errors_stay_in_the_result]") for v in report.violations)
+
+
+def test_a_lease_carried_to_the_tip_and_released_there_is_released() -> None:
+    """A turn granted a rotated session's own lease (the sabotage) after the tip's holder
+    released the carried lease took nothing from a live holder: LEASE-3 stays quiet, and
+    what is wrong (writes into the rotated parent) is CMP-5's."""
+    import scenarios  # noqa: F401 - the sabotages register beside the scenarios
+    from sim.explore.plan import generate
+    from sim.explore.run import run_plan
+
+    with SABOTAGES["lease_stays_on_the_rotated_parent"].applied():
+        found = next(r for r in (run_plan(generate(seed), trace=False) for seed in range(20))
+                     if "CMP-5" in r.invariants)
+    assert "LEASE-3" not in found.invariants
