@@ -233,6 +233,25 @@ def idle_session_is_compacted_at_turn_start(s: Story) -> None:
     s.expect(result is not None and result.final_response == "Welcome back.", "answered")
 
 
+@scenario("A turn that waited in line for the session's lease did not come after an idle gap: "
+          "the gap runs from the previous user row to its own, not to when it got the lease "
+          "(explored seed 121)", invariants=("CTX-5", "LEASE-1"), stage="compaction")
+def waiting_for_the_lease_is_no_idle_gap(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW, idle_compact_after_s=30.0)
+    s.files({"slow.txt": "slow"})
+    s.world.tools.slow("read_file", 40.0, path="slow.txt")
+    s.script(text("Noted."), tool_calls(("read_file", {"path": "slow.txt"})), text("It says slow."),
+             text("Quick answer."))
+    s.turn("Here is where we are.", history=chat(10))
+    other = s.process()
+    s.start_turn("Read slow.txt.")
+    s.start_turn("A quick question.", process=other, after_s=5.0)  # waits in line 35 s
+    s.run_all()
+    s.expect(not s.world.summary_calls, "5 s between the two user rows is no idle gap")
+    s.expect([m.content for m in s.transcript()][-2:] == ["A quick question.", "Quick answer."],
+             "the waiting turn ran after the slow one, and answered")
+
+
 @scenario("A long turn's own user message survives a mid-turn compaction, found again by "
           "its text",
           invariants=("CTX-7", "CMP-3"), stage="compaction")
