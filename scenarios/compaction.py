@@ -252,6 +252,31 @@ def waiting_for_the_lease_is_no_idle_gap(s: Story) -> None:
              "the waiting turn ran after the slow one, and answered")
 
 
+@scenario("A compaction's pruned copy of a recovered call's unknown report is a copy, not a "
+          "second report: the report stands where recovery wrote it (explored seed 121)",
+          invariants=("TOOL-10", "CMP-2", "CMP-5"), stage="compaction")
+def pruned_copy_of_a_recovery_report(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW)
+    s.files({"notes.txt": "draft"})
+    s.faults(crash="after:tool_calls")
+    s.script(tool_calls(("read_file", {"path": "notes.txt"})))
+    s.turn("What do my notes say?", history=chat(6))
+    s.restart()
+    s.faults()
+    s.files({"big.txt": "a long log line\n" * 90})
+    s.script(text("Ask me again."), tool_calls(("read_file", {"path": "big.txt"})),
+             text("It is a long log."), *(text(f"Answer {k}.") for k in range(8)))
+    s.turn("Are you there?")  # recovery reports the open call unknown
+    s.turn("Read big.txt.")
+    for k in range(8):
+        s.turn(long_question(k))
+    record = s.world.store.snapshot()
+    pruned = [m for m in record.messages if m.message.role is Role.TOOL
+              and (m.message.content or "").startswith(PRUNED_PREFIX)]
+    s.expect(bool(record.compactions) and len(pruned) >= 2 and not s.world.summary_calls,
+             "the session compacted by pruning alone, and its child holds the report pruned")
+
+
 @scenario("A long turn's own user message survives a mid-turn compaction, found again by "
           "its text",
           invariants=("CTX-7", "CMP-3"), stage="compaction")
