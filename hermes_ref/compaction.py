@@ -213,13 +213,14 @@ def _idle(ctx: TurnContext, state: CompressionState, figures: Budget, now: float
     """CTX-5, over the gap from the session's previous user row to this turn's own: when the
     user wrote it, not when the turn got the lease (a turn that waited in line for a busy
     session did not come after an idle one)."""
-    users = [m for m in ctx.transcript.messages() if m.role is Role.USER
-             and m.created_at is not None]
-    earlier = [m.created_at for m in users if m.turn_id != ctx.turn_id]
-    own = [m.created_at for m in users if m.turn_id == ctx.turn_id]
+    earlier: list[float] = []
+    own: list[float] = []
+    for m in ctx.transcript.messages():
+        if m.role is Role.USER and m.created_at is not None:
+            (own if m.turn_id == ctx.turn_id else earlier).append(m.created_at)
     if not earlier:
         return False
-    came = own[0] if own and own[0] is not None else now
+    came = own[0] if own else now
     return compression.should_idle_compact(
         enabled=ctx.limits.compression_enabled, idle_after_s=ctx.limits.idle_compact_after_s,
         gap_s=came - earlier[-1], tokens=request_tokens(ctx),

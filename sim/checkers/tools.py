@@ -233,7 +233,8 @@ def _recovering_since(obs: Observation) -> dict[str, float]:
     """When each turn could first recover a call: once it held the session's lease, its first
     grant (else when it began). A run begun while the turn still waited in line for a busy
     session is the call's one run, made by the turn that called it, not a second."""
-    since = {e.turn_id: e.at for e in obs.events(EventKind.TURN_STARTED) if e.turn_id}
+    since = {e.turn_id: e.at for e in obs.events(EventKind.TURN_STARTED)
+             if e.turn_id and e.at is not None}
     granted: set[str] = set()
     for grant in obs.record.lease_grants:
         turn = holder_fields(grant.holder).get("turn")
