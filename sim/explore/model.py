@@ -40,7 +40,8 @@ _ASKS = re.compile(r"^(Read |Write note |Say hello |Go through )")  # the texts 
 class ExploreModel(_FakeBase):
     """A deterministic model: the same requests in the same order give the same replies."""
 
-    def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None) -> None:
+    def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None,
+                 grace_outages: tuple[int, ...] = ()) -> None:
         super().__init__()
         if ids is not None:  # the explored world's call ids come from its seed
             self.draw_ids_from(ids.stream("ids:call"))
@@ -49,10 +50,14 @@ class ExploreModel(_FakeBase):
         self.calm = False
         self.fired: list[ReplyFault] = []
         self._outage: tuple[tuple[tuple[str, str], ...], ReplyFault] | None = None
+        self._grace_outages = frozenset(grace_outages)
+        self.graces = 0  # grace requests of the faulty phase, a retry not counted again
 
     def _reply(self, request: ProviderRequest) -> ProviderReply:
         self.calls += 1
-        if request.purpose != "turn":  # grace or compaction summary: never faulted
+        if request.purpose == "grace" and not self.calm:
+            self._grace_outage(request)
+        if request.purpose != "turn":  # grace or compaction summary: otherwise never faulted
             return text("Summary: the work so far is recorded above.")
         fault = None if self.calm else self._faults.get(self.calls)
         if self._outage is not None and not self.calm and self._outage[0] == _asked(request):
@@ -75,6 +80,19 @@ class ExploreModel(_FakeBase):
             return calls_sharing_id(shared, ("read_file", {"path": "notes-1.txt"}),
                                     ("read_file", {"path": "notes-2.txt"}))
         return _faulty(fault)
+
+    def _grace_outage(self, request: ProviderRequest) -> None:
+        """A 503 to the plan's n-th grace request and to every retry of it, as an outage of
+        a turn's call: its retries spent, the grace call goes to the fallback (LOOP-6)."""
+        retry = self._outage is not None and self._outage[0] == _asked(request)
+        if not retry:
+            self.graces += 1
+            if self.graces not in self._grace_outages:
+                return
+            fault = ReplyFault(call=self.calls, kind=FaultKind.OUTAGE)
+            self.fired.append(fault)
+            self._outage = (_asked(request), fault)
+        raise ProviderServerError(f"503 at call {self.calls}: outage (a grace call)", status=503)
 
     def for_fallback(self) -> ExploreModel:
         """The model behind the fallback route: never faulted, its call ids drawn from the

@@ -113,7 +113,7 @@ def run_plan(plan: WorldPlan, *, store_kind: str = "memory", trace: bool = True,
 def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunReport:
     story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace)
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(plan.replies, ids=story.world.chooser)
+    model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages)
     fired: set[FaultKind] = set()
     points: set[str] = set()
     error: str | None = None
@@ -177,6 +177,7 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
     if any(point == "SIGKILL" for _, point in world.death_points):
         fired.add(FaultKind.KILL)  # a scheduled kill landed on a live process
     jumped = sum(len(entries) for entries in _jump_stalls(world))
+    jumped += FaultKind.LOCK_STALL in fired  # a freeze holding a lock is a fault of its own
     if len(world.stalls) > jumped:
         fired.add(FaultKind.STALL)  # a stall began (a clock jump's pauses are not stalls)
     if world.clock_jumps:
