@@ -26,7 +26,17 @@
   user row, not its earlier twin in the session's head (CTX-7);
 * ``handover``: in a world in four a conversation brought in from elsewhere: a caller hands
   a process a turn of a session of its own with its history list (``Handover``), which the
-  turn must copy and never change (CTX-2), then one or two more with that list grown.
+  turn must copy and never change (CTX-2), then one or two more with that list grown;
+* ``graces``: in three worlds in ten with a fallback route, an outage at the first or
+  second grace call of the faulty phase (``grace_outages``): its retries spent on the
+  primary, the grace call is asked again of the fallback and gives back no unit it never
+  spent (LOOP-2, LOOP-6); a world with no tight bound gets an iteration budget of 1-3 for it;
+* ``contention``: in a world in four of several processes with a terminal that waits the
+  whole lease wait, the terminal's user types on (4-8 more turns) into a window of 400-600
+  tokens, and the first holder granted the session's compression lock freezes right after,
+  for 400 or 600 s (``lock_stall_s``), under a lock that lasts 900 s
+  (``compression_lock_ttl_s``): its lease lapses, the next turn in line takes the session,
+  compacts too and must be refused the lock (CMP-6).
 """
 
 from __future__ import annotations

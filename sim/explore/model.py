@@ -12,7 +12,10 @@ call, a read of a file that is not there, a 401, a reply that only reasoned, a n
 call that was never made, a lone surrogate, two calls under one id, arguments nested past
 the parser's limit, ten reads in one round, a round of ``execute_code`` (refunded), a read
 of a huge log (spilled), a 400 saying the context is too long, or an outage (a 503 to
-the request and to every retry of it, so the turn falls back). A slow
+the request and to every retry of it, so the turn falls back). An outage may also be
+aimed at the plan's n-th grace call (``grace_outages``, counted by grace request, a retry
+not counted again), the one other call a turn's budget leaves; no other fault strikes a
+grace call or a compaction's summary. A slow
 reply thinks aloud first (an inline think block), so a correction that cuts it has
 something to leave out; a stream cut is the world's (``World.stream_cuts``), not the
 model's. In the calm phase the model answers every call. The model behind a fallback
