@@ -210,14 +210,20 @@ async def before_first_call(ctx: TurnContext, state: CompressionState) -> PassOu
 
 
 def _idle(ctx: TurnContext, state: CompressionState, figures: Budget, now: float) -> bool:
-    """CTX-5, over the gap since the session's previous user row was written."""
-    earlier = [m.created_at for m in ctx.transcript.messages()
-               if m.role is Role.USER and m.turn_id != ctx.turn_id and m.created_at is not None]
+    """CTX-5, over the gap from the session's previous user row to this turn's own: when the
+    user wrote it, not when the turn got the lease (a turn that waited in line for a busy
+    session did not come after an idle one)."""
+    earlier: list[float] = []
+    own: list[float] = []
+    for m in ctx.transcript.messages():
+        if m.role is Role.USER and m.created_at is not None:
+            (own if m.turn_id == ctx.turn_id else earlier).append(m.created_at)
     if not earlier:
         return False
+    came = own[0] if own else now
     return compression.should_idle_compact(
         enabled=ctx.limits.compression_enabled, idle_after_s=ctx.limits.idle_compact_after_s,
-        gap_s=now - earlier[-1], tokens=request_tokens(ctx),
+        gap_s=came - earlier[-1], tokens=request_tokens(ctx),
         floor_tokens=compression.idle_floor_tokens(figures, state.last_compacted_tokens),
         cooldown_active=state.cooling(now))
 

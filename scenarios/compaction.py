@@ -233,6 +233,50 @@ def idle_session_is_compacted_at_turn_start(s: Story) -> None:
     s.expect(result is not None and result.final_response == "Welcome back.", "answered")
 
 
+@scenario("A turn that waited in line for the session's lease did not come after an idle gap: "
+          "the gap runs from the previous user row to its own, not to when it got the lease "
+          "(explored seed 121)", invariants=("CTX-5", "LEASE-1"), stage="compaction")
+def waiting_for_the_lease_is_no_idle_gap(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW, idle_compact_after_s=30.0)
+    s.files({"slow.txt": "slow"})
+    s.world.tools.slow("read_file", 40.0, path="slow.txt")
+    s.script(text("Noted."), tool_calls(("read_file", {"path": "slow.txt"})), text("It says slow."),
+             text("Quick answer."))
+    s.turn("Here is where we are.", history=chat(10))
+    other = s.process()
+    s.start_turn("Read slow.txt.")
+    s.start_turn("A quick question.", process=other, after_s=5.0)  # waits in line 35 s
+    s.run_all()
+    s.expect(not s.world.summary_calls, "5 s between the two user rows is no idle gap")
+    s.expect([m.content for m in s.transcript()][-2:] == ["A quick question.", "Quick answer."],
+             "the waiting turn ran after the slow one, and answered")
+
+
+@scenario("A compaction's pruned copy of a recovered call's unknown report is a copy, not a "
+          "second report: the report stands where recovery wrote it (explored seed 121)",
+          invariants=("TOOL-10", "CMP-2", "CMP-5"), stage="compaction")
+def pruned_copy_of_a_recovery_report(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW)
+    s.files({"notes.txt": "draft"})
+    s.faults(crash="after:tool_calls")
+    s.script(tool_calls(("read_file", {"path": "notes.txt"})))
+    s.turn("What do my notes say?", history=chat(6))
+    s.restart()
+    s.faults()
+    s.files({"big.txt": "a long log line\n" * 90})
+    s.script(text("Ask me again."), tool_calls(("read_file", {"path": "big.txt"})),
+             text("It is a long log."), *(text(f"Answer {k}.") for k in range(8)))
+    s.turn("Are you there?")  # recovery reports the open call unknown
+    s.turn("Read big.txt.")
+    for k in range(8):
+        s.turn(long_question(k))
+    record = s.world.store.snapshot()
+    pruned = [m for m in record.messages if m.message.role is Role.TOOL
+              and (m.message.content or "").startswith(PRUNED_PREFIX)]
+    s.expect(bool(record.compactions) and len(pruned) >= 2 and not s.world.summary_calls,
+             "the session compacted by pruning alone, and its child holds the report pruned")
+
+
 @scenario("A long turn's own user message survives a mid-turn compaction, found again by "
           "its text",
           invariants=("CTX-7", "CMP-3"), stage="compaction")

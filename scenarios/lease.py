@@ -129,6 +129,28 @@ def stalled_holder_is_fenced_off(s: Story) -> None:
     s.expect(len(turns) == 2, "rows of two turns: the stalled one wrote nothing after its loss")
 
 
+@scenario("A turn waiting in line recovers the open call of a holder that froze while its tool "
+          "ran; the tool, started before the recovery, is its one run, not a second "
+          "(explored seed 294)", invariants=("TOOL-10", "LEASE-1", "LEASE-4"), stage="lease")
+def frozen_holders_tool_is_no_rerun(s: Story) -> None:
+    s.limits(lease_ttl_s=30.0, lease_refresh_s=10.0)  # a short lease: a short wait in line
+    s.files({"slow.txt": "slow"})
+    s.world.tools.slow("read_file", 60.0, path="slow.txt")
+    s.script(tool_calls(("read_file", {"path": "slow.txt"})), text("Recovered and answered."))
+    first = s.main_process()
+    other = s.process()
+    s.delay_reply(1, 10.0)  # the call comes back after the other turn began waiting
+    stalled = s.start_turn("Read slow.txt.", process=first)
+    waiting = s.start_turn("Are you there?", process=other, after_s=1.0)
+    s.stall(first, 120.0, after_s=15.0)  # frozen while the read runs
+    s.run_all()
+    s.expect(waiting.result is not None and waiting.result.final_response == "Recovered and answered.",
+             "the waiting turn took the expired lease, recovered the open call and answered")
+    s.expect(len(s.world.tools.ledger) == 1, "the read ran once, for the turn that called it")
+    s.expect(stalled.result is not None and not stalled.result.completed,
+             "the frozen turn woke to a lost lease and delivered nothing")
+
+
 @scenario("A dead holder's lease is taken at the next poll, not after its TTL",
           invariants=("LEASE-3", "CTX-9", "TOOL-10"), stage="lease")
 def dead_holder_lease_is_reclaimed(s: Story) -> None:

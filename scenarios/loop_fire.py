@@ -160,6 +160,24 @@ def grace_call_falls_back(s: Story) -> None:
              and _sent_models(s)[-1] == FALLBACK.model, "the grace call went again, to the fallback")
 
 
+@scenario("A grace call whose retries are spent on the primary switches to a fallback too small "
+          "for it: preflight refuses the request rebuilt for the fallback, and nothing more is sent",
+          invariants=("LOOP-6", "CMP-7", "FIN-8"), stage="loop_fire")
+def grace_call_falls_back_past_the_window(s: Story) -> None:
+    tiny = ProviderRoute(model="fallback-tiny", context_window_tokens=60, token_ratio=1.25)
+    s.files({"a.txt": "1"})
+    s.limits(max_iterations=1, fallback_providers=(tiny,))
+    s.script(tool_calls(("read_file", {"path": "a.txt"})),
+             *(ProviderServerError("overloaded", status=503) for _ in range(4)))
+    result = s.turn("Read a.txt.")
+    s.expect(result is not None and "grace call not sent" in result.exit_detail,
+             "the grace call rebuilt for the fallback was refused before it was sent")
+    s.expect(result is not None and result.exit_reason is ExitReason.PENDING_TOOL_RESULT,
+             "no answer came, so the turn says it ended on a tool result")
+    s.expect(_sent_models(s) == ["hermes-ref-model"] * 5, "every call went to the primary: "
+             "the turn's, then the grace call and its three retries")
+
+
 @scenario("A reasoning-only reply whose prefill would not fit the window ends the turn closed, "
           "and the request refused is the one that held the prefill",
           invariants=("CMP-7", "LOOP-8"), stage="loop_fire")

@@ -29,6 +29,7 @@ class CompactionHandlers:
 
     world: World
 
+    process: Any  # SimDriver's process (declared here, defined there)
     _write: Callable[..., Any]  # SimDriver's (declared here, defined there)
     _fail_if_planned: Callable[[Site], None]
 
@@ -47,7 +48,19 @@ class CompactionHandlers:
                                   effect.holder, effect.now, effect.ttl_s)
         self.world.timeline.add("lock", f"{effect.session_id} "
                                 f"{'taken by' if taken else 'REFUSED to'} {_who(effect.holder)}")
+        if taken and effect.session_id in self.world.lock_stalls:
+            self._stall_holding(effect.session_id, self.world.lock_stalls.pop(effect.session_id))
         return taken
+
+    def _stall_holding(self, session_id: str, seconds: float) -> None:
+        """The process that was just granted the lock freezes, holding it (``lock_stalls``):
+        none of its actors runs for ``seconds``, its lease refresher neither."""
+        world = self.world
+        pid, now = self.process.pid, world.clock.now()
+        world.scheduler.freeze(pid, now + seconds)
+        world.stalls.append((pid, now, now + seconds))
+        world.timeline.add("FAULT", f"pid={pid} stalls for {seconds:g} s holding the "
+                           f"compression lock of {session_id}")
 
     def _release_lock(self, effect: fx.ReleaseCompressionLock) -> None:
         self._fail_if_planned(Site.COMPRESSION_UNLOCK)

@@ -247,6 +247,9 @@ class World:
     provider_delays_s: dict[int, float] = field(default_factory=dict)  # call n -> reply delay
     lease_log: list[LeaseStep] = field(default_factory=list)  # what each lease holder did
     stalls: list[tuple[int, float, float]] = field(default_factory=list)  # (pid, from, until)
+    # CMP-6: session -> seconds: the next process granted that session's compression lock
+    # freezes right after, holding it (a holder partitioned mid-commit); once per session
+    lock_stalls: dict[str, float] = field(default_factory=dict)
     clock_jumps: list[tuple[float, float]] = field(default_factory=list)  # (at, seconds)
     death_points: list[tuple[int, str]] = field(default_factory=list)  # (pid, where it died)
     acks: list[AckRecord] = field(default_factory=list)  # ADM: every answer a submitter got

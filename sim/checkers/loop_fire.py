@@ -45,6 +45,7 @@ from sim.checkers.base import (
     refunded_rounds,
     round_landed,
     route_chain,
+    window_tokens,
 )
 from sim.checkers.lease import lost_leases
 from sim.checkers.wire import sent_messages
@@ -342,12 +343,25 @@ def _spent_without_switch(obs: Observation, view: TurnView, chain: list[str]) ->
         if not has_next or failed >= limits.outer_loop_errors_max:
             continue
         nxt = calls[n + 1] if n + 1 < len(calls) else None
-        if nxt is None and refused_by_preflight(view):
+        following = chain[chain.index(model) + 1]
+        if nxt is None and (refused_by_preflight(view) or
+                            _grace_refused_on(obs, view, call, following)):
             continue  # switched, and preflight refused the rebuilt request for the fallback
         if nxt is None or model_of(nxt) == model:
             return [f"{model!r} failed {len(same)} times on one request (retries spent) and "
-                    f"the next call did not go to {chain[chain.index(model) + 1]!r}"]
+                    f"the next call did not go to {following!r}"]
     return []
+
+
+def _grace_refused_on(obs: Observation, view: TurnView, call: CallRecord, model: str) -> bool:
+    """The spent request was the grace call, the turn's exit line says a grace call was not
+    sent, and that request is over the window of ``model`` (the next route) in the engine's
+    estimate: the grace call is asked again of the fallback as it was, so the turn switched
+    and preflight refused it there (CMP-7 judges every request that was sent)."""
+    line = view.exit
+    if call.request.purpose != "grace" or line is None or "grace call not sent" not in line.detail:
+        return False
+    return count_wire_messages(_messages(call)) > window_tokens(obs.limits, model)
 
 
 def refused_by_preflight(view: TurnView) -> bool:

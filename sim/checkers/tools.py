@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hermes_ref.closure import RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
+from hermes_ref.lease import holder_fields
 from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.ports import LedgerEntry
@@ -210,7 +211,7 @@ def recovered_calls_not_rerun(obs: Observation) -> list[Violation]:
     out = [Violation("recovered_calls_not_rerun", "TOOL-10",
                      f"{entries[0].name}({call_id}) of row #{row_id} ran {len(entries)} times")
            for (row_id, call_id), entries in runs.items() if len(entries) > 1]
-    started = {e.turn_id: e.at for e in obs.events(EventKind.TURN_STARTED)}
+    started = _recovering_since(obs)
     for result, owner in _recovered_results(obs):
         cid = result.tool_call_id or ""
         tag = f"turn {result.turn_id} recovered {cid} of turn {owner.turn_id} (row #{result.row_id})"
@@ -228,16 +229,32 @@ def recovered_calls_not_rerun(obs: Observation) -> list[Violation]:
     return out
 
 
+def _recovering_since(obs: Observation) -> dict[str, float]:
+    """When each turn could first recover a call: once it held the session's lease, its first
+    grant (else when it began). A run begun while the turn still waited in line for a busy
+    session is the call's one run, made by the turn that called it, not a second."""
+    since = {e.turn_id: e.at for e in obs.events(EventKind.TURN_STARTED)
+             if e.turn_id and e.at is not None}
+    granted: set[str] = set()
+    for grant in obs.record.lease_grants:
+        turn = holder_fields(grant.holder).get("turn")
+        if turn is not None and turn not in granted:
+            granted.add(turn)
+            since[turn] = max(since.get(turn, grant.acquired_at), grant.acquired_at)
+    return since
+
+
 def _recovered_results(obs: Observation) -> list[tuple[Message, Message]]:
     """(result row, call row) pairs where the result was written by a later turn."""
     owners: dict[tuple[str, str], Message] = {}
     out = []
+    copies = obs.copied_row_ids  # a compaction's copy (pruned, say) is judged where first written
     for stored in obs.record.messages:
         row = stored.message
         for call in row.tool_calls:
             owners[(stored.session_id, call.id)] = row
         owner = owners.get((stored.session_id, row.tool_call_id or "")) if row.role is Role.TOOL else None
-        if owner is not None and owner.turn_id != row.turn_id:
+        if owner is not None and owner.turn_id != row.turn_id and (row.row_id or 0) not in copies:
             out.append((row, owner))
     return out
 

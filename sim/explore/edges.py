@@ -26,7 +26,17 @@
   user row, not its earlier twin in the session's head (CTX-7);
 * ``handover``: in a world in four a conversation brought in from elsewhere: a caller hands
   a process a turn of a session of its own with its history list (``Handover``), which the
-  turn must copy and never change (CTX-2), then one or two more with that list grown.
+  turn must copy and never change (CTX-2), then one or two more with that list grown;
+* ``graces``: in three worlds in ten with a fallback route, an outage at the first or
+  second grace call of the faulty phase (``grace_outages``): its retries spent on the
+  primary, the grace call is asked again of the fallback and gives back no unit it never
+  spent (LOOP-2, LOOP-6); a world with no tight bound gets an iteration budget of 1-3 for it;
+* ``contention``: in a world in four of several processes with a terminal that waits the
+  whole lease wait, the terminal's user types on (4-8 more turns) into a window of 400-600
+  tokens, and the first holder granted the session's compression lock freezes right after,
+  for 400 or 600 s (``lock_stall_s``), under a lock that lasts 900 s
+  (``compression_lock_ttl_s``): its lease lapses, the next turn in line takes the session,
+  compacts too and must be refused the lock (CMP-6).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
 from hermes_ref.wire import ProviderRequest
 from sim.explore.plan import Drain, FaultKind, Handover, ReplyFault, Step, Submit, WorldPlan
+from sim.explore.terminal import Direct, turn_text
 from sim.summarizer import Summarizer
 from sim.tools import SIM_ROOT
 from sim.world import seeded_id
@@ -55,6 +66,7 @@ PART = re.compile(r"part-(\d+)\.txt")
 PATH = re.compile(r'"path": "([^"]+)"')
 REFUSED_PATH = "notes-1.txt/draft.txt"  # under a file: no folder is there to write into
 LATER = (300.0, 600.0)  # seconds of idleness after which a turn compacts (CTX-5)
+LOCK_TTL_S = 900.0  # a compression lock that outlasts the 300 s lease it was taken under
 
 
 def _rng(seed: int, part: str) -> random.Random:
@@ -69,17 +81,20 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     _returns(seed, plan, steps, taken)
     _handover(seed, plan, steps)
     files, window = _chores(seed, kinds, plan, steps, taken)
+    window, lock_stall, lock_ttl = _contention(seed, kinds, plan, steps, window)
     steps.sort(key=lambda s: s.at_s)
     # a client follows one session id, and a compaction's rotation moves the stream to a child
     clients = () if window is not None else plan.clients
-    plan = plan.model_copy(update={"context_window": window, "clients": clients})
+    plan = plan.model_copy(update={"context_window": window, "clients": clients,
+                                   "lock_stall_s": lock_stall, "compression_lock_ttl_s": lock_ttl})
     budget, grace, gate = _budgets(seed, plan)
+    budget, outages = _graces(seed, kinds, plan, budget)
     idle, failures = _pressure(seed, kinds, plan)
     return plan.model_copy(update={
         "steps": tuple(steps), "replies": _refused_writes(seed, kinds, plan),
         "iteration_budget": budget, "grace_call": grace, "verify_before_answer": gate,
-        "symlinks": links, "files": files,
-        "idle_compact_after_s": idle, "summary_failures": failures})
+        "symlinks": links, "files": files, "idle_compact_after_s": idle,
+        "summary_failures": failures, "grace_outages": outages})
 
 
 def _turn(rng: random.Random, plan: WorldPlan, steps: list[Step], taken: set[str],
@@ -107,6 +122,25 @@ def _budgets(seed: int, plan: WorldPlan) -> tuple[int | None, bool, bool]:
     grace = not (tight and rng.random() < 0.35) or plan.fallback_window is not None
     gate = (budget or 0) >= 2 and plan.max_iterations is None and rng.random() < 0.8
     return budget, grace, gate or plan.verify_before_answer
+
+
+def _graces(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan,
+            budget: int | None) -> tuple[int | None, tuple[int, ...]]:
+    """In three worlds in ten with a fallback route, an outage at the first or second grace
+    call of the faulty phase: the call after a turn's budget or call cap, whose retries are
+    spent on the primary, so it is asked again of the fallback and gives back no unit it
+    never spent (LOOP-2, LOOP-6) ("graces"). A world with neither bound tight gets an
+    iteration budget of 1-3 units for it, unless it has a small window or the gate.
+    Returns the budget and the grace calls the outage strikes."""
+    rng = _rng(seed, "graces")
+    if plan.fallback_window is None or FaultKind.OUTAGE not in kinds or rng.random() >= 0.3:
+        return budget, ()
+    if budget is None and plan.max_iterations is None and plan.context_window is None \
+            and not plan.verify_before_answer:
+        budget = rng.choice((1, 2, 3))
+    if budget is None and plan.max_iterations is None:
+        return budget, ()
+    return budget, (rng.randint(1, 2),)
 
 
 def _aliases(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> dict[str, str]:
@@ -166,6 +200,30 @@ def _chores(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps: list
         window = rng.choice((500, 600, 700))
     return {**plan.files, **{f"part-{k}.txt": f"part {k} of seed {seed}: in order"
                              for k in range(1, parts + 1)}}, window
+
+
+def _contention(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps: list[Step],
+                window: int | None) -> tuple[int | None, float | None, float | None]:
+    """In a world in four of several processes with a terminal that waits the whole lease
+    wait, the terminal's user types on (4-8 more turns, 0.2-10 s apart, from any process)
+    into a window of 400, 500 or 600 tokens, so the session compacts while turns wait in
+    line for it; the first holder granted its compression lock freezes right after, for 400
+    or 600 s, and the lock lasts 900 s. The frozen holder's lease lapses meanwhile, the next
+    turn in line takes the session and compacts too, and must find the lock still held
+    (CMP-6) ("contention"). Returns the window, the freeze and the lock's ttl."""
+    rng = _rng(seed, "contention")
+    if not {FaultKind.LOCK_STALL, FaultKind.SMALL_WINDOW} <= kinds or plan.processes < 2 \
+            or not plan.terminals \
+            or plan.lease_wait_s is not None or window is not None or rng.random() >= 0.25:
+        return window, None, None
+    session = plan.terminals[0]
+    mine = [s for s in steps if isinstance(s, Direct) and s.session == session]
+    at = max(s.at_s for s in mine)
+    for n in range(len(mine) + 1, len(mine) + 1 + rng.randint(4, 8)):
+        at = round(at + rng.uniform(0.2, 10.0), 1)
+        steps.append(Direct(at_s=at, process=rng.randrange(plan.processes), session=session,
+                            text=turn_text(rng, session, n, sorted(plan.files))))
+    return rng.choice((400, 500, 600)), float(rng.choice((400, 600))), LOCK_TTL_S
 
 
 def _handover(seed: int, plan: WorldPlan, steps: list[Step]) -> None:
@@ -290,6 +348,8 @@ def stage(story: Story, plan: WorldPlan) -> None:
     if plan.summary_failures:
         model = story.world.provider
         model.summarizer = FlakySummarizer(plan.summary_failures, model)  # type: ignore[attr-defined]
+    if plan.lock_stall_s is not None and plan.terminals:
+        story.world.lock_stalls[plan.terminals[0]] = plan.lock_stall_s
 
 
 def _limits(plan: WorldPlan) -> dict[str, Any]:
@@ -300,15 +360,23 @@ def _limits(plan: WorldPlan) -> dict[str, Any]:
         limits["grace_call_enabled"] = False
     if plan.idle_compact_after_s is not None:
         limits["idle_compact_after_s"] = plan.idle_compact_after_s
+    if plan.compression_lock_ttl_s is not None:
+        limits["compression_lock_ttl_s"] = plan.compression_lock_ttl_s
     return limits
 
 
 def fired(world: World, plan: WorldPlan) -> set[FaultKind]:
-    """A summary request that failed in the faulty phase."""
+    """A summary request that failed in the faulty phase; a holder that froze holding the
+    terminal's compression lock. What the faulty phase did not reach is disarmed."""
+    out = set()
     summarizer = getattr(world.provider, "summarizer", None)
     if plan.summary_failures and isinstance(summarizer, FlakySummarizer) and summarizer.failed:
-        return {FaultKind.SUMMARY_FAILURE}
-    return set()
+        out.add(FaultKind.SUMMARY_FAILURE)
+    if plan.lock_stall_s is not None and plan.terminals \
+            and plan.terminals[0] not in world.lock_stalls:
+        out.add(FaultKind.LOCK_STALL)
+    world.lock_stalls.clear()  # a freeze the faulty phase did not reach is no fault of the calm
+    return out
 
 
 def render_imports(plan: WorldPlan) -> list[str]:
@@ -328,6 +396,9 @@ def render_options(plan: WorldPlan) -> list[str]:
     if plan.summary_failures:
         lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model)"
                      "  # these summary requests fail")
+    if plan.lock_stall_s is not None and plan.terminals:
+        lines.append(f"s.world.lock_stalls[{plan.terminals[0]!r}] = {plan.lock_stall_s!r}"
+                     "  # its lock's first holder freezes")
     return lines
 
 
@@ -340,3 +411,8 @@ def simpler(plan: WorldPlan) -> Iterator[WorldPlan]:
     for n in plan.summary_failures:
         yield plan.model_copy(update={"summary_failures": tuple(
             f for f in plan.summary_failures if f != n)})
+    if plan.grace_outages:
+        yield plan.model_copy(update={"grace_outages": ()})
+    for option in ("lock_stall_s", "compression_lock_ttl_s"):
+        if getattr(plan, option) is not None:
+            yield plan.model_copy(update={option: None})

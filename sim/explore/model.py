@@ -12,7 +12,10 @@ call, a read of a file that is not there, a 401, a reply that only reasoned, a n
 call that was never made, a lone surrogate, two calls under one id, arguments nested past
 the parser's limit, ten reads in one round, a round of ``execute_code`` (refunded), a read
 of a huge log (spilled), a 400 saying the context is too long, or an outage (a 503 to
-the request and to every retry of it, so the turn falls back). A slow
+the request and to every retry of it, so the turn falls back). An outage may also be
+aimed at the plan's n-th grace call (``grace_outages``, counted by grace request, a retry
+not counted again), the one other call a turn's budget leaves; no other fault strikes a
+grace call or a compaction's summary. A slow
 reply thinks aloud first (an inline think block), so a correction that cuts it has
 something to leave out; a stream cut is the world's (``World.stream_cuts``), not the
 model's. In the calm phase the model answers every call. The model behind a fallback
@@ -40,7 +43,8 @@ _ASKS = re.compile(r"^(Read |Write note |Say hello |Go through )")  # the texts 
 class ExploreModel(_FakeBase):
     """A deterministic model: the same requests in the same order give the same replies."""
 
-    def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None) -> None:
+    def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None,
+                 grace_outages: tuple[int, ...] = ()) -> None:
         super().__init__()
         if ids is not None:  # the explored world's call ids come from its seed
             self.draw_ids_from(ids.stream("ids:call"))
@@ -49,10 +53,14 @@ class ExploreModel(_FakeBase):
         self.calm = False
         self.fired: list[ReplyFault] = []
         self._outage: tuple[tuple[tuple[str, str], ...], ReplyFault] | None = None
+        self._grace_outages = frozenset(grace_outages)
+        self.graces = 0  # grace requests of the faulty phase, a retry not counted again
 
     def _reply(self, request: ProviderRequest) -> ProviderReply:
         self.calls += 1
-        if request.purpose != "turn":  # grace or compaction summary: never faulted
+        if request.purpose == "grace" and not self.calm:
+            self._grace_outage(request)
+        if request.purpose != "turn":  # grace or compaction summary: otherwise never faulted
             return text("Summary: the work so far is recorded above.")
         fault = None if self.calm else self._faults.get(self.calls)
         if self._outage is not None and not self.calm and self._outage[0] == _asked(request):
@@ -75,6 +83,19 @@ class ExploreModel(_FakeBase):
             return calls_sharing_id(shared, ("read_file", {"path": "notes-1.txt"}),
                                     ("read_file", {"path": "notes-2.txt"}))
         return _faulty(fault)
+
+    def _grace_outage(self, request: ProviderRequest) -> None:
+        """A 503 to the plan's n-th grace request and to every retry of it, as an outage of
+        a turn's call: its retries spent, the grace call goes to the fallback (LOOP-6)."""
+        retry = self._outage is not None and self._outage[0] == _asked(request)
+        if not retry:
+            self.graces += 1
+            if self.graces not in self._grace_outages:
+                return
+            fault = ReplyFault(call=self.calls, kind=FaultKind.OUTAGE)
+            self.fired.append(fault)
+            self._outage = (_asked(request), fault)
+        raise ProviderServerError(f"503 at call {self.calls}: outage (a grace call)", status=503)
 
     def for_fallback(self) -> ExploreModel:
         """The model behind the fallback route: never faulted, its call ids drawn from the

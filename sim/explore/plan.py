@@ -66,6 +66,7 @@ class FaultKind(StrEnum):
     LANE_RESTART = "lane_restart"      # a process restarts: no clean-exit marker, or lanes running
     SUMMARY_FAILURE = "summary_failure"  # a compaction's summary request fails (503): the cooldown
     REFUSED_WRITE = "refused_write"    # the model writes under a file as if it were a folder
+    LOCK_STALL = "lock_stall"          # a process freezes holding a compression lock (CMP-6)
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
@@ -210,6 +211,9 @@ class WorldPlan(Frozen):
     symlinks: dict[str, str] = Field(default_factory=dict)  # link -> target, in the workspace
     idle_compact_after_s: float | None = Field(default=None, gt=0)  # idle compaction (CTX-5)
     summary_failures: tuple[int, ...] = ()  # the n-th summary requests that fail (CMP-4)
+    grace_outages: tuple[int, ...] = ()  # the n-th grace calls that meet an outage (LOOP-2/6)
+    lock_stall_s: float | None = Field(default=None, gt=0)  # the terminal's lock holder freezes
+    compression_lock_ttl_s: float | None = Field(default=None, gt=0)  # a lock outlasting a lease
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -239,6 +243,8 @@ class WorldPlan(Frozen):
         """The fault kinds this plan holds (not all need fire: a kill after the end does not)."""
         kinds = {FaultKind(s.op) for s in self.steps if s.op in TIMED_FAULTS}
         kinds |= {r.kind for r in self.replies}
+        if self.grace_outages:
+            kinds.add(FaultKind.OUTAGE)
         if self.tool_timings:
             kinds.add(FaultKind.SLOW_TOOL)
         if self.fallback_window is not None:
@@ -259,6 +265,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.LANE_RESTART)
         if self.summary_failures:
             kinds.add(FaultKind.SUMMARY_FAILURE)
+        if self.lock_stall_s is not None:
+            kinds.add(FaultKind.LOCK_STALL)
         return kinds
 
     @property
@@ -268,7 +276,8 @@ class WorldPlan(Frozen):
                   + sum(self.write_failures.values())
                   + len(self.tool_timings) + (self.fallback_window is not None)
                   + (self.context_window is not None) + self.verify_before_answer
-                  + len(self.summary_failures)
+                  + len(self.summary_failures) + len(self.grace_outages)
+                  + (self.lock_stall_s is not None)
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS)
                   + sum(1 for c in self.clients if c.disconnect_after is not None))
         turns = sum(1 for s in self.steps if s.op in ("submit", "direct"))

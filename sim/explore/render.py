@@ -72,7 +72,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
     ]
     body = [f"s.seed = {plan.seed}  # the world's seed: it draws the interleaving",
             's.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed',
-            f"model = ExploreModel(({_replies(plan)}), ids=s.world.chooser)",
+            f"model = ExploreModel(({_replies(plan)}), ids=s.world.chooser"
+            + (f", grace_outages={plan.grace_outages!r})" if plan.grace_outages else ")"),
             "s.use_provider(model)"]
     if plan.files:
         body.append(f"s.files({dict(plan.files)!r})")
@@ -98,12 +99,20 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
         body.append(_step(step, names))
     if plan.lanes is not None:
         body += render_lanes(plan.lanes, names)
-    body.append("s.run_all()")
-    if any(r.kind is FaultKind.STREAM_CUT for r in plan.replies):
-        body.append("s.world.stream_cuts.clear()  # a cut not reached is no fault of the calm")
+    body += ["s.run_all()", *_disarmed(plan)]
     body += ["stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done",
              's.expect(not stuck, f"every admission reached a terminal state: {stuck}")']
     return "\n".join(lines + ["    " + line for line in body]) + "\n"
+
+
+def _disarmed(plan: WorldPlan) -> list[str]:
+    """What the faulty phase armed and did not reach, disarmed before the calm phase."""
+    lines = []
+    if any(r.kind is FaultKind.STREAM_CUT for r in plan.replies):
+        lines.append("s.world.stream_cuts.clear()  # a cut not reached is no fault of the calm")
+    if plan.lock_stall_s is not None:
+        lines.append("s.world.lock_stalls.clear()  # nor a freeze not reached")
+    return lines
 
 
 def _store_faults(plan: WorldPlan) -> list[str]:

@@ -119,7 +119,7 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
     story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace,
                   check_every_step=False)  # judged at the end of each phase (below)
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(plan.replies, ids=story.world.chooser)
+    model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages)
     fired: set[FaultKind] = set()
     points: set[str] = set()
     error: str | None = None
@@ -239,6 +239,7 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
     if any(point == "SIGKILL" for _, point in world.death_points):
         fired.add(FaultKind.KILL)  # a scheduled kill landed on a live process
     jumped = sum(len(entries) for entries in _jump_stalls(world))
+    jumped += FaultKind.LOCK_STALL in fired  # a freeze holding a lock is a fault of its own
     if len(world.stalls) > jumped:
         fired.add(FaultKind.STALL)  # a stall began (a clock jump's pauses are not stalls)
     if world.clock_jumps:

@@ -76,7 +76,7 @@ def draw_terminal(rng: random.Random, processes: int, files: list[str]
     at = round(rng.uniform(0.0, 120.0), 1)
     steps: list[Direct | Redact] = []
     for n in range(1, count + 1):
-        text = f"Say hello {n}. {SECRET}" if n == pasted else _text(rng, session, n, files)
+        text = f"Say hello {n}. {SECRET}" if n == pasted else turn_text(rng, session, n, files)
         memory = rng.choice(MEMORIES) if rng.random() < 0.7 else None
         steps.append(Direct(at_s=at, process=rng.randrange(processes), session=session,
                             text=text, memory=memory))
@@ -89,7 +89,9 @@ def draw_terminal(rng: random.Random, processes: int, files: list[str]
     return steps, (session,), wait, rng.choice((5.0, 20.0, 60.0))
 
 
-def _text(rng: random.Random, session: str, n: int, files: list[str]) -> str:
+def turn_text(rng: random.Random, session: str, n: int, files: list[str]) -> str:
+    """What the terminal's user asks in turn ``n``: the build log, a notes file, a note to
+    write, or a hello."""
     pick = rng.random()
     if pick < 0.4:
         return f"Read {build_log(session)}."

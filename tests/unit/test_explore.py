@@ -203,7 +203,9 @@ def test_the_odder_parts_have_streams_of_their_own() -> None:
     older = FaultMix(kinds=frozenset(FaultKind) - set(ODD_KINDS))
     for seed in range(30):
         every, fewer = generate(seed), generate(seed, older)
-        assert [s for s in every.steps if s.op not in ("interrupt", "redirect")] == list(fewer.steps)
+        later = ("interrupt", "redirect") + (("direct",) if every.lock_stall_s else ())
+        assert [s for s in every.steps if s.op not in later or s in fewer.steps] == \
+            list(fewer.steps)  # the contention's terminal turns come with the small window
         assert [r for r in every.replies if r.kind not in ODD_KINDS] == list(fewer.replies)
         assert not (fewer.tool_timings or fewer.context_window or fewer.fallback_window
                     or (fewer.verify_before_answer and fewer.iteration_budget is None))

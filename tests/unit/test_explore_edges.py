@@ -16,6 +16,7 @@ from sim.explore.plan import (
 )
 from sim.explore.render import render
 from sim.explore.run import run_plan
+from sim.explore.terminal import Direct
 from sim.tools import SIM_ROOT
 from tests.unit.explore_replay import replay_rendered, same_timeline
 
@@ -98,3 +99,75 @@ def test_the_shrinker_can_take_each_edge_away() -> None:
     assert any(not c.symlinks for c in candidates)
     assert any(c.idle_compact_after_s is None for c in candidates)
     assert any(not c.summary_failures for c in candidates)
+
+
+# ---- a grace call in an outage, and a holder frozen with a compression lock ------------------
+
+GRACE = WorldPlan(
+    seed=9, processes=1, sessions={"s-1": "p-1"}, max_iterations=1,
+    files={"notes-1.txt": "one", "notes-2.txt": "two"},
+    steps=(Submit(at_s=0.0, process=0, principal="p-1", session="s-1", request_id="r-1",
+                  text="Read notes-1.txt."),
+           Drain(at_s=1.0, process=0, session="s-1")),
+    fallback_window=4_000, grace_outages=(1,))
+
+TEXTS = ("Read t-1-build.log.", "Say hello {k}.", "Write note {k} to t-1-out-{k}.txt.",
+         "Read notes-1.txt.")
+CONTENTION = WorldPlan(
+    seed=7, processes=2, sessions={"s-1": "p-1"},
+    files={"notes-1.txt": "one", "notes-2.txt": "two"},
+    steps=(Submit(at_s=0.0, process=0, principal="p-1", session="s-1", request_id="r-1",
+                  text="Say hello 1."),
+           Drain(at_s=1.0, process=0, session="s-1"),
+           *(Direct(at_s=2.0 * k, process=k % 2, session="t-1", text=TEXTS[k % 4].format(k=k))
+             for k in range(12))),
+    terminals=("t-1",), build_log_s=5.0, context_window=500, lock_stall_s=400.0,
+    compression_lock_ttl_s=900.0)
+
+
+def test_a_grace_outage_renders_and_replays() -> None:
+    """The outage strikes the turn's grace call, whose retries are spent on the primary: it is
+    asked again of the fallback (LOOP-6). The plan renders as the model's ``grace_outages``
+    and replays the run."""
+    report = run_plan(GRACE)
+    assert report.verdict.value == "passed", report.violations
+    assert {FaultKind.OUTAGE, FaultKind.FALLBACK} <= report.fired, report.fired
+    assert "outage (a grace call)" in report.timeline
+    source = render(GRACE, report)
+    assert "ids=s.world.chooser, grace_outages=(1,))" in source
+    outcome = replay_rendered(GRACE, report, source)
+    assert same_timeline(outcome, report)
+
+
+def test_a_holder_frozen_with_the_lock_renders_and_replays() -> None:
+    """The terminal's first compaction freezes its holder with the lock held; its lease lapses,
+    the next turn in line compacts too and is refused the lock (CMP-6). The plan renders as
+    Story calls and replays the run."""
+    report = run_plan(CONTENTION)
+    assert report.verdict.value == "passed", report.violations
+    assert FaultKind.LOCK_STALL in report.fired and FaultKind.STALL not in report.fired
+    assert "holding the compression lock of t-1" in report.timeline
+    assert "REFUSED to" in report.timeline
+    source = render(CONTENTION, report)
+    for call in ("s.world.lock_stalls['t-1'] = 400.0", "s.limits(compression_lock_ttl_s=900.0)",
+                 "s.world.lock_stalls.clear()"):
+        assert call in source, call
+    outcome = replay_rendered(CONTENTION, report, source)
+    assert same_timeline(outcome, report)
+
+
+def test_the_grace_and_contention_parts_are_drawn_and_shrunk_away() -> None:
+    """Both parts are drawn in some of the first seeds of the default plan, only where they
+    hold (a fallback route and a tight bound; several processes and the terminal), and the
+    shrinker can take each away."""
+    plans = [generate(seed) for seed in range(200)]
+    graces = [p for p in plans if p.grace_outages]
+    locked = [p for p in plans if p.lock_stall_s]
+    assert graces and locked
+    assert all(p.fallback_window and (p.max_iterations or p.iteration_budget) for p in graces)
+    assert all(p.processes >= 2 and p.terminals and p.context_window and not p.clients
+               for p in locked)
+    assert any(not c.grace_outages for c in edges.simpler(GRACE))
+    candidates = list(edges.simpler(CONTENTION))
+    assert any(c.lock_stall_s is None for c in candidates)
+    assert any(c.compression_lock_ttl_s is None for c in candidates)
