@@ -179,7 +179,7 @@ def budget_accounting(obs: Observation) -> list[Violation]:
                                         unsent=line.api_calls - len(requests),
                                         earlier=_others_called_before(obs, view),
                                         occasions=refunds + hops + _compactions_of(obs, view)
-                                        + int(line.reason in CONTEXT_PRESSURE_EXITS)))
+                                        + _refused_last(view)))
         if line.budget_max != obs.limits.iteration_budget:
             out.append(Violation("budget_accounting", "CTX-1",
                                  f"{tag} ran with a budget of {line.budget_max}, "
@@ -217,12 +217,15 @@ def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent:
 
     Extra units matched by as many calls the turn counted but the provider never saw were
     charged for requests that were never sent (a preflight refusal, say): LOOP-2. Extra
-    units no more than the turn's own occasions for a refund (its refundable rounds, its
-    fallback hops, the compactions it committed and a last request preflight refused,
-    each of which gives a unit back) are refunds withheld or passes charged: LOOP-2.
-    Units beyond those can only have been carried in from earlier turns (CTX-1), and only
-    if another turn called the model before. Any other difference (a refund given where
-    none was due) is LOOP-2.
+    units no more than the turn's own occasions for a unit wrongly kept (its refundable
+    rounds and fallback hops, whose units come back; a request preflight refused, whose
+    unit comes back; the compactions it committed, whose passes spend none) are a refund
+    withheld or a pass charged: LOOP-2. Beyond those, units carried in from earlier turns
+    (CTX-1) are the likelier reading, if another turn called the model before; a carry no
+    larger than the turn's occasions reads as LOOP-2 (a budget carried across turns grows
+    with every turn, so its later turns still show CTX-1), and passes that committed
+    nothing are not counted, so a pass charged there reads as CTX-1. Any other
+    difference (a refund given where none was due) is LOOP-2.
     """
     extra = used - (regular - refunds)
     detail = f"{tag} used {used} budget units for {regular} calls and {refunds} refundable rounds"
@@ -235,6 +238,17 @@ def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent:
                          "refund (refundable rounds, fallback hops, compactions, a refused request)")
     carried = used > regular and earlier
     return Violation("budget_accounting", "CTX-1" if carried else "LOOP-2", detail)
+
+
+def _refused_last(view: TurnView) -> int:
+    """1 when the turn failed closed for context pressure on a request it never sent: its
+    preflight refused the last request and gave its unit back. Not when the last call was
+    sent and overflowed (the fail-closed path after an overflow): that unit was spent."""
+    line = view.exit
+    if line is None or line.reason not in CONTEXT_PRESSURE_EXITS:
+        return 0
+    last = view.calls[-1] if view.calls else None
+    return int(last is None or last.error != ContextOverflow.__name__)
 
 
 def _compactions_of(obs: Observation, view: TurnView) -> int:
