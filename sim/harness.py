@@ -279,8 +279,10 @@ class Story:
         """Judge the world's record with every checker; the violations not seen before.
 
         With ``check_every_step`` off, a step's own check is skipped and only ``always``
-        judges: every log the checkers read only grows, so a later check still sees what
-        the skipped one would have.
+        judges. A later check sees every log a skipped one would have (they only grow), but
+        not every state: an admission moves on from ``started``, a lease row is taken
+        again. The checkers are written so that a state that moves on still breaks the same
+        id at the end, though the finding may read differently (see docs/explore.md).
 
         The checkers are pure functions of the observation. When nothing in it changed
         since the last check, their findings are the last check's, so those are taken

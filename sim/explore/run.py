@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 A plan runs through the same ``Story`` a scenario uses, with the same checkers, which
 judge the whole durable record twice: once the faulty phase's actors have all ended, and
-once the calm phase is over (a scenario judges after every step; every log the checkers
-read, and the record's rows, only grow, so the end of a phase shows what its steps did,
-and a check per phase costs two judgements per seed instead of about seven). The faulty
+once the calm phase is over (a scenario judges after every step). The world's logs only
+grow, and the checkers are written so that a state that moves on later (an admission
+past ``started``, a lease taken again) still breaks the same id at the end; two
+judgements per seed cost less than the seven or so of a check per calm step. The faulty
 phase hands every step of the plan to its process at its virtual time (submissions and
 drain claims as actors; kills, stalls and clock jumps as timers) with the plan's faults
 armed, and runs the world until every actor has ended. The calm phase disarms every
