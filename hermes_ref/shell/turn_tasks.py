@@ -9,12 +9,14 @@ each task, and ``run`` sets its own state first).
 
 A lease refresher (``StartRefresher``) is an asyncio task that drives
 ``hermes_ref.lease.keep_lease`` through the same driver, as a child of the turn's state.
-When it reports a loss (``InterruptTurn``) the turn's state is marked interrupted and its
-wake event is set: ``interruptible`` runs every model call, tool batch and sleep of the
-turn as a race against that event, so the turn's pending call is cancelled at once and it
-receives ``TurnInterrupted``; later calls are refused before they start. ``stop`` cancels
-a refresher and awaits it (stop, then join); ``RunState.close`` does the same for every
-refresher a run leaves behind, so none outlives its turn.
+When it reports a loss (``InterruptTurn``) the turn's state is marked interrupted and
+every wait of it in progress is woken: ``interruptible`` runs every model call, tool batch
+and sleep of the turn as a task and waits on one future (a gate) that the task's end or the
+interrupt opens, whichever comes first, so the turn's pending call is cancelled at once and
+it receives ``TurnInterrupted``; later calls are refused before they start. (A gate and a
+done callback cost half of ``asyncio.wait`` over the task and an event waiter's task.)
+``stop`` cancels a refresher and awaits it (stop, then join); ``RunState.close`` does the
+same for every refresher a run leaves behind, so none outlives its turn.
 """
 
 from __future__ import annotations
@@ -37,18 +39,18 @@ class RunState:
 
     parent: RunState | None = None
     interrupt: str | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    gates: set[asyncio.Future[None]] = field(default_factory=set)  # the waits in progress
     refreshers: dict[int, asyncio.Task[Any]] = field(default_factory=dict)
     lost: set[int] = field(default_factory=set)
     handle: int = 0  # this state's handle in its parent (a refresher's)
 
     def raise_interrupt(self, reason: str) -> None:
         self.interrupt = reason
-        self.wake.set()
+        for gate in self.gates:
+            _open(gate)
 
     def clear_interrupt(self) -> None:
         self.interrupt = None
-        self.wake.clear()
 
     async def stop(self, handle: int) -> bool:
         """Cancel refresher ``handle`` and wait for it to end; True if it lost the lease."""
@@ -81,14 +83,21 @@ async def interruptible(state: RunState, work: Awaitable[T]) -> T:
             work.close()
         raise TurnInterrupted(state.interrupt)
     task = asyncio.ensure_future(work)
-    waiter = asyncio.ensure_future(state.wake.wait())
+    gate: asyncio.Future[None] = task.get_loop().create_future()
+    task.add_done_callback(lambda _: _open(gate))
+    state.gates.add(gate)
     try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        await gate  # opened by the task's end or by ``raise_interrupt``
     finally:
-        waiter.cancel()
+        state.gates.discard(gate)
     if task.done():
         return task.result()
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
     raise TurnInterrupted(state.interrupt or "interrupted")
+
+
+def _open(gate: asyncio.Future[None]) -> None:
+    if not gate.done():  # already opened, or cancelled with the caller
+        gate.set_result(None)
