@@ -382,14 +382,18 @@ def _live_leases_taken(obs: Observation, deaths: dict[int, float]) -> list[Viola
     if obs.lease_log is None:
         return out
     carried = _carried_to(obs)
+    granted = {(s.session_id, s.token): s.seq for s in _steps(obs, "granted")}
+    died_seq = dict(obs.death_seqs)
     for session_id, before, after in successive_grants(obs):
         at = after.acquired_at
         last = carried.get((before.session_id, before.token), before)  # CMP-5: it lives on in the child
         released = last.end_reason == "released" and (last.ended_at or 0.0) <= at
         before = last
-        _, died = _death_of(before.holder, deaths)
-        if released or before.expires_at <= at + EPSILON_S or (
-                died is not None and died <= at + EPSILON_S):
+        pid, died = _death_of(before.holder, deaths)
+        # a death at the grant's own instant counts only if it came first (effects share instants)
+        dead = died is not None and died <= at + EPSILON_S and died_seq.get(int(pid), -1) < granted.get(
+            (after.session_id, after.token), died_seq.get(int(pid), -1) + 1)
+        if released or before.expires_at <= at + EPSILON_S or dead:
             continue
         out.append(Violation("dead_holders_do_not_block", "LEASE-3",
                              f"{session_id}: token {after.token} was granted to "
