@@ -196,6 +196,8 @@ def _hunt(args: argparse.Namespace, mix: FaultMix, out: TextIO) -> int:
     else:
         for h in hunts:
             out.write(f"{h.sabotage:<44} {_hunted(h)}\n")
+            if h.causal_violation is not None:
+                out.write(f"{'':<44} {h.causal_violation[:200]}\n")
         found = sum(1 for h in hunts if h.causal_at is not None)
         out.write(f"{found} of {len(hunts)} sabotages found with causal credit\n")
     return 0 if all(h.causal_at is not None for h in hunts) else 1

@@ -7,9 +7,12 @@ anyway proves nothing about the sabotage. The hunt reports, per sabotage, the nu
 seeds to the first failure, the ids that failure broke, and whether one of them is an id
 the sabotage is registered for (the causal credit ``invariants verify`` demands too).
 When the first failure breaks only other ids, the hunt goes on to the first seed that
-breaks one of the sabotage's own (within the same ``seeds_max``) and reports both: the
-first failure says how soon a sweep notices, the first causal one that a checker of the
-right rule can see it in a world nobody scripted.
+breaks one of the sabotage's own (within the same ``seeds_max``) and reports both, with
+the first violation of its own id, to read: the first failure says how soon a sweep
+notices, the first causal one that the sabotage broke one of its own ids on a seed the
+intact engine passes (the seed fails because of the sabotage; that the id is the one it
+broke, and not one a path it opened happened to reach, is what the violation's text
+shows).
 
 A sabotage of a path the explored world never takes (session lanes, path resolution, the
 caller's history list) is not found; the report says so, which is how the workload
@@ -35,12 +38,14 @@ class Hunt:
     seeds_to_first: int | None = None
     causal_at: int | None = None  # the first seed that broke one of its own ids
     seeds_to_causal: int | None = None
+    causal_violation: str | None = None  # the first violation of one of its own ids there
 
     def as_json(self) -> dict[str, object]:
         return {"sabotage": self.sabotage, "invariants": list(self.invariants),
                 "seeds_to_first_failure": self.seeds_to_first,
                 "seed": self.found_at, "broke": self.broke, "causal": self.causal,
-                "causal_seed": self.causal_at, "seeds_to_causal_failure": self.seeds_to_causal}
+                "causal_seed": self.causal_at, "seeds_to_causal_failure": self.seeds_to_causal,
+                "causal_violation": self.causal_violation}
 
 
 class Baseline:
@@ -77,6 +82,8 @@ def hunt(name: str, *, seeds_max: int, baseline: Baseline) -> Hunt:
             found.causal = own
         if own:
             found.causal_at, found.seeds_to_causal = seed, found.seeds_tried
+            found.causal_violation = next((v for v in report.violations
+                                           if v.split(" ", 1)[0] in sab.invariants), None)
             break
     return found
 

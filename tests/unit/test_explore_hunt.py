@@ -39,7 +39,8 @@ def _world(monkeypatch: pytest.MonkeyPatch, broken: dict[int, list[str]],
         if seed in intact_fails:
             return RunReport(seed, Verdict.SAFETY, invariants=["ADM-1"])
         ids = broken.get(seed, []) if applied["on"] else []
-        return RunReport(seed, Verdict.SAFETY if ids else Verdict.PASSED, invariants=ids)
+        return RunReport(seed, Verdict.SAFETY if ids else Verdict.PASSED, invariants=ids,
+                         violations=[f"{i} [a_checker] seed {seed}" for i in ids])
 
     monkeypatch.setitem(SABOTAGES, "fake", Sabotage("fake", ("LOOP-2",), "a fake", patches))
     monkeypatch.setattr(hunt_module, "run_plan", run_plan)
@@ -54,6 +55,7 @@ def test_a_first_failure_under_other_ids_goes_on_to_its_own(monkeypatch: pytest.
     assert (found.found_at, found.seeds_to_first, found.broke, found.causal) == (2, 2, ["CTX-1"], False)
     assert (found.causal_at, found.seeds_to_causal) == (6, 6)  # seed 1 fails intact: not tried
     assert found.as_json()["seeds_to_causal_failure"] == 6
+    assert found.causal_violation == "LOOP-2 [a_checker] seed 6"
 
 
 def test_a_causal_first_failure_stops_the_hunt(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,7 +101,8 @@ def test_what_a_wrecked_record_shows_is_still_found() -> None:
     with SABOTAGES["duplicate_tool_result"].applied():
         wrecks = (r for r in (run_plan(generate(seed), trace=False) for seed in range(30))
                   if r.verdict is Verdict.ENGINE_CRASH)
-        report = next(wrecks)
+        report = next(wrecks, None)
+    assert report is not None, "no seed of 30 tripped the engine's guard"
     assert "TOOL-3" in report.invariants and not {"FIN-7", "LOOP-3", "DEL-1"} & set(report.invariants)
 
 
@@ -113,7 +116,8 @@ def test_a_store_error_that_escapes_a_turn_breaks_fin_6() -> None:
     with SABOTAGES["unguarded_final_persist"].applied():
         wrecks = (r for r in (run_plan(generate(seed), trace=False) for seed in range(30))
                   if r.verdict is Verdict.ENGINE_CRASH)
-        report = next(wrecks)
+        report = next(wrecks, None)
+    assert report is not None, "no seed of 30 raised out of a turn"
     assert any(v.startswith("FIN-6 [store_errors_stay_in_the_result]") for v in report.violations)
 
 
@@ -126,6 +130,6 @@ def test_a_lease_carried_to_the_tip_and_released_there_is_released() -> None:
     from sim.explore.run import run_plan
 
     with SABOTAGES["lease_stays_on_the_rotated_parent"].applied():
-        found = next(r for r in (run_plan(generate(seed), trace=False) for seed in range(20))
-                     if "CMP-5" in r.invariants)
-    assert "LEASE-3" not in found.invariants
+        found = next((r for r in (run_plan(generate(seed), trace=False) for seed in range(20))
+                      if "CMP-5" in r.invariants), None)
+    assert found is not None and "LEASE-3" not in found.invariants
