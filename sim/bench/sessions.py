@@ -23,6 +23,12 @@ figure is its two chunks pooled (turns over seconds). The target is on
 ``durable_sessions_16_over_1``, one ratio per rep of the 16-session rate over the
 1-session rate of that same rep; the report also gives every level's turns/s as a share of
 the calibration, like the memory row.
+
+Each chunk also measures the process's CPU time (the loop and the store's worker
+together), as ``durable_sessions_N_cpu_ms_per_turn``. ``durable_sessions_16_over_1_cpu_bound``
+is, per rep, the 1-session wall time per turn over the 16-session CPU time per turn: the
+ratio 16 sessions would reach if they waited on nothing and only spent CPU. When the
+measured ratio is close to it, the commits are shared and what is left is CPU per turn.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class Chunk:
     commits: int
     writes: int
     batches: int
+    cpu_s: float = 0.0  # the process's CPU time meanwhile (the loop and the store's worker)
 
 
 @dataclass
@@ -66,6 +73,9 @@ class SessionsRow:
     writes_per_commit: dict[int, list[float]] = field(
         default_factory=lambda: {n: [] for n in LEVELS})
     over_1: list[float] = field(default_factory=list)
+    cpu_ms_per_turn: dict[int, list[float]] = field(
+        default_factory=lambda: {n: [] for n in LEVELS})
+    cpu_bound: list[float] = field(default_factory=list)  # 1-session wall/turn over 16's CPU/turn
     chunks: list[Chunk] = field(default_factory=list)
 
     def add_rep(self, chunks: list[Chunk]) -> None:
@@ -79,7 +89,9 @@ class SessionsRow:
             self.rates[n].append(rate[n])
             self.commits_per_turn[n].append(commits / turns)
             self.writes_per_commit[n].append(sum(c.writes for c in mine) / max(1, commits))
+            self.cpu_ms_per_turn[n].append(1000 * sum(c.cpu_s for c in mine) / turns)
         self.over_1.append(rate[LEVELS[-1]] / rate[1])
+        self.cpu_bound.append(1000 / rate[1] / self.cpu_ms_per_turn[LEVELS[-1]][-1])
 
 
 async def run_lanes(rig: AsyncRig, sessions: int, seconds: float, tag: str) -> Chunk:
@@ -87,6 +99,7 @@ async def run_lanes(rig: AsyncRig, sessions: int, seconds: float, tag: str) -> C
     store, group = rig.store, rig.store.group_commit
     commits0, writes0, batches0 = store.commits, group.writes, group.batches
     turns = 0
+    cpu0 = time.process_time()
     start = time.perf_counter()
     deadline = start + seconds
 
@@ -103,7 +116,7 @@ async def run_lanes(rig: AsyncRig, sessions: int, seconds: float, tag: str) -> C
     await asyncio.gather(*(lane(k) for k in range(sessions)))
     elapsed = time.perf_counter() - start
     return Chunk(sessions, turns, elapsed, store.commits - commits0, group.writes - writes0,
-                 group.batches - batches0)
+                 group.batches - batches0, time.process_time() - cpu0)
 
 
 async def _warm_up(rig: AsyncRig, sizes: Sizes, tag: str) -> None:
@@ -145,8 +158,11 @@ def report_rows(row: SessionsRow, calibration: dict[str, float]) -> dict[str, An
         out[f"durable_sessions_{n}_share_of_calibration"] = share_of(rate, calibration)
         out[f"durable_sessions_{n}_commits_per_turn"] = summary(row.commits_per_turn[n])
         out[f"durable_sessions_{n}_writes_per_commit"] = summary(row.writes_per_commit[n])
+        out[f"durable_sessions_{n}_cpu_ms_per_turn"] = summary(row.cpu_ms_per_turn[n])
     out[f"durable_sessions_{LEVELS[-1]}_over_1"] = {
         **summary(row.over_1), "reps": list(row.over_1)}
+    out[f"durable_sessions_{LEVELS[-1]}_over_1_cpu_bound"] = {
+        **summary(row.cpu_bound), "reps": list(row.cpu_bound)}
     out["sessions_chunks"] = [
         {"sessions": c.sessions, "turns": c.turns, "turns_per_s": c.turns / c.elapsed_s,
          "commits_per_turn": c.commits / c.turns, "writes_per_commit": c.writes / max(1, c.commits)}
