@@ -22,6 +22,10 @@ async def test_the_row_runs_every_level_in_every_rep_and_judges_16_over_1(tmp_pa
     assert figure["median"] == statistics.median(row.over_1) and figure["reps"] == row.over_1
     assert (TARGETS["durable_sessions_16_over_1"].op,
             TARGETS["durable_sessions_16_over_1"].bound) == (">=", 5.0)
+    # the bound CPU alone allows: 1-session wall per turn over 16-session CPU per turn, per rep
+    bound = [1000 / r1 / cpu16 for r1, cpu16 in zip(row.rates[1], row.cpu_ms_per_turn[16], strict=True)]
+    assert report["durable_sessions_16_over_1_cpu_bound"]["reps"] == bound
+    assert all(c.cpu_s > 0 for c in row.chunks)
 
 
 async def test_one_session_makes_four_commits_per_turn_and_sixteen_share_them(
