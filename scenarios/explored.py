@@ -310,3 +310,48 @@ def user_reset_ends_the_rotated_lanes_tip(s: Story) -> None:
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A wide batch fills the middle: a request over the threshold has nothing to compact",
+          invariants=("CMP-1", "CMP-3"), stage="explore")
+def wide_batch_leaves_no_middle_to_compact(s: Story) -> None:
+    """Seed 871, shrunk. A turn's one round reads ten files; the next turn's second request
+    is over the threshold of a 400-token window, but the head ends past the ten results and
+    the tail's eight messages start at the next turn's call, so no message lies between: the
+    pass has nothing to summarize and the request is sent. CMP-1 asks a pass only of a
+    request that has a middle to compact (CMP-3 keeps each tool group whole)."""
+    s.seed = 871  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((ReplyFault(call=3, kind=FaultKind.WIDE_BATCH), ), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({
+        'notes-1.txt': 'note 1 of seed 871',
+        'notes-2.txt': 'note 2 of seed 871',
+        'part-1.txt': 'part 1 of seed 871: in order',
+        'part-2.txt': 'part 2 of seed 871: in order',
+        'part-3.txt': 'part 3 of seed 871: in order',
+        'part-4.txt': 'part 4 of seed 871: in order',
+        'part-5.txt': 'part 5 of seed 871: in order',
+        'part-6.txt': 'part 6 of seed 871: in order',
+        'part-7.txt': 'part 7 of seed 871: in order',
+        'part-8.txt': 'part 8 of seed 871: in order',
+        'part-9.txt': 'part 9 of seed 871: in order',
+        'part-10.txt': 'part 10 of seed 871: in order',
+    })
+    s.limits(context_window_tokens=400)
+    s.files({'t-1-build.log': 'build of t-1: ok'})
+    s.world.tools.slow('read_file', 60.0, path='t-1-build.log')
+    s.bind('p-3', session='s-3')
+    s.bind('op-s-3', session='s-3', role="operator", kind="operator")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={'tool_results': 1})
+    s.start_turn('Read notes-2.txt.', session='t-1', process=one, after_s=98.0)
+    s.start_submit(one, 'p-3', 'r-6d2c1e', {'text': 'Say hello 2.'}, session='s-3', after_s=102.0)
+    s.start_turn('Read t-1-build.log.', session='t-1', process=one, after_s=105.0)
+    s.start_submit(one, 'p-3', 'r-bbb895x',
+                   {'text': 'Read notes-1.txt and notes-2.txt.', 'role': 'operator'},
+                   session='s-3', after_s=123.0)
+    s.start_drain(one, 's-3', after_s=143.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

@@ -131,7 +131,17 @@ def _compressible(call: CallRecord, limits: Limits) -> bool:
     messages, ``compression._tail_start``)."""
     rest = [m for m in call.request.messages if m.role is not Role.SYSTEM
             and m.scaffold is None and not (m.content or "").startswith(SUMMARY_PREFIX)]
-    return len(rest) > limits.compression_protect_first + limits.compression_tail_floor_messages + 2
+    if len(rest) <= limits.compression_protect_first + limits.compression_tail_floor_messages + 2:
+        return False
+    # CMP-3 keeps a tool group whole: the head ends past its call's results, the tail starts
+    # at the call, so a wide batch at either end can take the whole middle
+    head = limits.compression_protect_first
+    while head < len(rest) and rest[head].role is Role.TOOL:
+        head += 1
+    tail = len(rest) - limits.compression_tail_floor_messages
+    while tail > 0 and rest[tail].role is Role.TOOL:
+        tail -= 1
+    return tail > head
 
 
 def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:
