@@ -13,7 +13,7 @@ from hermes_ref.session import SessionSource
 from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase, redirect_a_running_turn
+from sim.explore.run import calm_phase, jump_clock, redirect_a_running_turn
 from sim.harness import Story, scenario
 
 
@@ -352,6 +352,51 @@ def wide_batch_leaves_no_middle_to_compact(s: Story) -> None:
                    {'text': 'Read notes-1.txt and notes-2.txt.', 'role': 'operator'},
                    session='s-3', after_s=123.0)
     s.start_drain(one, 's-3', after_s=143.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A new process compacts an idle session by the spec's floor, not the last one's raised floor",
+          invariants=("CTX-5",), stage="explore")
+def new_process_idle_floor_is_the_specs(s: Story) -> None:
+    """Seed 503, shrunk. A chore compacts the session; hours later the calm phase's new
+    process takes the next turn after an idle gap past 300 s, above threshold x target
+    ratio, and compacts it. The floor's rise by what the last compaction left is that
+    process's memory, as the cooldown is (CMP-4): a process that did not compact has only
+    CTX-5's floor, and the compaction is due."""
+    s.seed = 503  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({
+        'notes-1.txt': 'note 1 of seed 503',
+        'notes-2.txt': 'note 2 of seed 503',
+        'part-1.txt': 'part 1 of seed 503: in order',
+        'part-2.txt': 'part 2 of seed 503: in order',
+        'part-3.txt': 'part 3 of seed 503: in order',
+        'part-4.txt': 'part 4 of seed 503: in order',
+        'part-5.txt': 'part 5 of seed 503: in order',
+        'part-6.txt': 'part 6 of seed 503: in order',
+    })
+    s.limits(context_window_tokens=500)
+    s.limits(session_reset_mode='idle', session_idle_minutes=30, session_reset_at_hour=9,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=43200.0, stuck_restart_threshold=3)
+    s.limits(idle_compact_after_s=300.0)
+    s.bind('p-2', session='s-2')
+    s.bind('op-s-2', session='s-2', role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, 'p-2', 'r-b845f3',
+                   {'text': 'Go through part-1.txt to part-6.txt in order.'}, session='s-2', after_s=2.0)
+    s.start_drain(one, 's-2', after_s=21.0)
+    s.start_submit(one, 'p-2', 'r-b9a3b6', {'text': 'Say hello 1.'}, session='s-2', after_s=46.0)
+    jump_clock(s, 400.0, after_s=48.0)
+    s.start_drain(one, 's-2', after_s=56.0)
+    s.start_submit(one, 'p-2', 'r-343257',
+                   {'text': 'Read notes-1.txt and notes-2.txt.'}, session='s-2', after_s=114.0)
+    lanes = LaneWorld(s, [one], job_s=240.0)
+    lanes.watch(0, after_s=23356.8)
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

@@ -62,8 +62,9 @@ def _idle_due(obs: Observation, call: CallRecord) -> bool | None:
     lineage = lineage_of(obs)
     root = lineage.get(call.session_id, call.session_id)
     before = [p for p in passes(obs) if p.done.first_row_id <= call.watermark
-              and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id]
-    if before:  # the floor rises by what the last compaction left
+              and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id
+              and same_engine(obs, p.turn, call.turn_id)]
+    if before:  # the floor rises by what the last compaction left, a process's memory as for CMP-4
         floor += before[-1].tokens_after
     return gap >= limits.idle_compact_after_s and pre_tokens(obs, call) > floor
 
