@@ -400,3 +400,59 @@ def new_process_idle_floor_is_the_specs(s: Story) -> None:
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A turn whose user row the store refused wrote nowhere, and the session rotated later",
+          invariants=("CMP-5",), stage="explore")
+def refused_user_row_before_a_rotation(s: Story) -> None:
+    """Seed 387, shrunk. The first turn of s-2 fails writing its user row (LOOP-3: a
+    persistence failure, the input handed back), long before a chore compacts and rotates
+    s-2. CMP-5 asks a turn to write in the lineage's tip; a turn the store refused wrote
+    nothing anywhere, as a turn refused the lease does not."""
+    s.seed = 387  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((
+        ReplyFault(call=2, kind=FaultKind.EMPTY_REPLY),
+        ReplyFault(call=5, kind=FaultKind.UNKNOWN_TOOL),
+        ReplyFault(call=6, kind=FaultKind.TOOL_ERROR),
+    ), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({
+        'notes-1.txt': 'note 1 of seed 387',
+        'notes-2.txt': 'note 2 of seed 387',
+        'part-1.txt': 'part 1 of seed 387: in order',
+        'part-2.txt': 'part 2 of seed 387: in order',
+        'part-3.txt': 'part 3 of seed 387: in order',
+        'part-4.txt': 'part 4 of seed 387: in order',
+        'part-5.txt': 'part 5 of seed 387: in order',
+        'part-6.txt': 'part 6 of seed 387: in order',
+        'part-7.txt': 'part 7 of seed 387: in order',
+        'part-8.txt': 'part 8 of seed 387: in order',
+        'part-9.txt': 'part 9 of seed 387: in order',
+    })
+    s.world.tools.slow('read_file', 1.0, path='notes-2.txt', start_delay_s=300.0)
+    s.limits(context_window_tokens=700)
+    s.limits(idle_compact_after_s=300.0)
+    s.bind('p-2', session='s-2')
+    s.bind('op-s-2', session='s-2', role="operator", kind="operator")
+    s.bind('p-3', session='s-3')
+    s.bind('op-s-3', session='s-3', role="operator", kind="operator")
+    s.bind('q-2', session='s-2')
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={'user': 1})
+    s.start_submit(one, 'p-2', 'r-8cb268',
+                   {'text': 'Go through part-1.txt to part-9.txt in order.'}, session='s-2', after_s=7.0)
+    s.start_submit(one, 'p-3', 'r-c9703b',
+                   {'text': 'Write note 1 to s-3-out-1.txt.'}, session='s-3', after_s=14.0)
+    s.start_drain(one, 's-2', after_s=15.0)
+    s.start_drain(one, 's-3', after_s=38.0)
+    s.start_submit(one, 'p-2', 'r-c9703b',
+                   {'text': 'Write note 1 to s-2-out-1.txt.'}, session='s-2', after_s=63.0)
+    s.start_submit(one, 'p-2', 'r-8a194e',
+                   {'text': 'Read notes-1.txt and notes-2.txt.'}, session='s-2', after_s=98.0)
+    s.start_submit(one, 'q-2', 'r-8a194e',
+                   {'text': 'Say hello 8a194e from q-2.'}, session='s-2', after_s=102.0)
+    s.start_drain(one, 's-2', after_s=122.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
