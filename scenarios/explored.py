@@ -13,7 +13,7 @@ from hermes_ref.session import SessionSource
 from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase, redirect_a_running_turn
+from sim.explore.run import calm_phase, jump_clock, redirect_a_running_turn
 from sim.harness import Story, scenario
 
 
@@ -307,6 +307,152 @@ def user_reset_ends_the_rotated_lanes_tip(s: Story) -> None:
     lanes.message(0, dm, "Write note 4 to lane-out-4.txt.", after_s=14662.2)
     lanes.message(0, dm, "Read notes-2.txt.", after_s=45892.2)
     lanes.reset(0, dm, after_s=45902.6)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A wide batch fills the middle: a request over the threshold has nothing to compact",
+          invariants=("CMP-1", "CMP-3"), stage="explore")
+def wide_batch_leaves_no_middle_to_compact(s: Story) -> None:
+    """Seed 871, shrunk. A turn's one round reads ten files; the next turn's second request
+    is over the threshold of a 400-token window, but the head ends past the ten results and
+    the tail's eight messages start at the next turn's call, so no message lies between: the
+    pass has nothing to summarize and the request is sent. CMP-1 asks a pass only of a
+    request that has a middle to compact (CMP-3 keeps each tool group whole)."""
+    s.seed = 871  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((ReplyFault(call=3, kind=FaultKind.WIDE_BATCH), ), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({
+        'notes-1.txt': 'note 1 of seed 871',
+        'notes-2.txt': 'note 2 of seed 871',
+        'part-1.txt': 'part 1 of seed 871: in order',
+        'part-2.txt': 'part 2 of seed 871: in order',
+        'part-3.txt': 'part 3 of seed 871: in order',
+        'part-4.txt': 'part 4 of seed 871: in order',
+        'part-5.txt': 'part 5 of seed 871: in order',
+        'part-6.txt': 'part 6 of seed 871: in order',
+        'part-7.txt': 'part 7 of seed 871: in order',
+        'part-8.txt': 'part 8 of seed 871: in order',
+        'part-9.txt': 'part 9 of seed 871: in order',
+        'part-10.txt': 'part 10 of seed 871: in order',
+    })
+    s.limits(context_window_tokens=400)
+    s.files({'t-1-build.log': 'build of t-1: ok'})
+    s.world.tools.slow('read_file', 60.0, path='t-1-build.log')
+    s.bind('p-3', session='s-3')
+    s.bind('op-s-3', session='s-3', role="operator", kind="operator")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={'tool_results': 1})
+    s.start_turn('Read notes-2.txt.', session='t-1', process=one, after_s=98.0)
+    s.start_submit(one, 'p-3', 'r-6d2c1e', {'text': 'Say hello 2.'}, session='s-3', after_s=102.0)
+    s.start_turn('Read t-1-build.log.', session='t-1', process=one, after_s=105.0)
+    s.start_submit(one, 'p-3', 'r-bbb895x',
+                   {'text': 'Read notes-1.txt and notes-2.txt.', 'role': 'operator'},
+                   session='s-3', after_s=123.0)
+    s.start_drain(one, 's-3', after_s=143.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A new process compacts an idle session by the spec's floor, not the last one's raised floor",
+          invariants=("CTX-5",), stage="explore")
+def new_process_idle_floor_is_the_specs(s: Story) -> None:
+    """Seed 503, shrunk. A chore compacts the session; hours later the calm phase's new
+    process takes the next turn after an idle gap past 300 s, above threshold x target
+    ratio, and compacts it. The floor's rise by what the last compaction left is that
+    process's memory, as the cooldown is (CMP-4): a process that did not compact has only
+    CTX-5's floor, and the compaction is due."""
+    s.seed = 503  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({
+        'notes-1.txt': 'note 1 of seed 503',
+        'notes-2.txt': 'note 2 of seed 503',
+        'part-1.txt': 'part 1 of seed 503: in order',
+        'part-2.txt': 'part 2 of seed 503: in order',
+        'part-3.txt': 'part 3 of seed 503: in order',
+        'part-4.txt': 'part 4 of seed 503: in order',
+        'part-5.txt': 'part 5 of seed 503: in order',
+        'part-6.txt': 'part 6 of seed 503: in order',
+    })
+    s.limits(context_window_tokens=500)
+    s.limits(session_reset_mode='idle', session_idle_minutes=30, session_reset_at_hour=9,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=43200.0, stuck_restart_threshold=3)
+    s.limits(idle_compact_after_s=300.0)
+    s.bind('p-2', session='s-2')
+    s.bind('op-s-2', session='s-2', role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, 'p-2', 'r-b845f3',
+                   {'text': 'Go through part-1.txt to part-6.txt in order.'}, session='s-2', after_s=2.0)
+    s.start_drain(one, 's-2', after_s=21.0)
+    s.start_submit(one, 'p-2', 'r-b9a3b6', {'text': 'Say hello 1.'}, session='s-2', after_s=46.0)
+    jump_clock(s, 400.0, after_s=48.0)
+    s.start_drain(one, 's-2', after_s=56.0)
+    s.start_submit(one, 'p-2', 'r-343257',
+                   {'text': 'Read notes-1.txt and notes-2.txt.'}, session='s-2', after_s=114.0)
+    lanes = LaneWorld(s, [one], job_s=240.0)
+    lanes.watch(0, after_s=23356.8)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A turn whose user row the store refused wrote nowhere, and the session rotated later",
+          invariants=("CMP-5",), stage="explore")
+def refused_user_row_before_a_rotation(s: Story) -> None:
+    """Seed 387, shrunk. The first turn of s-2 fails writing its user row (LOOP-3: a
+    persistence failure, the input handed back), long before a chore compacts and rotates
+    s-2. CMP-5 asks a turn to write in the lineage's tip; a turn the store refused wrote
+    nothing anywhere, as a turn refused the lease does not."""
+    s.seed = 387  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel((
+        ReplyFault(call=2, kind=FaultKind.EMPTY_REPLY),
+        ReplyFault(call=5, kind=FaultKind.UNKNOWN_TOOL),
+        ReplyFault(call=6, kind=FaultKind.TOOL_ERROR),
+    ), ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({
+        'notes-1.txt': 'note 1 of seed 387',
+        'notes-2.txt': 'note 2 of seed 387',
+        'part-1.txt': 'part 1 of seed 387: in order',
+        'part-2.txt': 'part 2 of seed 387: in order',
+        'part-3.txt': 'part 3 of seed 387: in order',
+        'part-4.txt': 'part 4 of seed 387: in order',
+        'part-5.txt': 'part 5 of seed 387: in order',
+        'part-6.txt': 'part 6 of seed 387: in order',
+        'part-7.txt': 'part 7 of seed 387: in order',
+        'part-8.txt': 'part 8 of seed 387: in order',
+        'part-9.txt': 'part 9 of seed 387: in order',
+    })
+    s.world.tools.slow('read_file', 1.0, path='notes-2.txt', start_delay_s=300.0)
+    s.limits(context_window_tokens=700)
+    s.limits(idle_compact_after_s=300.0)
+    s.bind('p-2', session='s-2')
+    s.bind('op-s-2', session='s-2', role="operator", kind="operator")
+    s.bind('p-3', session='s-3')
+    s.bind('op-s-3', session='s-3', role="operator", kind="operator")
+    s.bind('q-2', session='s-2')
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={'user': 1})
+    s.start_submit(one, 'p-2', 'r-8cb268',
+                   {'text': 'Go through part-1.txt to part-9.txt in order.'}, session='s-2', after_s=7.0)
+    s.start_submit(one, 'p-3', 'r-c9703b',
+                   {'text': 'Write note 1 to s-3-out-1.txt.'}, session='s-3', after_s=14.0)
+    s.start_drain(one, 's-2', after_s=15.0)
+    s.start_drain(one, 's-3', after_s=38.0)
+    s.start_submit(one, 'p-2', 'r-c9703b',
+                   {'text': 'Write note 1 to s-2-out-1.txt.'}, session='s-2', after_s=63.0)
+    s.start_submit(one, 'p-2', 'r-8a194e',
+                   {'text': 'Read notes-1.txt and notes-2.txt.'}, session='s-2', after_s=98.0)
+    s.start_submit(one, 'q-2', 'r-8a194e',
+                   {'text': 'Say hello 8a194e from q-2.'}, session='s-2', after_s=102.0)
+    s.start_drain(one, 's-2', after_s=122.0)
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

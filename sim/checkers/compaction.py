@@ -62,8 +62,9 @@ def _idle_due(obs: Observation, call: CallRecord) -> bool | None:
     lineage = lineage_of(obs)
     root = lineage.get(call.session_id, call.session_id)
     before = [p for p in passes(obs) if p.done.first_row_id <= call.watermark
-              and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id]
-    if before:  # the floor rises by what the last compaction left
+              and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id
+              and same_engine(obs, p.turn, call.turn_id)]
+    if before:  # the floor rises by what the last compaction left, a process's memory as for CMP-4
         floor += before[-1].tokens_after
     return gap >= limits.idle_compact_after_s and pre_tokens(obs, call) > floor
 
@@ -131,7 +132,17 @@ def _compressible(call: CallRecord, limits: Limits) -> bool:
     messages, ``compression._tail_start``)."""
     rest = [m for m in call.request.messages if m.role is not Role.SYSTEM
             and m.scaffold is None and not (m.content or "").startswith(SUMMARY_PREFIX)]
-    return len(rest) > limits.compression_protect_first + limits.compression_tail_floor_messages + 2
+    if len(rest) <= limits.compression_protect_first + limits.compression_tail_floor_messages + 2:
+        return False
+    # CMP-3 keeps a tool group whole: the head ends past its call's results, the tail starts
+    # at the call, so a wide batch at either end can take the whole middle
+    head = limits.compression_protect_first
+    while head < len(rest) and rest[head].role is Role.TOOL:
+        head += 1
+    tail = len(rest) - limits.compression_tail_floor_messages
+    while tail > 0 and rest[tail].role is Role.TOOL:
+        tail -= 1
+    return tail > head
 
 
 def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:

@@ -173,8 +173,11 @@ def turns_find_the_tip(obs: Observation) -> list[Violation]:
         late = {m.session_id for m in rows if m.session_id == run.session_id
                 and (m.message.row_id or 0) > cut}  # into the parent after its rotation
         wrong = [h for h in homes if root.get(h, h) != lineage] + sorted(late)
-        refused = any(v.exit is not None and v.exit.reason.value == "lease_timeout"
-                      for v in obs.turns.values() if v.turn_id == run.turn_id)
+        # refused the lease (LEASE-5), or the store refused its user row (LOOP-3): the input
+        # was handed back and written nowhere
+        refused = any(v.exit is not None and v.exit.reason.value in (
+            "lease_timeout", "session_persistence_failed")
+            for v in obs.turns.values() if v.turn_id == run.turn_id)
         if wrong or (not rows and not refused):
             found = ", ".join(sorted(homes)) or "nowhere"
             out.append(Violation("turns_find_the_tip", "CMP-5",
