@@ -14,6 +14,7 @@ from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, jump_clock, redirect_a_running_turn
+from sim.explore.terminal import redact_later
 from sim.harness import Story, scenario
 
 
@@ -453,6 +454,34 @@ def refused_user_row_before_a_rotation(s: Story) -> None:
     s.start_submit(one, 'q-2', 'r-8a194e',
                    {'text': 'Say hello 8a194e from q-2.'}, session='s-2', after_s=102.0)
     s.start_drain(one, 's-2', after_s=122.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A row redacted in a lane whose context is past every compaction: the later turns end "
+          "at preflight and send no request, so they replay nothing (seed 206)",
+          invariants=("WIRE-2",), stage="explore")
+def redacted_row_in_a_lane_that_sends_nothing(s: Story) -> None:
+    s.seed = 206  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"
+    s.use_provider(ExploreModel((), ids=s.world.chooser))
+    s.files({"notes-2.txt": "note 2 of seed 206", "t-1-build.log": "build of t-1: ok"})
+    s.limits(context_window_tokens=320)  # small: the lane soon outgrows every compaction
+    ana = "memory: the user signs notes as Ana and works from the Lisbon office"
+    figures = "memory: the user keeps the quarterly figures in notes-1.txt and prefers short answers"
+    one = s.main_process()
+    s.start_turn("Say hello 2. My card is 4417 2210 9932 0071.", session="t-1", process=one,
+                 after_s=32.0, injected=ana)
+    s.start_turn("Write note 3 to t-1-out-3.txt.", session="t-1", process=one, after_s=38.0,
+                 injected="memory: the build log is long; the user wants only its last line")
+    s.start_turn("Say hello 4.", session="t-1", process=one, after_s=46.0,
+                 injected="memory: last week the user asked for every change to be written to its own file")
+    s.start_turn("Read notes-2.txt.", session="t-1", process=one, after_s=55.0,
+                 injected=figures)
+    redact_later(s, "My card is 4417 2210 9932 0071.", after_s=58.0, session="t-1")
+    s.start_turn("Say hello 6.", session="t-1", process=one, after_s=63.0,
+                 injected=ana)
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

@@ -223,7 +223,8 @@ def _judge_rewrite(obs: Observation, run: RewriteRun, later: list[TurnRun]) -> l
     """The rewrite is in the record, and every later call that carries the row sends it as
     the new content (or a sidecar composed from it). Silence is a finding: each turn of the
     session that ran after the rewrite must have sent the row at least once, or nothing
-    shows what it replays."""
+    shows what it replays. A turn that made no model call at all (it ended at preflight, say,
+    with the context past every compaction) sent no request, so it replays nothing."""
     rows = [m.message for m in obs.record.messages if m.session_id == run.session_id]
     index = next((i for i, m in enumerate(rows) if m.row_id == run.row_id), None)
     if index is None or rows[index].content != run.text:
@@ -231,9 +232,11 @@ def _judge_rewrite(obs: Observation, run: RewriteRun, later: list[TurnRun]) -> l
                     "record does not hold its new content")]
     row, out = rows[index], []
     carried: set[str] = set()
+    called: set[str] = set()
     for call in obs.calls:
         if call.session_id != run.session_id or call.seq <= run.seq:
             continue
+        called.add(call.turn_id)
         messages = sent_messages(call)
         if isinstance(messages, str):
             out.append(_v2(f"call at effect {call.seq}: {messages}"))
@@ -249,7 +252,7 @@ def _judge_rewrite(obs: Observation, run: RewriteRun, later: list[TurnRun]) -> l
                            f"{run.text[:40]!r}, as {str(content)[:60]!r}: the bytes of its old "
                            "sidecar"))
     for turn in later:
-        if turn.turn_id not in carried:
+        if turn.turn_id in called and turn.turn_id not in carried:
             out.append(_v2(f"turn {run.session_id}/{turn.turn_id} ran after row #{run.row_id} "
                            "was rewritten and sent it in no request: nothing shows what it "
                            "replays"))
