@@ -93,7 +93,7 @@ def audit_bench(session: nox.Session) -> None:
 def explore_long(session: nox.Session) -> None:
     """A long exploration: a 20,000-seed sweep on every core with the determinism
     self-check on its first 500 seeds, the world state machine with a large budget, and the
-    hunt for every registered sabotage (1,000 seeds each). An hour or more on two cores.
+    hunt for every registered sabotage (1,000 seeds each). About half an hour on two cores.
 
     posargs: the number of seeds of the sweep (default 20000).
     """
