@@ -82,6 +82,21 @@ def execute_code_round_is_refunded(s: Story) -> None:
              "two calls, one budget unit")
 
 
+@scenario("A round that only ran execute_code costs no budget, even when its result could not be stored",
+          invariants=("LOOP-2", "TOOL-8"), stage="tool_round")
+def execute_code_round_is_refunded_when_its_result_is_lost(s: Story) -> None:
+    """Seeds 260, 280 and 607 of the explored world: the code ran, its result's write
+    failed and the turn ended on the failed write; the round was still one of refundable
+    tools only, so it cost no budget unit (LOOP-2 asks nothing of the results' fate)."""
+    s.faults(fail_writes={"tool_results": 1})
+    s.script(tool_calls(("execute_code", {"code": "print(6 * 7)"})))
+    result = s.turn("Compute 6 * 7 with code.")
+    s.expect(result is not None and result.exit_reason is ExitReason.PERSISTENCE_FAILED,
+             "the turn ended on the failed write")
+    s.expect(result is not None and result.api_calls == 1 and result.budget_used == 0,
+             "one call, no budget unit: the round ran only execute_code")
+
+
 @scenario("A round that mixes execute_code with another tool still costs its budget unit",
           invariants=("LOOP-2",), stage="tool_round")
 def mixed_round_is_not_refunded(s: Story) -> None:
