@@ -224,7 +224,9 @@ def _judge_rewrite(obs: Observation, run: RewriteRun, later: list[TurnRun]) -> l
     the new content (or a sidecar composed from it). Silence is a finding: each turn of the
     session that ran after the rewrite must have sent the row at least once, or nothing
     shows what it replays. A turn that made no model call at all (it ended at preflight, say,
-    with the context past every compaction) sent no request, so it replays nothing."""
+    with the context past every compaction) sent no request, so it replays nothing; it is
+    excused only when the record shows that: its exit line records no call, or every call
+    it made came before the rewrite (silence is no pass)."""
     rows = [m.message for m in obs.record.messages if m.session_id == run.session_id]
     index = next((i for i, m in enumerate(rows) if m.row_id == run.row_id), None)
     if index is None or rows[index].content != run.text:
@@ -251,8 +253,12 @@ def _judge_rewrite(obs: Observation, run: RewriteRun, later: list[TurnRun]) -> l
             out.append(_v2(f"call at effect {call.seq} sent row #{run.row_id}, rewritten to "
                            f"{run.text[:40]!r}, as {str(content)[:60]!r}: the bytes of its old "
                            "sidecar"))
+    # a turn excused for sending nothing after the rewrite must show it: its calls all came
+    # before the rewrite, or its exit line records that it made none
+    said_none = {v.turn_id for v in obs.turns.values() if v.exit is not None and v.exit.api_calls == 0}
+    said_none |= {c.turn_id for c in obs.calls if c.session_id == run.session_id and c.seq <= run.seq}
     for turn in later:
-        if turn.turn_id in called and turn.turn_id not in carried:
+        if turn.turn_id not in carried and (turn.turn_id in called or turn.turn_id not in said_none):
             out.append(_v2(f"turn {run.session_id}/{turn.turn_id} ran after row #{run.row_id} "
                            "was rewritten and sent it in no request: nothing shows what it "
                            "replays"))
