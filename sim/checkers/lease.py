@@ -270,6 +270,12 @@ def late_start_is_warned(obs: Observation) -> list[Violation]:
     return out
 
 
+def _died_first(died_at_seq: int | None, granted_at_seq: int | None) -> bool:
+    """Did the death come before the grant, by the world's effect count? With either count
+    unknown, the times alone decide (the caller has already compared them)."""
+    return died_at_seq is None or granted_at_seq is None or died_at_seq < granted_at_seq
+
+
 def _carried_to(obs: Observation) -> dict[tuple[str, int], LeaseGrantRow]:
     """For each grant a rotation ended, the grant its lease lives on in at the end of the
     chain: the child's grant of the same holder and token (a child may rotate again)."""
@@ -391,8 +397,8 @@ def _live_leases_taken(obs: Observation, deaths: dict[int, float]) -> list[Viola
         before = last
         pid, died = _death_of(before.holder, deaths)
         # a death at the grant's own instant counts only if it came first (effects share instants)
-        dead = died is not None and died <= at + EPSILON_S and died_seq.get(int(pid), -1) < granted.get(
-            (after.session_id, after.token), died_seq.get(int(pid), -1) + 1)
+        dead = died is not None and died <= at + EPSILON_S and _died_first(
+            died_seq.get(int(pid)), granted.get((after.session_id, after.token)))
         if released or before.expires_at <= at + EPSILON_S or dead:
             continue
         out.append(Violation("dead_holders_do_not_block", "LEASE-3",

@@ -201,7 +201,7 @@ def _cut_short(world: World) -> list[TurnRun]:
         user = users.get(turn_id)
         session = user.session_id if user is not None else granted.get(turn_id)
         if session is not None:
-            text = user.message.content or "" if user is not None else ""
+            text = (user.message.content or "") if user is not None else ""
             failed = world.write_failures_by_turn.get(turn_id, 0)
             error = actor.raised
             out.append(TurnRun(session, text, turn_id, True, failed) if error is None else RaisedRun(
