@@ -27,7 +27,7 @@ from hermes_ref.closure import NOT_RUN_TEXT
 from hermes_ref.ladder import HOUSEKEEPING_TOOLS, inline_reasoning, reasoning_of, visible_text
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role, ToolKind
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
 from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
 from hermes_ref.tokens import count_wire_messages
 from hermes_ref.tool_specs import TOOLS_BY_NAME
@@ -217,6 +217,16 @@ REFUSED = "refused by preflight"
 SENDING_RUNGS = frozenset({"nudge", "prefill", "fallback"})
 
 
+def _no_rung_could_follow(line: ExitLine, at_bound: bool) -> bool:
+    """The turn was out of budget before the next rung, or stopped from outside. A budget
+    exit that rests on a tool result is named ``pending_tool_result`` (FIN-8 overrules the
+    budget's reason), so that reason counts too when the bound was reached at the reply."""
+    if line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED,
+                       ExitReason.INTERRUPTED):
+        return True
+    return at_bound and line.reason is ExitReason.PENDING_TOOL_RESULT
+
+
 def _observed(view: TurnView, calls: list[CallRecord], index: int,
               landed: set[int], at_bound: bool = True) -> str | None:
     """The rung the record shows after the empty reply at ``index`` (None: not judged)."""
@@ -228,9 +238,8 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
     if nxt is not None and is_grace(nxt) and at_bound:
         return None  # the loop reached its bound: FIN-1's grace call comes instead of a rung
     if nxt is None or is_grace(nxt):
-        if line is None or line.reason in (ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED,
-                                           ExitReason.INTERRUPTED):
-            return None  # out of budget before the next rung, or stopped from outside
+        if line is None or _no_rung_could_follow(line, at_bound):
+            return None
         if nxt is None and refused_by_preflight(view):
             return REFUSED  # preflight refused the request the rung built (CMP-7 judges it)
         answer = done.final_response if done is not None else None
