@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase
+from sim.explore.run import calm_phase, redirect_a_running_turn
 from sim.harness import Story, scenario
 
 
@@ -46,3 +46,38 @@ def empty_reply_on_the_last_call_rests_on_the_tool_result(s: Story) -> None:
     s.limits(max_iterations=2)
     s.limits(grace_call_enabled=False)
     _one_turn(s, "Read notes-2.txt.")
+
+
+@scenario("A narrated dropped call on the budget's last unit is re-prompted, not taken as the "
+          "answer: with the grace call down, the turn ends pending_tool_result (explored seed 404)",
+          invariants=("LOOP-3", "LOOP-7"), stage="explore")
+def narrated_call_on_the_last_unit_is_no_answer(s: Story) -> None:
+    """A budget of 2: the model calls a tool that does not exist, then says "Let me read
+    notes-1.txt now." and stops with ``finish_reason=tool_calls`` and no call. That
+    narration is a dropped call with re-prompts left, scaffolding (LOOP-7), but the budget
+    is spent, the grace call meets an outage, and the turn rests on the tool's error
+    result: ``pending_tool_result``. LOOP-3's checker took any reply in text for an answer
+    the turn could have given, the narration included."""
+    _world(s, 404, ReplyFault(call=1, kind=FaultKind.UNKNOWN_TOOL),
+           ReplyFault(call=2, kind=FaultKind.NARRATED_CALL), grace_outages=(1,))
+    s.limits(iteration_budget=2)
+    _one_turn(s, "Say hello 6.")
+
+
+@scenario("A text reply a correction cut is no answer: the corrected turn that ends on a tool "
+          "result with its budget spent ends pending_tool_result (explored seed 465)",
+          invariants=("LOOP-3", "LOOP-4"), stage="explore")
+def reply_a_correction_cut_is_no_answer(s: Story) -> None:
+    """A budget of 3: the turn writes a file, and the model's answer is slow (90 s). The
+    user's correction arrives while it streams; the turn keeps the visible part as an
+    assistant row, takes the correction in as a user row and starts the iteration over
+    (LOOP-4). The model then calls a tool that does not exist, the budget is spent, the
+    grace call meets an outage, and the turn rests on the error result:
+    ``pending_tool_result``. LOOP-3's checker counted the cut reply as an answer the
+    turn could have given."""
+    _world(s, 465, ReplyFault(call=2, kind=FaultKind.SLOW_REPLY, seconds=90.0),
+           ReplyFault(call=3, kind=FaultKind.UNKNOWN_TOOL), grace_outages=(1,))
+    s.delay_reply(2, 90.0)
+    s.limits(iteration_budget=3)
+    redirect_a_running_turn(s, "Say hello 14 instead.", after_s=30.0, session="s-1")
+    _one_turn(s, "Write note 2 to s-1-out-2.txt.")

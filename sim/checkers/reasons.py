@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from hermes_ref.models import ProviderReply, Role, ToolCall
 from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
+from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE
 from sim.checkers import loop_fire
 from sim.checkers.base import (
     Observation,
@@ -31,6 +32,7 @@ from sim.checkers.base import (
 )
 from sim.checkers.intake import taken_in_text
 from sim.checkers.streaming import whole_answer  # FIN-2: a recovered stream answered
+from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
 
 
@@ -56,6 +58,38 @@ def _last_reply(view: TurnView) -> CallRecord | None:
 
 def _text(reply: ProviderReply | None) -> bool:
     return reply is not None and not reply.tool_calls and bool((reply.content or "").strip())
+
+
+def nudges_since_tool(call: CallRecord) -> int:
+    """Dropped-call re-prompts the call's recorded body sent after its last tool result."""
+    sent = sent_messages(call)
+    count = 0
+    for message in reversed(sent if isinstance(sent, list) else []):
+        if message.get("role") == Role.TOOL.value:
+            break
+        if message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE:
+            count += 1
+    return count
+
+
+def dropped_call(reply: ProviderReply | None) -> bool:
+    """A reply that promised tool calls and carried none, whatever text it narrated."""
+    return reply is not None and reply.finish_reason == "tool_calls" and not reply.tool_calls
+
+
+def _could_answer(obs: Observation, call: CallRecord) -> bool:
+    """The call gave text the engine takes as the turn's answer: a reply in text and no call,
+    or a whole answer its failed stream delivered (FIN-2). Not a reply a correction cut
+    (LOOP-4: the iteration starts over without it), nor a dropped call with re-prompts
+    left (LOOP-7: its narration is scaffolding and the re-prompt is due)."""
+    if call.cut is not None:
+        return False
+    if whole_answer(call) is not None:
+        return True
+    if not _text(call.reply):
+        return False
+    return not (dropped_call(call.reply)
+                and nudges_since_tool(call) < obs.limits.dropped_toolcall_retries_max)
 
 
 def _text_response(obs: Observation, view: TurnView, line: ExitLine) -> str | None:
@@ -113,7 +147,7 @@ def _pending_tool_result(obs: Observation, view: TurnView, line: ExitLine) -> st
     after = rows[tools[-1] + 1:]
     if len(after) > 1 or any(m.tool_calls or m.role is not Role.ASSISTANT for m in after):
         return "rows other than a boundary row follow its last tool result"
-    if any(_text(c.reply) for c in view.calls):
+    if any(_could_answer(obs, c) for c in view.calls):
         return "a model reply of the turn answered in text"
     return None
 

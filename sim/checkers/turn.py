@@ -18,11 +18,8 @@ from hermes_ref.errors import (
 from hermes_ref.ladder import visible_text
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
-from hermes_ref.models import ProviderReply, Role
+from hermes_ref.models import Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
-from hermes_ref.scaffolding import (
-    DROPPED_TOOLCALL_NUDGE,
-)
 from sim.checkers import loop_fire
 from sim.checkers.base import (
     Observation,
@@ -40,7 +37,7 @@ from sim.checkers.base import (
     route_chain,
     stopped_at_the_bound,
 )
-from sim.checkers.reasons import bad_calls, cut_off, reason_problem
+from sim.checkers.reasons import bad_calls, cut_off, dropped_call, nudges_since_tool, reason_problem
 from sim.checkers.streaming import whole_answer  # FIN-2: a recovered stream answered
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
@@ -370,23 +367,6 @@ def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reas
     return []
 
 
-def _nudges_since_tool(call: CallRecord) -> int:
-    """Dropped-call re-prompts the call's recorded body sent after its last tool result."""
-    sent = sent_messages(call)
-    count = 0
-    for message in reversed(sent if isinstance(sent, list) else []):
-        if message.get("role") == Role.TOOL.value:
-            break
-        if message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE:
-            count += 1
-    return count
-
-
-def _dropped(reply: ProviderReply | None) -> bool:
-    """A reply that promised tool calls and carried none, whatever text it narrated."""
-    return reply is not None and reply.finish_reason == "tool_calls" and not reply.tool_calls
-
-
 # Exits that may follow a dropped call with re-prompts left: the loop was stopped from
 # outside the reply (the budget ran out, or preflight refused to send the re-prompt).
 _STOPPED_FROM_OUTSIDE = frozenset({ExitReason.MAX_ITERATIONS.value,
@@ -406,8 +386,8 @@ def dropped_call_reprompts(obs: Observation) -> list[Violation]:
                     in pairwise(records)
                     if (problem := _reprompt_problem(before, after, limit)) is not None]
         last, reason = records[-1], exits.get(turn_id)
-        if (_dropped(last.reply) and not is_grace(last) and reason is not None
-                and _nudges_since_tool(last) < limit and reason not in _STOPPED_FROM_OUTSIDE
+        if (dropped_call(last.reply) and not is_grace(last) and reason is not None
+                and nudges_since_tool(last) < limit and reason not in _STOPPED_FROM_OUTSIDE
                 and not stopped_at_the_bound(obs, turn_id)):
             # silence is a finding: no request followed, and nothing outside the reply stopped it
             problems.append(f"the dropped tool call of effect {last.seq} ended the turn as "
@@ -421,10 +401,10 @@ def _reprompt_problem(before: CallRecord, after: CallRecord, limit: int) -> str 
     """What is wrong with the request that followed ``before``, or None."""
     if after.request is before.request:
         return None  # a retry of the same request, after a provider error
-    sent, prior = _nudges_since_tool(after), _nudges_since_tool(before)
+    sent, prior = nudges_since_tool(after), nudges_since_tool(before)
     if sent > limit:
         return f"sends {sent} dropped-call re-prompts in a row (limit {limit})"
-    if _dropped(before.reply) and prior < limit and sent != prior + 1:
+    if dropped_call(before.reply) and prior < limit and sent != prior + 1:
         return f"does not re-prompt the dropped tool call of effect {before.seq}"
     return None
 
