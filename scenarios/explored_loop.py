@@ -81,3 +81,20 @@ def reply_a_correction_cut_is_no_answer(s: Story) -> None:
     s.limits(iteration_budget=3)
     redirect_a_running_turn(s, "Say hello 14 instead.", after_s=30.0, session="s-1")
     _one_turn(s, "Write note 2 to s-1-out-2.txt.")
+
+
+@scenario("A grace summary whose stream broke after its last delta is recovered and delivered "
+          "as the budget's answer (explored seed 714)",
+          invariants=("LOOP-3", "FIN-8", "FIN-2"), stage="explore")
+def grace_summary_recovered_from_its_stream(s: Story) -> None:
+    """A budget of 1: the turn reads a file, and the grace call's stream is cut twice, the
+    second time after its last delta, the whole summary and its finish delivered. The
+    engine recovers that summary (FIN-2) and delivers it as the ``budget_exhausted``
+    answer. LOOP-3's and FIN-8's checkers read a grace summary only from a reply that
+    came whole, so they called the answer one no grace summary gave, and the turn a
+    silent stop on its tool result."""
+    _world(s, 714)
+    s.world.stream_cuts[2] = 2
+    s.world.stream_cuts[3] = 99
+    s.limits(iteration_budget=1)
+    _one_turn(s, "Read notes-1.txt.")

@@ -27,6 +27,7 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_text
+from sim.checkers.reasons import grace_texts
 from sim.world import CallRecord, RaisedRun
 
 # ---- finalizer ---------------------------------------------------------------------------
@@ -139,8 +140,8 @@ def no_silent_stop(obs: Observation) -> list[Violation]:
         last = budgeted[-1] if budgeted else None
         if last is None or not tool_replies([last]) or not round_landed(obs, last):
             continue
-        if any(_has_text(r) for r in view.calls if is_grace(r)):
-            continue  # the grace summary answered: the turn did not stop silently
+        if grace_texts(view):
+            continue  # the grace summary answered (FIN-2: a whole streamed one too): not silent
         done, line = view.completion, view.exit
         reason = line.reason if line is not None else None
         failed = done is not None and done.failed
@@ -155,11 +156,6 @@ def no_silent_stop(obs: Observation) -> list[Violation]:
                                  f"effect {last.seq} as {shown} (failed={failed}, "
                                  f"answer {final!r})"))
     return out
-
-
-def _has_text(record: CallRecord) -> bool:
-    reply = record.reply
-    return reply is not None and bool((reply.content or "").strip())
 
 
 @checker("answer_delivered", ("FIN-6",),

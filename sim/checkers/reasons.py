@@ -115,13 +115,25 @@ def _max_iterations(obs: Observation, view: TurnView, line: ExitLine) -> str | N
     return _summary_problem(obs, view)
 
 
+def grace_texts(view: TurnView) -> list[str]:
+    """What the turn's grace summary said: its reply's text, or the whole answer its
+    stream delivered before it failed, which the engine recovers as it does any (FIN-2)."""
+    out = []
+    for call in view.calls:
+        if not is_grace(call):
+            continue
+        text = call.reply.content if call.reply is not None else whole_answer(call)
+        if (text or "").strip():
+            out.append(text or "")
+    return out
+
+
 def _summary_problem(obs: Observation, view: TurnView) -> str | None:
     """A budget exit delivers, as a success, only what its grace summary said (FIN-1)."""
     done = view.completion
     if done is None or done.failed:
         return None
-    said = [taken_in_text(c.reply.content) for c in view.calls
-            if is_grace(c) and c.reply is not None and (c.reply.content or "").strip()]
+    said = [taken_in_text(text) for text in grace_texts(view)]
     said += loop_fire.withheld_answers(view, obs)  # FIN-1: an answer held back for verification
     answer = done.final_response or ""
     if not any(answer == text or answer.startswith(f"{text}\n\n[") for text in said if text):
