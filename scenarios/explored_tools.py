@@ -8,8 +8,9 @@ so each replays the run it came from, then the calm phase.
 from __future__ import annotations
 
 from sim.explore.model import ExploreModel
-from sim.explore.plan import ReplyFault
+from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, jump_clock
+from sim.explore.terminal import redact_later
 from sim.harness import Story, scenario
 
 
@@ -72,4 +73,36 @@ def start_gate_waits_out_a_clock_jump(s: Story) -> None:
     s.start_submit(one, "p-1", "r-b5bc77", {"text": "Read notes-1.txt and notes-2.txt."},
                    session="s-1", after_s=7.0)
     jump_clock(s, 60.0, after_s=80.0)
+    _calm(s)
+
+
+# ---- TOOL-3: a redaction is no turn -----------------------------------------------------------
+
+
+@scenario("A redaction under the lease of a session whose turn died mid-round leaves the "
+          "dead turn's call open for the next turn (explored seed 319)",
+          invariants=("TOOL-3", "WIRE-2"), stage="explore")
+def redaction_after_a_dead_turns_open_call(s: Story) -> None:
+    """A terminal session: the first turn pastes a card number, the second calls read_file
+    and its process is killed before the result. The operator's redaction takes the
+    session's lease from the dead holder, rewrites the row and releases the lease; nobody
+    runs another turn of the session, so the call stays open for the next turn's prologue
+    to close. TOOL-3's checker took the released redaction's grant for a turn at rest that
+    should have closed it; it now reads the grants of the turn that opened the calls."""
+    _world(s, 319, ReplyFault(call=2, kind=FaultKind.EMPTY_REPLY),
+           ReplyFault(call=5, kind=FaultKind.RATE_LIMIT, seconds=20.0))
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    _member(s, "p-2", "s-2")
+    one, two = s.main_process(), s.process()
+    jump_clock(s, 400.0, after_s=34.7)
+    s.start_turn("Say hello 1. My card is 4417 2210 9932 0071.", session="t-1", process=two,
+                 after_s=40.4,
+                 injected="memory: the user signs notes as Ana and works from the Lisbon office")
+    s.start_turn("Read t-1-build.log.", session="t-1", process=two, after_s=49.0,
+                 injected="memory: the build log is long; the user wants only its last line")
+    redact_later(s, "My card is 4417 2210 9932 0071.", after_s=49.6, session="t-1")
+    s.kill(two, after_s=137.6)
+    s.start_submit(one, "p-2", "r-9da867", {"text": "Read notes-1.txt."}, session="s-2",
+                   after_s=374.8)
+    s.start_drain(one, "s-2", after_s=387.9)
     _calm(s)

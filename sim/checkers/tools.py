@@ -69,6 +69,7 @@ def one_result_per_call(obs: Observation) -> list[Violation]:
         by_session[stored.session_id].append(stored.message)
     for session_id, rows in by_session.items():
         group: dict[str, int] | None = None
+        opener: str | None = None  # the turn whose call row opened the group
         for row in rows:
             if row.role is Role.TOOL:
                 cid = row.tool_call_id or ""
@@ -80,16 +81,23 @@ def one_result_per_call(obs: Observation) -> list[Violation]:
                 continue
             out.extend(_close_group(session_id, group, open_allowed=False))
             group = {c.id: 0 for c in row.tool_calls} if row.tool_calls else None
-        open_allowed = not obs.at_rest(session_id) or _holder_lost_it(obs, session_id)
+            opener = row.turn_id
+        open_allowed = not obs.at_rest(session_id) or _holder_lost_it(obs, session_id, opener)
         out.extend(_close_group(session_id, group, open_allowed=open_allowed))
     return out
 
 
-def _holder_lost_it(obs: Observation, session_id: str) -> bool:
-    """The session's last grant ran out under its holder (expired, or its holder died):
-    like a crash, that leaves the holder's open calls to the next turn's prologue."""
+def _holder_lost_it(obs: Observation, session_id: str, turn_id: str | None) -> bool:
+    """The turn that made the trailing calls lost its last grant (expired, or its holder
+    died): like a crash, that leaves its open calls to the next turn's prologue. A later
+    grant that is no turn's (an operator's redaction under the session's lease) closes
+    nothing, so only the opening turn's own grants are read; with no turn known, the
+    session's last grant."""
     grants = [g for g in obs.record.lease_grants if g.session_id == session_id]
-    return bool(grants) and grants[-1].end_reason not in (None, "released")
+    own = [g for g in obs.record.lease_grants
+           if turn_id is not None and holder_fields(g.holder).get("turn") == turn_id]
+    last = own or grants
+    return bool(last) and last[-1].end_reason not in (None, "released")
 
 
 def _v3(message: str) -> Violation:
