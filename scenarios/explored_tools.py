@@ -7,6 +7,7 @@ so each replays the run it came from, then the calm phase.
 
 from __future__ import annotations
 
+from sim.explore.edges import FlakySummarizer
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, jump_clock
@@ -105,4 +106,75 @@ def redaction_after_a_dead_turns_open_call(s: Story) -> None:
     s.start_submit(one, "p-2", "r-9da867", {"text": "Read notes-1.txt."}, session="s-2",
                    after_s=374.8)
     s.start_drain(one, "s-2", after_s=387.9)
+    _calm(s)
+
+
+# ---- TOOL-6: what else ends a turn after a tool error -----------------------------------------
+
+
+@scenario("A tool error whose turn the user interrupts mid-call is ended by the interrupt "
+          "(explored seed 997)",
+          invariants=("TOOL-6", "FIN-4"), stage="explore")
+def interrupt_during_a_failing_read(s: Story) -> None:
+    """A clock jump of an hour brings the turn and the user's interrupt to one instant:
+    the read of a missing file runs, and the interrupt stops the turn before its result
+    comes back, so the call is closed as unknown (FIN-4) and no model call follows. TOOL-6's
+    checker called that a turn the tool error ended; it now spares a turn the user or a
+    lost lease stopped."""
+    _world(s, 997, ReplyFault(call=1, kind=FaultKind.TOOL_ERROR))
+    _member(s, "p-1", "s-1")
+    one = s.main_process()
+    jump_clock(s, 3600.0, after_s=11.3)
+    s.start_submit(one, "p-1", "r-f4488c", {"text": "Say hello 3."}, session="s-1", after_s=12.4)
+    s.start_drain(one, "s-1", after_s=30.1)
+    s.interrupt(after_s=30.3, session="s-1")
+    _calm(s)
+
+
+@scenario("A tool error whose result fills a small window, with the summary in its cooldown, "
+          "ends the turn at preflight (explored seed 501)",
+          invariants=("TOOL-6", "CMP-7"), stage="explore")
+def tool_error_then_a_full_window(s: Story) -> None:
+    """A window of 250 tokens: the fourth turn reads a missing file twice; the summary request
+    after the first fails, so compaction cools down, and after the second error the next
+    request does not fit. Preflight fails closed (``context_compression_exhausted``, CMP-7)
+    and no model call follows. TOOL-6's checker called that a turn the tool error ended; it
+    now spares a turn preflight refused to go on."""
+    model = _world(s, 501, ReplyFault(call=2, kind=FaultKind.RUN_CODE),
+                   ReplyFault(call=3, kind=FaultKind.UNKNOWN_TOOL),
+                   ReplyFault(call=6, kind=FaultKind.SERVER_ERROR),
+                   ReplyFault(call=7, kind=FaultKind.TOOL_ERROR),
+                   ReplyFault(call=8, kind=FaultKind.TOOL_ERROR))
+    s.limits(context_window_tokens=250)
+    model.summarizer = FlakySummarizer((1,), model)  # this summary request fails
+    _member(s, "p-1", "s-1")
+    one = s.main_process()
+    for request, text, after in (("r-7ccebc", "Say hello 5.", 40.0), ("r-9f0a4c", "Say hello 4.", 65.0),
+                                 ("r-b31ccb", "Say hello 3.", 79.0)):
+        s.start_submit(one, "p-1", request, {"text": text}, session="s-1", after_s=after)
+    s.start_drain(one, "s-1", after_s=84.0)
+    s.start_drain(one, "s-1", after_s=98.0)
+    s.start_submit(one, "p-1", "r-d00ab6", {"text": "Say hello 1."}, session="s-1", after_s=102.0)
+    s.start_drain(one, "s-1", after_s=104.0)
+    s.start_drain(one, "s-1", after_s=113.0)
+    _calm(s)
+
+
+@scenario("A tool error in the round that spends the last unit, after the verification gate "
+          "held the answer, ends the turn on the held answer (explored seed 870)",
+          invariants=("TOOL-6", "FIN-1"), stage="explore")
+def tool_error_after_the_held_answer(s: Story) -> None:
+    """A budget of three and the verification gate: the write spends one unit, its answer a
+    second, and the gate holds it back; asked to check its work, the model reads a file that
+    is not there with the last unit. No unit is left, and FIN-1 delivers the held answer
+    instead of a grace call. TOOL-6's checker, which knew only a grace call switched off
+    or too long for its window, asked for another model call after the error."""
+    _world(s, 870, ReplyFault(call=3, kind=FaultKind.TOOL_ERROR))
+    s.limits(verify_before_answer=True)
+    s.limits(iteration_budget=3)
+    _member(s, "p-1", "s-1")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-10b4df", {"text": "Write note 4 to s-1-out-4.txt."},
+                   session="s-1", after_s=52.0)
+    s.start_drain(one, "s-1", after_s=96.0)
     _calm(s)

@@ -11,10 +11,12 @@ from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.ports import LedgerEntry
 from hermes_ref.tool_specs import TOOLS_BY_NAME, path_argument
+from sim.checkers import loop_fire
 from sim.checkers.base import (
     Observation,
     Violation,
     _call_keys,
+    bound_spent,
     call_row_of,
     call_rows,
     calls_by_turn,
@@ -135,11 +137,26 @@ def tool_error_is_result(obs: Observation) -> list[Violation]:
         if any(run.turn_id == row.turn_id and run.crashed for run in obs.runs or ()):
             continue  # its process died after the result: the crash ended the turn, not the error
         later = [c for c in obs.calls_of_turn(row.turn_id) if c.watermark >= (row.row_id or 0)]
-        if not later and not stopped_at_the_bound(obs, row.turn_id):  # no call was left
+        if not later and not stopped_at_the_bound(obs, row.turn_id) \
+                and not _ended_by_something_else(obs, session_id, row.turn_id):
             out.append(Violation("tool_error_is_result", "TOOL-6",
                                  f"the failure of {entry.name}({entry.call_id}) ended turn "
                                  f"{row.turn_id} without another model call"))
     return out
+
+
+def _ended_by_something_else(obs: Observation, session_id: str, turn_id: str) -> bool:
+    """Something other than the error ended the turn before its next call: the user or a
+    lost lease stopped it (FIN-4, LEASE-4), preflight would not send the next request
+    (CMP-7), or the budget ran out with an answer the verification gate held, which FIN-1
+    delivers instead of a grace call."""
+    views = [v for v in obs.turns.values() if v.turn_id == turn_id and v.exit is not None]
+    stopped = loop_fire.interrupted(obs)
+    return any((v.exit is not None and v.exit.reason is ExitReason.INTERRUPTED
+                and ((v.session_id, turn_id) in stopped or (session_id, turn_id) in stopped))
+               or loop_fire.refused_by_preflight(v)
+               or (bound_spent(obs, v) and loop_fire.withheld_answers(v, obs))
+               for v in views)
 
 
 @checker("calls_keep_their_place", ("TOOL-2",),
