@@ -178,3 +178,28 @@ def tool_error_after_the_held_answer(s: Story) -> None:
                    session="s-1", after_s=52.0)
     s.start_drain(one, "s-1", after_s=96.0)
     _calm(s)
+
+
+# ---- FIN-1, FIN-8: the held answer carries TOOL-9's note -------------------------------------
+
+
+@scenario("An answer the verification gate held is delivered at the budget's end with the "
+          "note of the write that did not apply (explored seed 870)",
+          invariants=("FIN-1", "FIN-8", "TOOL-6", "TOOL-9"), stage="explore")
+def held_answer_with_the_failed_write_note(s: Story) -> None:
+    """A budget of three and the verification gate: the write spends one unit, its answer a
+    second, and the gate holds it back; asked to check its work, the model writes under a
+    file as if it were a folder with the last unit (refused, TOOL-9). The budget's end
+    delivers the held answer, and TOOL-9 adds the note of the write that did not apply.
+    FIN-1's and FIN-8's checkers knew the held answer only as the very text, and called
+    the noted one an answer no gate held and a turn that stopped silently on a tool
+    result; TOOL-6's asked for a model call after the refused write."""
+    _world(s, 870, ReplyFault(call=3, kind=FaultKind.REFUSED_WRITE))
+    s.limits(verify_before_answer=True)
+    s.limits(iteration_budget=3)
+    _member(s, "p-1", "s-1")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-10b4df", {"text": "Write note 4 to s-1-out-4.txt."},
+                   session="s-1", after_s=52.0)
+    s.start_drain(one, "s-1", after_s=96.0)
+    _calm(s)
