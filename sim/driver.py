@@ -416,7 +416,8 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         refresher) get their turns while a long batch is in flight.
         """
         self._vouch("tool run", effect.session_id, effect.lease_token)
-        return run_segment(self.world, effect, hung_s=self.world.tool_batch_deadline_s)
+        return run_segment(self.world, effect, hung_s=self.world.tool_batch_deadline_s,
+                           pid=self.process.pid)
 
     def _flush_events(self, effect: fx.FlushEvents) -> None:
         self._fail_if_planned(Site.EVENTS)

@@ -71,6 +71,7 @@ class SimBatch:
     batch_no: int
     t0: float
     watermark: int
+    pid: int | None = None  # the process running the batch, as its ledger entries say
     finished: list[ToolResult] = field(default_factory=list)
     results: dict[int, ToolResult] = field(default_factory=dict)
 
@@ -149,7 +150,8 @@ class SimBatch:
         ended = None if math.isinf(slot.duration_s) else t0 + now + slot.duration_s
         stamp = BatchStamp(batch=self.batch_no, parallel=self.effect.parallel, batch_at=t0,
                            ready_at=t0 + (slot.ready_s or 0.0),
-                           dispatched_at=t0 + (slot.dispatched_s or 0.0), ended_at=ended)
+                           dispatched_at=t0 + (slot.dispatched_s or 0.0), ended_at=ended,
+                           pid=self.pid)
         return self.world.tools.run_stamped(slot.call, stamp, watermark=self.watermark,
                                             at=t0 + now)
 
@@ -183,10 +185,12 @@ class SimBatch:
         return answer
 
 
-def run_segment(world: World, effect: ExecuteTools, hung_s: float) -> Wait:
+def run_segment(world: World, effect: ExecuteTools, hung_s: float, pid: int | None = None) -> Wait:
     """Start the segment's batch now; the answer arrives when it ends (see the docstring).
 
-    ``hung_s`` is how long a hung tool takes to report its own timeout.
+    ``hung_s`` is how long a hung tool takes to report its own timeout; ``pid`` is the
+    process that runs it, named in its ledger entries (a stall of that process holds the
+    batch back, which TOOL-5's start gate checker must tell from the engine's own wait).
     """
     bounds = effect.bounds.tighter(world.tool_workers_max, world.tool_batch_deadline_s)
     slots = []
@@ -196,7 +200,7 @@ def run_segment(world: World, effect: ExecuteTools, hung_s: float) -> Wait:
             duration_s = hung_s
         slots.append(_Slot(index, call, delay_s, duration_s))
     batch = SimBatch(world, effect, bounds, slots, len(world.batches), world.clock.now(),
-                     world.store.watermark())
+                     world.store.watermark(), pid)
     world.batches.append(tuple(call.id for call in effect.calls))
     outcome = batch.step()  # the first calls start now, as the effect is performed
     return outcome if isinstance(outcome, Wait) else Wait(0.0, lambda: outcome)

@@ -126,6 +126,7 @@ class SimLedgerEntry(LedgerEntry):
     dispatched_at: float | None = None  # passed the start gate
     ended_at: float | None = None       # None with ``stuck``: it never ends
     stuck: bool = False
+    pid: int | None = None  # the simulated process that ran the batch (its pauses delay it)
     # TOOL-7: the whole output's size and digest, and the spill file's, as read back
     output_chars: int = 0
     output_sha256: str = ""
@@ -143,6 +144,7 @@ class BatchStamp:
     ready_at: float
     dispatched_at: float
     ended_at: float | None
+    pid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +300,7 @@ class SimTools(GuardedRunner):
         timing = {} if stamp is None else {
             "batch": stamp.batch, "parallel": stamp.parallel, "batch_at": stamp.batch_at,
             "ready_at": stamp.ready_at, "dispatched_at": stamp.dispatched_at,
-            "ended_at": stamp.ended_at, "stuck": stamp.ended_at is None}
+            "ended_at": stamp.ended_at, "stuck": stamp.ended_at is None, "pid": stamp.pid}
         self.ledger.append(
             SimLedgerEntry(
                 call_id=call.id, name=call.name, arguments=call.arguments,

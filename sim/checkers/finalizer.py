@@ -133,8 +133,8 @@ def no_silent_stop(obs: Observation) -> list[Violation]:
         if line is not None and line.reason is ExitReason.INTERRUPTED \
                 and (view.session_id, view.turn_id) in lost:
             continue
-        if loop_fire.withheld_answers(view, obs) and view.completion is not None \
-                and view.completion.final_response in loop_fire.withheld_answers(view, obs):
+        if view.completion is not None and loop_fire.delivers_held(
+                view.completion.final_response, loop_fire.withheld_answers(view, obs)):
             continue  # FIN-1: the answer held back for verification was delivered
         budgeted = [r for r in view.calls if not is_grace(r)]
         last = budgeted[-1] if budgeted else None

@@ -24,6 +24,7 @@ from itertools import pairwise
 from typing import Any
 
 from hermes_ref.closure import NOT_RUN_TEXT
+from hermes_ref.finalizer import MUTATION_FOOTER
 from hermes_ref.ladder import HOUSEKEEPING_TOOLS, inline_reasoning, reasoning_of, visible_text
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role, ToolKind
@@ -108,6 +109,14 @@ def withheld_answers(view: TurnView, obs: Observation | None = None) -> list[str
             out.append(text)
     last = _held_at_the_end(obs, view) if obs is not None and not out else None
     return out + ([last] if last else [])
+
+
+def delivers_held(answer: str | None, held: list[str]) -> bool:
+    """``answer`` is one of the ``held`` answers as delivered: the very text, or that text
+    with the engine's note of the file changes that did not apply, which TOOL-9 adds to
+    whatever answer the turn delivers."""
+    return answer is not None and any(
+        answer == text or answer.startswith(f"{text}\n\n{MUTATION_FOOTER}") for text in held)
 
 
 def _budget_ended(obs: Observation, view: TurnView) -> bool:
@@ -574,7 +583,7 @@ def withheld_answer_reused(obs: Observation) -> list[Violation]:
         done = view.completion
         graces = [c for c in view.calls if is_grace(c)]  # the held answer stands in for one
         answer = done.final_response if done is not None else None
-        if graces or (_budget_ended(obs, view) and answer != held[-1]):
+        if graces or (_budget_ended(obs, view) and not delivers_held(answer, held[-1:])):
             out.append(Violation("withheld_answer_reused", "FIN-1",
                                  f"turn {view.key} ran out of budget with the answer "
                                  f"{held[-1][:30]!r} held back, and delivered {answer!r} after "

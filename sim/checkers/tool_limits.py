@@ -163,7 +163,8 @@ def _settled(obs: Observation, entry: SimLedgerEntry) -> bool:
 
 @checker("start_gate_kept", ("TOOL-5",),
          "a ready call waits for the earlier calls of its batch to start, but never longer "
-         "than the gate, min([120 s], deadline / 2)")
+         "than the gate, min([120 s], deadline / 2), or than its process's first waking "
+         "moment after the gate expired")
 def start_gate_kept(obs: Observation) -> list[Violation]:
     bounds = _bounds(obs)
     out: list[Violation] = []
@@ -175,10 +176,13 @@ def start_gate_kept(obs: Observation) -> list[Violation]:
             ready, passed = e.ready_at or 0.0, e.dispatched_at or 0.0
             waited = passed - ready
             tag = f"{e.name}({e.call_id}) of batch {batch}"
-            if waited > bounds.gate_s + EPS:
+            due = _gate_due(obs, e, ready + bounds.gate_s)
+            if passed > due + EPS:
+                woke = "" if due <= ready + bounds.gate_s + EPS else \
+                    f", its process paused until {due - ready:g}s"
                 out.append(Violation("start_gate_kept", "TOOL-5",
                                      f"{tag} waited {waited:g}s at the start gate "
-                                     f"(at most {bounds.gate_s:g}s)"))
+                                     f"(at most {bounds.gate_s:g}s{woke})"))
             elif waited < bounds.gate_s - EPS and e.call_id in order:
                 earlier = order[:order.index(e.call_id)]
                 behind = [cid for cid in earlier if cid in started and started[cid] > passed + EPS]
@@ -187,6 +191,21 @@ def start_gate_kept(obs: Observation) -> list[Violation]:
                                          f"{tag} passed the gate {waited:g}s after it was ready, "
                                          f"before the earlier {', '.join(behind)} started"))
     return out
+
+
+def _gate_due(obs: Observation, entry: SimLedgerEntry, expires: float) -> float:
+    """When the gate must have let the call pass: at ``expires``, or, when the process
+    running the batch was paused then (a stall, or a clock jump, which pauses every
+    process), at the end of that pause. A frozen process runs nothing, its gate included,
+    and passes the call as it wakes; only an entry that names its process is excused."""
+    pauses = [(a, b) for pid, a, b in obs.stalls if entry.pid is not None and pid == entry.pid]
+    due, moved = expires, True
+    while moved:
+        moved = False
+        for start, until in pauses:
+            if start <= due + EPS and due < until - EPS:
+                due, moved = until, True
+    return due
 
 
 # ---- oversized results -----------------------------------------------------------------

@@ -11,10 +11,12 @@ from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.ports import LedgerEntry
 from hermes_ref.tool_specs import TOOLS_BY_NAME, path_argument
+from sim.checkers import loop_fire
 from sim.checkers.base import (
     Observation,
     Violation,
     _call_keys,
+    bound_spent,
     call_row_of,
     call_rows,
     calls_by_turn,
@@ -69,6 +71,7 @@ def one_result_per_call(obs: Observation) -> list[Violation]:
         by_session[stored.session_id].append(stored.message)
     for session_id, rows in by_session.items():
         group: dict[str, int] | None = None
+        opener: str | None = None  # the turn whose call row opened the group
         for row in rows:
             if row.role is Role.TOOL:
                 cid = row.tool_call_id or ""
@@ -80,16 +83,23 @@ def one_result_per_call(obs: Observation) -> list[Violation]:
                 continue
             out.extend(_close_group(session_id, group, open_allowed=False))
             group = {c.id: 0 for c in row.tool_calls} if row.tool_calls else None
-        open_allowed = not obs.at_rest(session_id) or _holder_lost_it(obs, session_id)
+            opener = row.turn_id
+        open_allowed = not obs.at_rest(session_id) or _holder_lost_it(obs, session_id, opener)
         out.extend(_close_group(session_id, group, open_allowed=open_allowed))
     return out
 
 
-def _holder_lost_it(obs: Observation, session_id: str) -> bool:
-    """The session's last grant ran out under its holder (expired, or its holder died):
-    like a crash, that leaves the holder's open calls to the next turn's prologue."""
+def _holder_lost_it(obs: Observation, session_id: str, turn_id: str | None) -> bool:
+    """The turn that made the trailing calls lost its last grant (expired, or its holder
+    died): like a crash, that leaves its open calls to the next turn's prologue. A later
+    grant that is no turn's (an operator's redaction under the session's lease) closes
+    nothing, so only the opening turn's own grants are read; with no turn known, the
+    session's last grant."""
     grants = [g for g in obs.record.lease_grants if g.session_id == session_id]
-    return bool(grants) and grants[-1].end_reason not in (None, "released")
+    own = [g for g in obs.record.lease_grants
+           if turn_id is not None and holder_fields(g.holder).get("turn") == turn_id]
+    last = own or grants
+    return bool(last) and last[-1].end_reason not in (None, "released")
 
 
 def _v3(message: str) -> Violation:
@@ -127,11 +137,26 @@ def tool_error_is_result(obs: Observation) -> list[Violation]:
         if any(run.turn_id == row.turn_id and run.crashed for run in obs.runs or ()):
             continue  # its process died after the result: the crash ended the turn, not the error
         later = [c for c in obs.calls_of_turn(row.turn_id) if c.watermark >= (row.row_id or 0)]
-        if not later and not stopped_at_the_bound(obs, row.turn_id):  # no call was left
+        if not later and not stopped_at_the_bound(obs, row.turn_id) \
+                and not _ended_by_something_else(obs, session_id, row.turn_id):
             out.append(Violation("tool_error_is_result", "TOOL-6",
                                  f"the failure of {entry.name}({entry.call_id}) ended turn "
                                  f"{row.turn_id} without another model call"))
     return out
+
+
+def _ended_by_something_else(obs: Observation, session_id: str, turn_id: str) -> bool:
+    """Something other than the error ended the turn before its next call: the user or a
+    lost lease stopped it (FIN-4, LEASE-4), preflight would not send the next request
+    (CMP-7), or the budget ran out with an answer the verification gate held, which FIN-1
+    delivers instead of a grace call."""
+    views = [v for v in obs.turns.values() if v.turn_id == turn_id and v.exit is not None]
+    stopped = loop_fire.interrupted(obs)
+    return any((v.exit is not None and v.exit.reason is ExitReason.INTERRUPTED
+                and ((v.session_id, turn_id) in stopped or (session_id, turn_id) in stopped))
+               or loop_fire.refused_by_preflight(v)
+               or (bound_spent(obs, v) and loop_fire.withheld_answers(v, obs))
+               for v in views)
 
 
 @checker("calls_keep_their_place", ("TOOL-2",),
