@@ -1,0 +1,74 @@
+"""Stories the explorer found in compacting worlds: each a shrunk seed (``hermes-ref explore
+--shrink SEED``) red before its fix, on the engine or on a checker, as each story says. The
+calls are the explorer's own (``sim.explore.run.stage``), so each replays the run it came
+from, then the calm phase.
+"""
+
+from __future__ import annotations
+
+from sim.explore.model import ExploreModel
+from sim.explore.plan import FaultKind, ReplyFault
+from sim.explore.run import calm_phase, redirect_a_running_turn
+from sim.harness import Story, scenario
+
+
+def _world(s: Story, seed: int, *faults: ReplyFault) -> ExploreModel:
+    """The explored world of ``seed``: its seeded ids, its model and its notes files."""
+    s.seed = seed  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel(faults, ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)})
+    return model
+
+
+def _calm(s: Story) -> None:
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("Passes that find nothing to compact are ineffective too, and two of them block "
+          "the next turn's compaction (explored seed 201)",
+          invariants=("CMP-1", "CMP-4"), stage="explore")
+def passes_with_nothing_to_compact_block(s: Story) -> None:
+    """A write's turn in a 250-token window runs into a bad-arguments reply, a dropped call
+    and a reply that only reasoned: before each of its next two calls the request is over
+    the threshold of 212 tokens, but its 13 and 14 messages leave no middle between the
+    head and the tail's floor of 8 (the retries' scaffolding does not count toward it), so
+    each pass finds nothing to compact and writes nothing. The engine counts both as
+    ineffective (CMP-4), and the next turn's first request, 236 tokens, goes out with
+    compaction blocked. CMP-1's checker counted only committed passes toward the block and
+    called that request one sent over the threshold without trying to compact; it now
+    counts the passes a preflight ran that left no record, as the engine does."""
+    _world(s, 201, ReplyFault(call=3, kind=FaultKind.SLOW_REPLY, seconds=400.0),
+           ReplyFault(call=5, kind=FaultKind.TOOL_ERROR),
+           ReplyFault(call=7, kind=FaultKind.BAD_ARGUMENTS),
+           ReplyFault(call=8, kind=FaultKind.DROPPED_CALL),
+           ReplyFault(call=9, kind=FaultKind.REASONING_ONLY))
+    s.world.tools.slow("read_file", 1.0, path="notes-1.txt", start_delay_s=300.0)
+    s.limits(context_window_tokens=250)
+    for user in ("1", "2"):
+        s.bind(f"p-{user}", session=f"s-{user}")
+        s.bind(f"op-s-{user}", session=f"s-{user}", role="operator", kind="operator")
+    one = s.main_process()
+    s.delay_reply(3, 400.0)
+    s.start_submit(one, "p-1", "r-7ac715", {"text": "Read notes-1.txt and notes-2.txt."},
+                   session="s-1", after_s=15.0)
+    s.start_submit(one, "p-2", "r-4df27f", {"text": "Say hello 1."}, session="s-2", after_s=38.0)
+    s.start_drain(one, "s-1", after_s=41.0)
+    s.start_submit(one, "p-2", "r-8295a4", {"text": "Read notes-1.txt."}, session="s-2",
+                   after_s=42.0)
+    s.start_drain(one, "s-2", after_s=43.0)
+    s.start_drain(one, "s-2", after_s=51.0)
+    s.start_submit(one, "p-2", "r-d86bd3", {"text": "Say hello 3."}, session="s-2", after_s=74.0)
+    s.start_submit(one, "p-2", "r-7ac715", {"text": "Write note 2 to s-2-out-2.txt."},
+                   session="s-2", after_s=76.0)
+    s.start_drain(one, "s-2", after_s=90.0)
+    s.start_submit(one, "p-2", "r-fd4b25", {"text": "Read notes-1.txt and notes-2.txt."},
+                   session="s-2", after_s=95.0)
+    s.start_drain(one, "s-2", after_s=103.0)
+    s.start_drain(one, "s-2", after_s=116.0)
+    redirect_a_running_turn(s, "Say hello 23 instead.", after_s=145.0, session="s-2")
+    _calm(s)
+
