@@ -6,6 +6,8 @@ from, then the calm phase.
 
 from __future__ import annotations
 
+from hermes_ref.session import SessionSource
+from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, redirect_a_running_turn
@@ -72,3 +74,32 @@ def passes_with_nothing_to_compact_block(s: Story) -> None:
     redirect_a_running_turn(s, "Say hello 23 instead.", after_s=145.0, session="s-2")
     _calm(s)
 
+
+@scenario("A lane's rotated child keeps the block its parent's ineffective passes set, and "
+          "its next turn does not compact again (explored seed 824)",
+          invariants=("CMP-4",), stage="explore")
+def rotated_child_keeps_the_anti_thrash_block(s: Story) -> None:
+    """A Discord lane in a 250-token window: the fifth message's turn compacts twice, each
+    pass rotating the lane into a child and leaving the request over the threshold, so
+    automatic compaction is blocked (CMP-4); its write's results then fail it closed. The
+    lane router sends the next message straight to the tip, a session the engine had no
+    cache of, and the fresh cache it built there had no block: the turn compacted again.
+    The rotating turn now carries its compression memory into the child it ends on
+    (``Engine._carry_compression``), and the next turn fails closed without a summary."""
+    _world(s, 824)
+    s.limits(context_window_tokens=250)
+    s.limits(session_reset_mode="none", session_idle_minutes=30, session_reset_at_hour=9,
+             group_sessions_per_user=True, thread_sessions_per_user=True,
+             session_prune_after_s=10800.0, stuck_restart_threshold=2)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    lanes = LaneWorld(s, [one], job_s=400.0)
+    alice = SessionSource(platform="discord", chat_type="group", chat_id="guild-123",
+                          participant="alice")
+    for text, after in (("Say hello 2.", 2233.6), ("Read notes-1.txt.", 2284.2),
+                        ("Say hello 7.", 35157.6), ("Read build.log.", 36766.4),
+                        ("Write note 12 to lane-out-12.txt.", 39545.5),
+                        ("Read notes-2.txt.", 39580.8)):
+        lanes.message(0, alice, text, after_s=after)
+    _calm(s)
