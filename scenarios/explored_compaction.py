@@ -103,3 +103,33 @@ def rotated_child_keeps_the_anti_thrash_block(s: Story) -> None:
                         ("Read notes-2.txt.", 39580.8)):
         lanes.message(0, alice, text, after_s=after)
     _calm(s)
+
+
+@scenario("A correction that cuts the last call the loop may make is taken in by its turn, "
+          "before the grace call (explored seed 719)",
+          invariants=("LOOP-4", "CTX-8"), stage="explore")
+def correction_at_the_last_iteration_is_taken_in(s: Story) -> None:
+    """With ``max_iterations`` 1, the turn's only call waits on a slow reply, and the user
+    corrects it: the correction cuts the call, and the loop has no iteration left, so the
+    turn went to its grace call without taking the correction in. It stayed queued, and
+    the session's next turn took it in as a second user row of its own before its first
+    call (CTX-8). The turn now takes in a correction that cut its last call before the
+    finalizer's grace call, as the top of the grace call's iteration does in Hermes."""
+    _world(s, 719, ReplyFault(call=3, kind=FaultKind.SLOW_REPLY, seconds=90.0))
+    s.limits(max_iterations=1)
+    for user in ("1", "2"):
+        s.bind(f"p-{user}", session=f"s-{user}")
+        s.bind(f"op-s-{user}", session=f"s-{user}", role="operator", kind="operator")
+    one = s.main_process()
+    s.delay_reply(3, 90.0)
+    s.start_submit(one, "p-2", "r-16d146", {"text": "Write note 1 to s-2-out-1.txt."},
+                   session="s-2", after_s=37.0)
+    s.start_drain(one, "s-2", after_s=48.0)
+    s.start_submit(one, "p-1", "r-60d8e5", {"text": "Write note 4 to s-1-out-4.txt."},
+                   session="s-1", after_s=57.0)
+    s.start_submit(one, "p-1", "r-7d0005", {"text": "Read notes-2.txt."}, session="s-1",
+                   after_s=58.0)
+    s.start_drain(one, "s-1", after_s=74.0)
+    redirect_a_running_turn(s, "Say hello 80 instead.", after_s=78.0, session="s-1")
+    _calm(s)
+
