@@ -133,3 +133,30 @@ def correction_at_the_last_iteration_is_taken_in(s: Story) -> None:
     redirect_a_running_turn(s, "Say hello 80 instead.", after_s=78.0, session="s-1")
     _calm(s)
 
+
+@scenario("A correction the user sends as the turn's process dies is not delivered, and no "
+          "later turn takes it in (explored seed 385)",
+          invariants=("CTX-8", "LOOP-4"), stage="explore")
+def correction_to_a_turn_that_died_is_not_sent(s: Story) -> None:
+    """The user sees the turn waiting on a slow reply and corrects it; the correction
+    arrives an instant later, and the process dies in that instant. The explored world
+    queued it all the same, for no running turn, and the calm phase's first turn of the
+    session took it in as a second user row before its first call (CTX-8). A real user's
+    message to a session with no running turn is a new message, not a correction: the
+    world now delivers a correction only if the turn still waits on its call when it
+    arrives (``run.redirect_a_running_turn``)."""
+    _world(s, 385, ReplyFault(call=1, kind=FaultKind.SLOW_REPLY, seconds=90.0))
+    for user in ("1", "2"):
+        s.bind(f"p-{user}", session=f"s-{user}")
+        s.bind(f"op-s-{user}", session=f"s-{user}", role="operator", kind="operator")
+    one, two = s.main_process(), s.process()
+    s.delay_reply(1, 90.0)
+    s.start_submit(one, "p-1", "r-60d8e5", {"text": "Write note 4 to s-1-out-4.txt."},
+                   session="s-1", after_s=1.0)
+    s.start_submit(one, "p-1", "r-7d0005", {"text": "Read notes-2.txt."}, session="s-1",
+                   after_s=2.0)
+    s.start_drain(one, "s-1", after_s=3.0)
+    s.start_submit(two, "p-2", "r-4df27f", {"text": "Say hello 1."}, session="s-2", after_s=20.0)
+    redirect_a_running_turn(s, "Say hello 59 instead.", after_s=10.0, session="s-1")
+    s.kill(one, after_s=10.0)  # at the same instant, between the user's look and the arrival
+    _calm(s)
