@@ -8,7 +8,11 @@ of the engine (``threshold_tokens``: 0.75 under 512K, the window minus ``max_tok
 replaced and the rows it inserted, from the store's own log (a story's own compactions,
 ``sim.rotation_story``, are left out). ``attempts`` counts a turn's summary calls and
 compactions between two of its calls, ordered by the world's effect counter and the
-store's row ids (virtual time does not move within a turn). The checkers themselves are
+store's row ids (virtual time does not move within a turn). ``verdicts`` are CMP-4's
+anti-thrash verdicts in the same order: the committed passes, and the passes a preflight
+ran that found nothing to compact, which leave no row and no call but which the engine
+counts as ineffective all the same (they are inferred from a request over the threshold
+with nothing blocking a pass and no middle to summarize). The checkers themselves are
 ``sim.checkers.compaction`` (when compaction runs) and ``sim.checkers.compaction_shape``
 (what it may write and send).
 """
@@ -348,10 +352,11 @@ class Preflight:
     fail-closed exit), ``after`` the turn's call before it (None before the first)."""
 
     view: TurnView
+    root: str            # the compression lineage of the session it measured
     before: CallRecord | None
     after: CallRecord | None
     at: float
-    seq: int             # the world's effect count it came before
+    seq: int             # the world's effect count it came at (a bound, at an exit)
     order: Order
     messages: tuple[Message, ...]
 
@@ -379,6 +384,8 @@ def ineffective_streak(obs: Observation, root: str, turn: str | None, order: Ord
 
 
 def _verdicts(obs: Observation) -> list[Verdict]:
+    """The committed passes, then the empty passes inferred at each preflight in order
+    (whether one ran depends on the streak the earlier verdicts left)."""
     lineage, limit = lineage_of(obs), threshold_tokens(obs.limits)
     out = sorted((Verdict(lineage.get(p.done.session_id, p.done.session_id), p.turn,
                           (p.done.first_row_id, 0, 0), p.tokens_after >= limit)
@@ -387,10 +394,7 @@ def _verdicts(obs: Observation) -> list[Verdict]:
         return out
     for point in sorted(_preflights(obs), key=lambda p: p.order):
         if _left_an_empty_pass(obs, point, out):
-            session = point.before.session_id if point.before is not None \
-                else point.view.session_id
-            out.append(Verdict(lineage.get(session, session), point.view.turn_id,
-                               point.order, True, empty=True))
+            out.append(Verdict(point.root, point.view.turn_id, point.order, True, empty=True))
             out.sort(key=lambda v: v.order)
     return out
 
@@ -400,7 +404,7 @@ def _preflights(obs: Observation) -> list[Preflight]:
     first call, before each call that follows a reply (a retry of a failed call resends it
     without one, an overflow's rebuilt request follows its forced pass), and the one that
     failed the turn closed after a reply. The grace call is measured, never compacted for."""
-    primary = obs.limits.context_window_tokens
+    primary, lineage = obs.limits.context_window_tokens, lineage_of(obs)
     out = []
     for view in obs.turns.values():
         calls = sorted((c for c in view.calls if c.request.purpose == "turn"), key=lambda c: c.seq)
@@ -409,7 +413,8 @@ def _preflights(obs: Observation) -> list[Preflight]:
             if window_tokens(obs.limits, call.request.model) != primary \
                     or (after is not None and after.reply is None and after.cut is None):
                 continue
-            out.append(Preflight(view, call, after, call.at, call.seq,
+            root = lineage.get(call.session_id, call.session_id)
+            out.append(Preflight(view, root, call, after, call.at, call.seq,
                                  (call.watermark, 1, 2 * call.seq - 1), call.request.messages))
         closed = _closed_after(obs, view, calls[-1]) if calls else None
         if closed is not None:
@@ -429,7 +434,8 @@ def _closed_after(obs: Observation, view: TurnView, last: CallRecord) -> Preflig
         return None
     ended = [e.at for e in view.events if e.kind == EventKind.TURN_EXIT and e.at is not None]
     later = tuple(m for m in view.rows if (m.row_id or 0) > last.watermark)
-    return Preflight(view, None, last, ended[0] if ended else last.at, AFTER_EVERY_CALL,
+    root = lineage_of(obs).get(last.session_id, last.session_id)
+    return Preflight(view, root, None, last, ended[0] if ended else last.at, last.seq + 1,
                      (last.watermark, 1, 2 * last.seq + 1), (*last.request.messages, *later))
 
 
@@ -445,9 +451,7 @@ def _left_an_empty_pass(obs: Observation, point: Preflight, so_far: list[Verdict
             return False
     if compressible(point.messages, limits) or not _passes_went_on(obs, point):
         return False
-    lineage = lineage_of(obs)
-    session = point.before.session_id if point.before is not None else point.view.session_id
-    root = lineage.get(session, session)
+    lineage, root = lineage_of(obs), point.root
     failed = [c.at for c in summary_calls_of(obs) if c.error is not None and c.seq < point.seq
               and lineage.get(c.session_id, c.session_id) == root
               and same_engine(obs, c.turn_id, turn)]
@@ -467,9 +471,9 @@ def _passes_went_on(obs: Observation, point: Preflight) -> bool:
     go on while each makes progress) the last one committed and made progress."""
     turn, after = point.view.turn_id, point.after
     low_seq, low_row = (after.seq, after.watermark) if after is not None else (-1, -1)
-    high_row = point.before.watermark if point.before is not None else AFTER_EVERY_CALL
-    asked = [c for c in summary_calls_of(obs) if c.turn_id == turn
-             and low_seq < c.seq < point.seq]
+    high_seq, high_row = (point.before.seq, point.before.watermark) if point.before is not None \
+        else (AFTER_EVERY_CALL, AFTER_EVERY_CALL)
+    asked = [c for c in summary_calls_of(obs) if c.turn_id == turn and low_seq < c.seq < high_seq]
     done = [p for p in passes(obs) if p.turn == turn
             and low_row < p.done.first_row_id <= high_row]
     if not asked and not done:
