@@ -21,7 +21,8 @@ names, so that the test harness can swap in a deliberately broken variant of one
 from __future__ import annotations
 
 from hermes_ref import finalizer, loop, prologue
-from hermes_ref.context import SessionCache
+from hermes_ref.compression import CompressionState
+from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.errors import BadInput
 from hermes_ref.limits import Limits
 from hermes_ref.models import ToolSpec
@@ -46,6 +47,7 @@ class Engine:
         self.holder = holder
         self.phase_observer = phase_observer
         self.caches: dict[str, SessionCache] = {}
+        self.carried: dict[str, CompressionState] = {}  # CMP-4: see ``_carry_compression``
 
     def request_compaction(self, session_id: str) -> None:
         """CMP-4: a manual compaction of ``session_id`` before its next turn's first call.
@@ -61,10 +63,22 @@ class Engine:
 
     async def run_turn(self, inp: TurnInput) -> TurnResult:
         tracker = PhaseTracker(self.phase_observer)
-        deps = prologue.PrologueDeps(self.limits, self.tools, self.holder, self.caches, tracker)
+        deps = prologue.PrologueDeps(self.limits, self.tools, self.holder, self.caches, tracker,
+                                     self.carried)
         ctx = await prologue.build_turn_context(inp, deps)
         if isinstance(ctx, TurnResult):
             return ctx
         if not ctx.ended:
             await loop.run_loop(ctx)
-        return await finalizer.finalize(ctx)
+        result = await finalizer.finalize(ctx)
+        self._carry_compression(ctx)
+        return result
+
+    def _carry_compression(self, ctx: TurnContext) -> None:
+        """A turn that rotated its session (CMP-5) ends on a child this engine has no cache
+        of; the child's next turn here must start with the compression memory the turn left
+        (CMP-4: the cooldown and the anti-thrash count), not with none, or every rotation
+        would lift the block. A turn that comes back through the parent finds it already,
+        in the parent's cache (``rotation.tip_cache`` keeps it)."""
+        if ctx.session_id not in self.caches:
+            self.carried[ctx.session_id] = ctx.cache.compression

@@ -198,6 +198,16 @@ async def _iterate(ctx: TurnContext) -> None:
         if reply is None:
             continue  # ended, or starts over (a fallback, a correction): the loop condition says
         await handle_reply(ctx, reply)
+    await _take_in_a_last_cut(ctx)
+
+
+async def _take_in_a_last_cut(ctx: TurnContext) -> None:
+    """LOOP-4 at the loop's bound: a correction that cut the last call the loop could make
+    is this turn's to take in all the same, before the finalizer's grace call, as Hermes
+    takes it in at the top of the grace call's iteration (LOOP-1 counts a pending grace
+    call as one). Left queued, the session's next turn would take it in as its own."""
+    if ctx.state.cut_partial is not None and not ctx.ended:
+        await redirect.take_redirects(ctx)
 
 
 async def cleared_to_send(ctx: TurnContext) -> bool:

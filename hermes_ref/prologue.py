@@ -36,11 +36,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from copy import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from hermes_ref import closure, redirect, rotation
 from hermes_ref import lease as lease_rules
+from hermes_ref.compression import CompressionState
 from hermes_ref.context import (
     IterationBudget,
     NudgeCounters,
@@ -234,7 +235,8 @@ async def _take_lease(
                                opening, create=cache is None)
         if cache is None:
             prompt = grant.session.system_prompt
-            cache = SessionCache(grant.session.id, prompt, Message(role=Role.SYSTEM, content=prompt))
+            cache = SessionCache(grant.session.id, prompt, Message(role=Role.SYSTEM, content=prompt),
+                                 compression=_carried(deps, grant.session.id))
         taken = Taken(cache, grant.created, grant.lease, grant.opened, grant.opening_failure)
     else:
         taken = Taken(cache, False, await AcquireLease(inp.session_id, holder, now,
@@ -245,6 +247,16 @@ async def _take_lease(
         taken.lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
                                          limits.lease_poll_s)
     return taken
+
+
+def _carried(deps: PrologueDeps, session_id: str) -> CompressionState:
+    """CMP-4 across a rotation (CMP-5): the compression memory a turn of this engine took
+    into the child it rotated to (the cooldown, the ineffective passes in a row), else a
+    fresh one. The child goes on with the same conversation, so a block that held in the
+    parent holds there; only that memory moves, the rest of a child's cache is built as
+    for any session the engine has not served."""
+    carried = deps.carried.get(session_id)
+    return carried if carried is not None else CompressionState()
 
 
 async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> bool:
@@ -389,6 +401,8 @@ class PrologueDeps:
     holder: str
     caches: dict[str, SessionCache]
     tracker: PhaseTracker
+    # CMP-4: compression memory carried into a rotated child this engine has no cache of
+    carried: dict[str, CompressionState] = field(default_factory=dict)
 
 
 async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext | TurnResult:
@@ -417,6 +431,7 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
     if cache is None or lease is None or failure is not None or taken is None:
         return await _refuse(inp, deps, turn_id, user, lease, failure)
     deps.caches[inp.session_id] = deps.caches[cache.session_id] = cache  # CMP-5: the tip's
+    deps.carried.pop(cache.session_id, None)  # the cache holds it from now on
     refresher = await StartRefresher(lease, deps.limits.lease_refresh_s, deps.limits.lease_ttl_s)
     seed = seed if seed and not cache.history else None  # only a session with no transcript
     transcript = seed if seed is not None else cache.history.copy()

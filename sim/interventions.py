@@ -24,6 +24,7 @@ route (LOOP-6) answers from its own script while the primary fails from the stor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -82,10 +83,15 @@ def interrupt(story: Story, after_s: float, session: str) -> None:
     world.scheduler.at(world.clock.now() + after_s, fire)
 
 
-def redirect(story: Story, text: str, after_s: float, session: str) -> None:
+def redirect(story: Story, text: str, after_s: float, session: str,
+             arrives: Callable[[], bool] | None = None) -> None:
+    """``after_s`` from now, queue ``text`` for the session and cut the model call its turn
+    waits on; ``arrives``, when given, is asked at that instant whether it is delivered."""
     world = story.world
 
     def fire() -> None:
+        if arrives is not None and not arrives():
+            return
         world.redirects.setdefault(session, []).append(text)
         actor = running_turn(world, session)
         _note(world, "redirect", session, actor, text)

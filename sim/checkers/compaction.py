@@ -20,16 +20,17 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from hermes_ref.limits import Limits
 from hermes_ref.models import Role
 from sim.checkers import compaction_shape  # noqa: F401  # its checkers register with these
 from sim.checkers.base import Observation, Violation, checker, window_tokens
 from sim.checkers.compaction_record import (
-    SUMMARY_PREFIX,
     attempts,
+    compressible,
     excused_early,
+    ineffective_streak,
     is_summary,
     lineage_of,
+    order_of,
     passes,
     pre_tokens,
     same_engine,
@@ -112,37 +113,10 @@ def _blocked(obs: Observation, call: CallRecord) -> bool:
               and lineage.get(c.session_id, c.session_id) == root and c.seq < call.seq]
     if failed and call.at < failed[-1] + limits.compression_cooldown_s:
         return True
-    streak = 0
-    for done in passes(obs):
-        if lineage.get(done.done.session_id, done.done.session_id) != root \
-                or done.done.first_row_id > call.watermark \
-                or not same_engine(obs, done.turn, call.turn_id):
-            continue
-        streak = streak + 1 if done.tokens_after >= threshold_tokens(limits) else 0
-    if streak >= limits.compression_ineffective_max:
-        return True
+    if ineffective_streak(obs, root, call.turn_id, order_of(call)) \
+            >= limits.compression_ineffective_max:
+        return True  # passes that found nothing to compact count as the engine counts them
     return attempts(obs, call.turn_id, before=call) >= limits.compression_passes_max
-
-
-def _compressible(call: CallRecord, limits: Limits) -> bool:
-    """More messages than the head, the tail floor and a tool group's slack could hold.
-
-    Counted from the request as the engine held it, without its scaffolding (a retry's
-    nudge rides in the tail but is no message of the conversation: the floor is of stored
-    messages, ``compression._tail_start``)."""
-    rest = [m for m in call.request.messages if m.role is not Role.SYSTEM
-            and m.scaffold is None and not (m.content or "").startswith(SUMMARY_PREFIX)]
-    if len(rest) <= limits.compression_protect_first + limits.compression_tail_floor_messages + 2:
-        return False
-    # CMP-3 keeps a tool group whole: the head ends past its call's results, the tail starts
-    # at the call, so a wide batch at either end can take the whole middle
-    head = limits.compression_protect_first
-    while head < len(rest) and rest[head].role is Role.TOOL:
-        head += 1
-    tail = len(rest) - limits.compression_tail_floor_messages
-    while tail > 0 and rest[tail].role is Role.TOOL:
-        tail -= 1
-    return tail > head
 
 
 def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:
@@ -154,7 +128,7 @@ def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:
         if tokens is None or tokens < limit or call.request.purpose != "turn":
             continue
         tried = attempts(obs, call.turn_id, before=call) > 0
-        if tried or _blocked(obs, call) or not _compressible(call, obs.limits):
+        if tried or _blocked(obs, call) or not compressible(call.request.messages, obs.limits):
             continue
         out.append(Violation("compaction_threshold", "CMP-1",
                              f"turn {call.turn_id} sent {tokens} tokens at effect {call.seq}, "
@@ -173,8 +147,8 @@ def _idle_missed(obs: Observation) -> list[Violation]:
     for call in obs.calls:
         first.setdefault(call.turn_id, call)
     for turn, call in first.items():
-        if _idle_due(obs, call) and not _blocked(obs, call) and _compressible(call, limits) \
-                and not attempts(obs, turn, before=call):
+        if _idle_due(obs, call) and not _blocked(obs, call) \
+                and compressible(call.request.messages, limits) and not attempts(obs, turn, before=call):
             out.append(Violation("compaction_threshold", "CTX-5",
                                  f"turn {turn} began after an idle gap past "
                                  f"{limits.idle_compact_after_s:g} s above the floor and did "
@@ -194,7 +168,6 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     manual = [(lineage.get(s, s), seq) for s, seq in obs.manual_compactions]
     calls = summary_calls_of(obs)
-    steps = passes(obs)
     for index, call in enumerate(calls):
         root = lineage.get(call.session_id, call.session_id)
         asked = any(r == root and seq < call.seq for r, seq in manual)
@@ -207,12 +180,7 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
             out.append(Violation("cooldown_respected", "CMP-4",
                                  f"turn {call.turn_id} asked for a summary {call.at - failed[-1].at:g} s "
                                  f"after one failed (cooldown {limits.compression_cooldown_s:g} s)"))
-        streak = 0
-        for step in steps:
-            if lineage.get(step.done.session_id, step.done.session_id) == root \
-                    and step.done.first_row_id <= call.watermark and step.turn != call.turn_id \
-                    and same_engine(obs, step.turn, call.turn_id):
-                streak = streak + 1 if step.tokens_after >= threshold_tokens(limits) else 0
+        streak = ineffective_streak(obs, root, call.turn_id, order_of(call), own=False)
         if streak >= limits.compression_ineffective_max and not asked:
             out.append(Violation("cooldown_respected", "CMP-4",
                                  f"turn {call.turn_id} compacted automatically after {streak} "

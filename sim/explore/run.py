@@ -43,6 +43,7 @@ from hermes_ref.errors import PersistenceError
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import ProviderRoute
 from hermes_ref.models import Role
+from sim import interventions
 from sim.explore import edges, lanes, terminal, watch
 from sim.explore.model import ExploreModel
 from sim.explore.plan import (
@@ -329,17 +330,34 @@ def redirect_a_running_turn(story: Story, text: str, *, after_s: float, session:
     """``after_s`` from now, the user corrects the session's turn if it is waiting on a
     model call (the correction cuts the call and the turn takes it in at once). To a turn
     doing anything else, or to an idle session, the user would send a new message
-    instead, so then nothing is sent: a correction must not outlive its turn."""
+    instead, so then nothing is sent: a correction must not outlive its turn.
+
+    The correction arrives an instant after the user saw the turn waiting (a timer at the
+    same time, as ``Story.redirect`` sets), and other actors of that instant run between:
+    the reply may have come, or the turn's process died. So it is delivered only if the
+    turn still waits on its call when it arrives; queued for no running turn, it would be
+    taken in by the session's next turn as that turn's own."""
     world = story.world
 
+    def arrives() -> bool:
+        if _waits_on_a_call(world, session):
+            return True
+        world.timeline.add("redirect", f"nothing sent: the model call of {session} ended first")
+        return False
+
     def fire() -> None:
-        actor = running_turn(world, session)
-        if actor is not None and actor.wait is not None and isinstance(actor.pending,
-                                                                       fx.CallProvider):
-            story.redirect(text, after_s=0.0, session=session)
+        if _waits_on_a_call(world, session):
+            interventions.redirect(story, text, 0.0, session, arrives=arrives)
         else:
             world.timeline.add("redirect", f"nothing sent: no model call of {session} is under way")
     world.scheduler.at(world.clock.now() + after_s, fire)
+
+
+def _waits_on_a_call(world: World, session: str) -> bool:
+    """Whether a live turn of ``session`` is parked on its model call (LOOP-4's moment)."""
+    actor = running_turn(world, session)
+    return actor is not None and actor.wait is not None \
+        and isinstance(actor.pending, fx.CallProvider)
 
 
 def _stage_options(story: Story, plan: WorldPlan) -> None:
