@@ -311,6 +311,7 @@ class Story:
                                deaths=world.deaths(), stalls=tuple(world.stalls),
                                death_seqs=world.death_seqs(),
                                interventions=tuple(world.interventions),  # LOOP-4/5, FIN-4
+                               lane_effects=tuple(world.lane_effects),  # SES-7
                                clients=tuple(world.clients),  # DEL-2
                                summary_calls=tuple(world.summary_calls),  # CMP
                                manual_compactions=tuple(world.manual_compactions),

@@ -30,13 +30,14 @@ class LaneHandlers:
     world: World
 
     _write: Callable[..., Any]  # SimDriver's (declared here, defined there)
+    process: Any  # SimDriver's process (its ``pid``)
 
     def lane_handlers(self) -> dict[type[Any], Callable[[Any], Any]]:
         store = self.world.store
         return {
             fx.RandomBits: self._random_bits,
             fx.LoadRoute: lambda e: store.get_route(e.key),
-            fx.LoadRoutes: lambda e: store.latest_routes(),
+            fx.LoadRoutes: self._load_routes,
             fx.PutRoute: self._put_route,
             fx.LoadSession: lambda e: store.get_session(e.session_id),
             fx.ReadMarkers: lambda e: store.read_markers(),
@@ -50,10 +51,25 @@ class LaneHandlers:
         chooser.log.append((effect.stream, value))
         return value
 
+    def _log_lane(self, what: str, key: str = "", revision: int = 0) -> None:
+        """Log a lane effect in world order (SES-7: what a start pass read, and when)."""
+        from sim.world import LaneEffect
+
+        world = self.world
+        world.lane_effects.append(LaneEffect(what, self.process.pid, world.effects_performed,
+                                             key, revision))
+
+    def _load_routes(self, effect: fx.LoadRoutes) -> Any:
+        routes = self.world.store.latest_routes()
+        self._log_lane("read")
+        return routes
+
     def _put_route(self, effect: fx.PutRoute) -> bool:
         route = effect.route
         taken: bool = self._write(self.world.store.put_route, route, effect.end_session_id,
                                   effect.end_reason)
+        if taken:
+            self._log_lane("route", route.key, route.revision)
         if self.world.timeline.enabled:
             flags = [name for name in ("suspended", "resume_pending", "was_auto_reset",
                                        "is_fresh_reset", "expiry_finalized", "retired",
@@ -70,6 +86,8 @@ class LaneHandlers:
 
     def _write_lane(self, effect: fx.WriteLane) -> None:
         self._write(self.world.store.write_lane, effect.markers, effect.log)
+        if any(entry.kind.startswith("start") for entry in effect.log):
+            self._log_lane("start")
         if self.world.timeline.enabled:
             for entry in effect.log:
                 self.world.timeline.add("lane", f"{entry.kind}{' ' + entry.key if entry.key else ''}")

@@ -190,14 +190,19 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
         )
 
     def _grantable(self, session_id: str, holder: str, now: float, poll_s: float) -> int | None:
-        """The token a grant to ``holder`` would get now, or None while it must wait."""
+        """The token a grant to ``holder`` would get now, or None while it must wait.
+
+        The queue is read on every ask, busy or not, as the SQLite store reads it: a waiter
+        that went two polls without asking loses its place even while the lease is held,
+        and its next ask joins the line at the end (LEASE-1's order)."""
+        first = poll_s <= 0 or self._first_in_line(session_id, holder, now)
         current = self._leases.get(session_id)
         free = True
         if current is not None and current.holder is not None:
             incumbent = current.holder
             free = lease_rules.reclaimable(current.expires_at, now,
                                            lambda: not self._holder_alive(incumbent))
-        if not free or (poll_s > 0 and not self._first_in_line(session_id, holder, now)):
+        if not free or not first:
             return None
         return (current.token if current else 0) + 1
 

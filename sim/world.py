@@ -148,6 +148,23 @@ class LeaseStep:
 
 
 @dataclass(frozen=True, slots=True)
+class LaneEffect:
+    """SES-7: a lane effect of a process, in the world's effect order, which the durable
+    record does not keep across its route revisions and its lane log.
+
+    ``what`` is ``start`` (a start entry written to the lane log), ``read`` (the routes
+    loaded, as a start pass loads what it judges) or ``route`` (the revision ``revision``
+    of ``key`` written, and taken); ``seq`` is the world's effect counter.
+    """
+
+    what: str
+    pid: int
+    seq: int
+    key: str = ""
+    revision: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Intervention:
     """LOOP-4, LOOP-5, FIN-4: something the world did to a running turn, as the world saw it.
 
@@ -263,6 +280,7 @@ class World:
     providers: dict[str, Provider] = field(default_factory=dict)
     redirects: dict[str, list[str]] = field(default_factory=dict)  # session -> undrained corrections
     interventions: list[Intervention] = field(default_factory=list)  # LOOP-4/5, FIN-4
+    lane_effects: list[LaneEffect] = field(default_factory=list)  # SES-7: starts, reads, routes
     streaming: dict[int, ProviderReply] = field(default_factory=dict)  # actor seq -> reply in flight
 
     def __post_init__(self) -> None:

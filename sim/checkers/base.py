@@ -21,7 +21,7 @@ from hermes_ref.tokens import count_message
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
 from sim.checkers import lineage  # CMP-5: a rotated turn is one turn
-from sim.world import CallRecord, Intervention, LeaseStep, TurnRun
+from sim.world import CallRecord, Intervention, LaneEffect, LeaseStep, TurnRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +145,8 @@ class Observation:
     stalls: tuple[tuple[int, float, float], ...] = ()
     # LOOP-4/5, FIN-4: interrupts, corrections and credential renewals, as the world saw them
     interventions: tuple[Intervention, ...] = ()
+    # SES-7: starts, route reads and route writes in effect order (None: nobody logged them)
+    lane_effects: tuple[LaneEffect, ...] | None = None
     # DEL-2: the simulated clients of the event stream (``sim.stream_client.SimClient``)
     clients: tuple[Any, ...] = ()
     # CMP: compaction's summary requests, apart from the turn's calls (None: nobody logged them)

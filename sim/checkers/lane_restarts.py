@@ -56,23 +56,46 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _before(revisions: list[Route], at: float) -> Route | None:
+def _before(revisions: list[Route], at: float, order: _Order) -> Route | None:
     """The key's revision in force as a start at ``at`` began: the last one before the
-    first revision at ``at`` that a start pass or its watcher pass wrote."""
+    first revision at ``at`` that a start pass or its watcher pass wrote, or that was
+    written after the pass read the routes (a lane created at the start's instant, after
+    it: effects share instants, and the world's effect order says which came first)."""
     found = None
     for route in revisions:
-        if route.at > at or (route.at == at and route.cause.value in _AFTER_START):
+        if route.at > at or (route.at == at and (route.cause.value in _AFTER_START
+                                                 or order.after_read(route))):
             break
         found = route
     return found
 
 
+class _Order:
+    """Where the world logged it (``Observation.lane_effects``), the effect at which one
+    start pass loaded the routes it judged, and the effect of each route revision."""
+
+    def __init__(self, obs: Observation, start: int) -> None:
+        effects = obs.lane_effects or ()
+        starts = [e for e in effects if e.what == "start"]
+        self.read: int | None = None
+        if start < len(starts):
+            mine = starts[start]
+            self.read = next((e.seq for e in effects if e.what == "read"
+                              and e.pid == mine.pid and e.seq > mine.seq), None)
+        self.written = {(e.key, e.revision): e.seq for e in effects if e.what == "route"}
+
+    def after_read(self, route: Route) -> bool:
+        """The revision was written after the pass read the routes (unknown: not after)."""
+        seq = self.written.get((route.key, route.revision))
+        return self.read is not None and seq is not None and seq > self.read
+
+
 def _judge_start(obs: Observation, at: float, clean: bool, streak: dict[str, int],
-                 revisions: dict[str, list[Route]]) -> list[Violation]:
+                 revisions: dict[str, list[Route]], order: _Order) -> list[Violation]:
     out: list[Violation] = []
     window, threshold = obs.limits.restart_resume_window_s, obs.limits.stuck_restart_threshold
     for key, routes in sorted(revisions.items()):
-        pre = _before(routes, at)
+        pre = _before(routes, at, order)
         if pre is None:
             continue
         done = {r.cause.value for r in routes if r.at == at and r.cause.value in _PASS}
@@ -107,6 +130,7 @@ def restart_marking(obs: Observation) -> list[Violation]:
     oks: dict[str, list[float]] = defaultdict(list)  # successful turns not yet behind a clearing
     cleared: dict[str, float] = {}  # each key's last clearing
     floor = 0.0  # the last stop or start
+    starts = 0  # the starts judged so far: the next one is the lane log's start ``starts``
     out: list[Violation] = []
     for at, _, _, kind, key in _timeline(obs):
         if kind != "running" and running is not None:  # the stop's running keys are all in
@@ -134,5 +158,7 @@ def restart_marking(obs: Observation) -> list[Violation]:
             running.add(key)
         elif kind.startswith("start"):
             floor = at
-            out += _judge_start(obs, at, kind == "start_clean", streak, revisions)
+            out += _judge_start(obs, at, kind == "start_clean", streak, revisions,
+                                _Order(obs, starts))
+            starts += 1
     return out

@@ -460,20 +460,39 @@ def _in_line_at(steps: list[LeaseStep], session_id: str, holder: str, grant: Lea
 def waiters_served_in_order(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     asks = Asks.of(obs)
-    steps, first_ask, last_ask = asks.steps, asks.first, asks.last
+    steps, last_ask = asks.steps, asks.last
     lapse_s = 2 * obs.limits.lease_poll_s  # a place in line lapses after two polls unasked
+    by_asker: dict[tuple[str, str], list[LeaseStep]] = defaultdict(list)
+    for step in steps:
+        by_asker[(step.session_id, step.holder)].append(step)
     for grant in (s for s in steps if s.what == "granted"):
-        mine = first_ask[(grant.session_id, grant.holder)].seq
-        passed = [ask for (session_id, holder), ask in first_ask.items()
-                  if session_id == grant.session_id and holder != grant.holder
-                  and ask.what == "busy" and ask.seq < mine and last_ask[(session_id, holder)]
-                  > grant.seq and _in_line_at(steps, session_id, holder, grant, lapse_s)]
-        for ask in passed:
-            out.append(Violation("waiters_served_in_order", "LEASE-1",
-                                 f"{grant.session_id} went to {grant.holder} (first asked at "
-                                 f"effect {mine}) while {ask.holder} had waited since effect "
-                                 f"{ask.seq}"))
+        mine = _place(by_asker[(grant.session_id, grant.holder)], grant.seq, lapse_s).seq
+        places = [_place(asked, grant.seq, lapse_s) for (session_id, holder), asked
+                  in by_asker.items() if session_id == grant.session_id
+                  and holder != grant.holder and asked[0].seq < grant.seq
+                  and last_ask[(session_id, holder)] > grant.seq
+                  and _in_line_at(steps, session_id, holder, grant, lapse_s)]
+        for ask in places:
+            if ask.what == "busy" and ask.seq < mine:
+                out.append(Violation("waiters_served_in_order", "LEASE-1",
+                                     f"{grant.session_id} went to {grant.holder} (first asked at "
+                                     f"effect {mine}) while {ask.holder} had waited since effect "
+                                     f"{ask.seq}"))
     return out
+
+
+def _place(asked: list[LeaseStep], seq: int, lapse_s: float) -> LeaseStep:
+    """The ask that gave an asker its present place in line at effect ``seq``: the first
+    of its asks up to ``seq`` that followed one another less than ``lapse_s`` apart. A
+    waiter that went two polls without asking (its process stalled, say) lost its place,
+    and its next ask joined the line again at its end, as the stores keep it."""
+    place = asked[0]
+    for before, ask in pairwise(asked):
+        if ask.seq > seq:
+            break
+        if ask.at - before.at >= lapse_s - EPSILON_S:
+            place = ask
+    return place
 
 
 @checker("turns_write_in_turn", ("LEASE-4",),

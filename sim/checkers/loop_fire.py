@@ -32,6 +32,7 @@ from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
 from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
 from hermes_ref.tokens import count_wire_messages
 from hermes_ref.tool_specs import TOOLS_BY_NAME
+from sim.checkers import lineage
 from sim.checkers.base import (
     Observation,
     TurnKey,
@@ -362,7 +363,7 @@ def _spent_without_switch(obs: Observation, view: TurnView, chain: list[str]) ->
             continue
         nxt = calls[n + 1] if n + 1 < len(calls) else None
         following = chain[chain.index(model) + 1]
-        if nxt is None and (refused_by_preflight(view) or
+        if nxt is None and (refused_by_preflight(view) or _stopped_before_sending(view) or
                             _grace_refused_on(obs, view, call, following)):
             continue  # switched, and preflight refused the rebuilt request for the fallback
         if nxt is None or model_of(nxt) == model:
@@ -382,6 +383,14 @@ def _grace_refused_on(obs: Observation, view: TurnView, call: CallRecord, model:
     return count_wire_messages(_messages(call)) > window_tokens(obs.limits, model)
 
 
+def _stopped_before_sending(view: TurnView) -> bool:
+    """The turn was interrupted (its lease lost, or the user stopped it) and sent nothing
+    more: a switch made at once after the spent call leaves no trace then, and a request
+    never sent goes to no route (LEASE-4, FIN-4)."""
+    line = view.exit
+    return line is not None and line.reason is ExitReason.INTERRUPTED
+
+
 def refused_by_preflight(view: TurnView) -> bool:
     """The turn ended because preflight would not send its next request (CMP-7)."""
     line = view.exit
@@ -396,14 +405,27 @@ def _v6(message: str) -> Violation:
 # ---- LOOP-5: auth refresh, the local bug, the error cap -----------------------------------
 
 
+def _renewals(obs: Observation) -> dict[TurnKey, list[int]]:
+    """The effect of every credential renewal, by the turn it was made for. A renewal names
+    the session the turn ran on then, which after a rotation is a child (CMP-5): it is
+    filed under the lineage root, as the turn and its calls are."""
+    root = lineage.roots(obs.record)
+    out: dict[TurnKey, list[int]] = {}
+    for i in obs.interventions:
+        if i.what == "credentials" and i.turn_id is not None:
+            key = (root.get(i.session_id, i.session_id), i.turn_id)
+            out.setdefault(key, []).append(i.seq)
+    return out
+
+
 @checker("credentials_renewed_once", ("LOOP-5",),
          "an auth error is tried again only after the world renewed the credentials, once "
          "per request, and never more often than auth_refreshes_max")
 def credentials_renewed_once(obs: Observation) -> list[Violation]:
     out = []
+    renewed = _renewals(obs)
     for view in obs.ended_turns():
-        renewals = [i.seq for i in obs.interventions if i.what == "credentials"
-                    and (i.session_id, i.turn_id) == (view.session_id, view.turn_id)]
+        renewals = renewed.get((view.session_id, view.turn_id), [])
         calls = view.calls
         for n, call in enumerate(calls):
             if call.error != "ProviderAuthError":

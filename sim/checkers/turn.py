@@ -190,22 +190,49 @@ _HOPPING_ERRORS = frozenset(t.__name__ for t in (RateLimited, ProviderServerErro
 
 
 def _refused_hop(limits: Limits, view: TurnView) -> int:
-    """1 when the turn fell back and preflight refused the fallback's first request: its
-    last request went unanswered on a route with a fallback after it, and the turn failed
-    closed for context pressure without calling again (the hop refunded that call)."""
+    """1 when the turn fell back and its fallback's first request was never sent: its last
+    request went unanswered on a route with a fallback after it, and the turn ended without
+    calling again (the hop refunded that call). Either preflight refused the rebuilt
+    request (a context-pressure exit), or the turn was interrupted before sending it (its
+    lease lost while the fallback's preflight compacted, say) after retries the record
+    shows spent, with no call counted that the provider did not see."""
     line = view.exit
     budgeted = [c for c in view.calls if c.request.purpose != "grace"]
-    if line is None or line.reason not in CONTEXT_PRESSURE_EXITS or not budgeted \
-            or len(budgeted) < len(view.calls):
+    if line is None or not budgeted or len(budgeted) < len(view.calls):
         return 0
     last = budgeted[-1].request
     attempts = [c for c in budgeted if c.request is last]
     chain = route_chain(limits)
+    has_next = last.model in chain and chain.index(last.model) < len(chain) - 1
+    if line.reason is ExitReason.INTERRUPTED:
+        failed = sum(1 for c in view.calls if c.error is not None)
+        return int(has_next and _retries_spent(limits, attempts)
+                   and failed < limits.outer_loop_errors_max
+                   and line.api_calls == len(distinct_requests(view.calls)))
+    if line.reason not in CONTEXT_PRESSURE_EXITS:
+        return 0
     spent = all(c.error in _HOPPING_ERRORS for c in attempts) or all(
         c.reply is not None and not c.reply.tool_calls and not visible_text(c.reply.content)
         for c in attempts)
-    has_next = last.model in chain and chain.index(last.model) < len(chain) - 1
     return int(spent and has_next)
+
+
+_TRANSIENT_ERRORS = _HOPPING_ERRORS - {ProviderAuthError.__name__}
+
+
+def _retries_spent(limits: Limits, attempts: list[CallRecord]) -> bool:
+    """The attempts of one request failed, and the last of them left the engine no retry
+    (LOOP-5: ``auth_refreshes_max`` renewals for auth errors, ``transient_retries_max``
+    retries for transient ones), so the turn falls back at once, with no effect between."""
+    retries = renewals = 0
+    for n, call in enumerate(attempts):
+        if call.error == ProviderAuthError.__name__ and renewals < limits.auth_refreshes_max:
+            renewals += 1
+        elif call.error in _TRANSIENT_ERRORS and retries < limits.transient_retries_max:
+            retries += 1
+        else:
+            return n == len(attempts) - 1 and call.error in _HOPPING_ERRORS
+    return False
 
 
 def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent: int,

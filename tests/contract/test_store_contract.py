@@ -1246,6 +1246,24 @@ def test_a_waiter_that_stops_asking_drops_out_of_line(harness: Harness) -> None:
     assert got is not None and got.holder == "pid=3:turn=c"
 
 
+def test_a_lapsed_place_is_lost_while_the_lease_is_held(harness: Harness) -> None:
+    """LEASE-1: a waiter that went two polls without asking (its process frozen) has lost
+    its place even though the lease stayed busy meanwhile: asking again joins the line at
+    its end, behind a waiter that asked again first (explored seed 84)."""
+    store = harness.store
+    store.create_session(session())
+    held = store.acquire_lease("s1", "pid=1:turn=a", 0.0, 300.0, 1.0)
+    assert held is not None
+    assert store.acquire_lease("s1", "pid=2:turn=b", 1.0, 300.0, 1.0) is None  # b first
+    assert store.acquire_lease("s1", "pid=3:turn=c", 1.5, 300.0, 1.0) is None  # then c
+    assert store.acquire_lease("s1", "pid=3:turn=c", 60.0, 300.0, 1.0) is None  # c asks again
+    assert store.acquire_lease("s1", "pid=2:turn=b", 60.0, 300.0, 1.0) is None  # then b
+    store.release_lease(held)
+    assert store.acquire_lease("s1", "pid=2:turn=b", 60.5, 300.0, 1.0) is None  # c is ahead
+    got = store.acquire_lease("s1", "pid=3:turn=c", 60.5, 300.0, 1.0)
+    assert got is not None and got.holder == "pid=3:turn=c"
+
+
 def test_a_waiter_that_gives_up_makes_way_at_once(harness: Harness) -> None:
     """LEASE-5: a waiter that leaves the queue no longer holds back the next asker."""
     store = harness.store
