@@ -50,3 +50,29 @@ def the_same_reasoning_prefilled_twice(s: Story) -> None:
     s.start_drain(one, "s-1", after_s=117.0)
     _calm(s)
 
+
+@scenario("A user who stops a turn while its grace call waits out an outage stops the retries "
+          "(explored seed 1060)",
+          invariants=("LOOP-5",), stage="explore")
+def interrupted_while_the_grace_call_backs_off(s: Story) -> None:
+    """A budget of two: a rate limit, a dropped call, then a write round spends the second
+    unit, and the grace call meets an outage. Between its third 503 and the next retry the
+    user stops the turn, which ends ``pending_tool_result``: at the grace call the exit
+    rests on the round's result (FIN-8). LOOP-5's checker excused an interrupt only when
+    the exit said ``interrupted`` and called the stop a retry skipped; it now also excuses
+    an interrupted turn whose last call was its grace call, as FIN-4's checker does."""
+    _world(s, 1060, ReplyFault(call=2, kind=FaultKind.RATE_LIMIT, seconds=20.0),
+           ReplyFault(call=3, kind=FaultKind.DROPPED_CALL), grace_outages=(1,))
+    s.limits(iteration_budget=2)
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={"tool_results": 1})
+    s.start_submit(one, "p-2", "r-a7a796", {"text": "Write note 2 to s-2-out-2.txt."},
+                   session="s-2", after_s=39.0)
+    s.start_drain(one, "s-2", after_s=51.0)
+    s.start_submit(one, "p-2", "r-64368a", {"text": "Write note 3 to s-2-out-3.txt."},
+                   session="s-2", after_s=56.0)
+    s.start_drain(one, "s-2", after_s=66.0)
+    s.interrupt(after_s=93.0, session="s-2")
+    _calm(s)
