@@ -76,3 +76,55 @@ def interrupted_while_the_grace_call_backs_off(s: Story) -> None:
     s.start_drain(one, "s-2", after_s=66.0)
     s.interrupt(after_s=93.0, session="s-2")
     _calm(s)
+
+
+@scenario("A turn whose lease is lost while it compacts after an overflow ends interrupted "
+          "(explored seed 1369)",
+          invariants=("LOOP-5",), stage="explore")
+def lease_lost_while_compacting_after_an_overflow(s: Story) -> None:
+    """On a window of 500 tokens the terminal's last turn reads its build log, and its next
+    request overflows. Back in preflight it compacts, and its process freezes for 400 s
+    holding the session's compression lock; the lease lapses, the rotation's write is
+    fenced, and the turn ends ``interrupted``, as a turn whose lease is gone does
+    (LEASE-4). LOOP-5's checker demanded preflight's fail-closed exit after the overflow;
+    it now excuses a turn stopped from outside, by the user or the loss of its lease."""
+    _world(s, 1369, ReplyFault(call=5, kind=FaultKind.REASONING_ONLY),
+           ReplyFault(call=7, kind=FaultKind.EMPTY_REPLY), ReplyFault(call=18, kind=FaultKind.OVERFLOW))
+    s.world.tools.slow("read_file", 60.0, path="notes-1.txt", start_delay_s=0.0)
+    s.limits(context_window_tokens=500)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.world.lock_stalls["t-1"] = 400.0  # its lock's first holder freezes
+    for k in (1, 2, 3):
+        s.bind(f"p-{k}", session=f"s-{k}")
+        s.bind(f"op-s-{k}", session=f"s-{k}", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-11ad60", {"text": "Say hello 3."}, session="s-1", after_s=12.0)
+    s.start_submit(one, "p-2", "r-d0a533", {"text": "Say hello 2."}, session="s-2", after_s=13.0)
+    s.start_drain(one, "s-2", after_s=30.0)
+    s.start_submit(one, "p-3", "r-d0a533", {"text": "Read notes-2.txt."}, session="s-3", after_s=31.0)
+    s.start_submit(one, "p-2", "r-11ad60", {"text": "Say hello 3."}, session="s-2", after_s=33.0)
+    s.start_drain(one, "s-3", after_s=34.0)
+    s.start_submit(one, "p-3", "r-01e22d", {"text": "Read notes-1.txt and notes-2.txt."},
+                   session="s-3", after_s=38.0)
+    s.start_drain(one, "s-1", after_s=39.0)
+    s.start_drain(one, "s-2", after_s=40.0)
+    s.start_submit(one, "p-1", "r-7306d7", {"text": "Say hello 5."}, session="s-1", after_s=41.0)
+    s.start_drain(one, "s-1", after_s=43.0)
+    s.start_drain(one, "s-3", after_s=44.0)
+    s.start_turn("Say hello 1. My card is 4417 2210 9932 0071.", session="t-1", process=one,
+                 after_s=51.0, injected="memory: last week the user asked for every change to be "
+                 "written to its own file")
+    s.start_turn("Write note 2 to t-1-out-2.txt.", session="t-1", process=one, after_s=60.0,
+                 injected="memory: the user keeps the quarterly figures in notes-1.txt and prefers "
+                 "short answers")
+    s.start_submit(one, "p-1", "r-4906a4x", {"text": "Write note 4 to s-1-out-4.txt.", "role": "operator"},
+                   session="s-1", after_s=68.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=71.0,
+                 injected="memory: last week the user asked for every change to be written to its "
+                 "own file")
+    s.start_drain(one, "s-1", after_s=97.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=98.0)
+    s.run_all()
+    s.world.lock_stalls.clear()  # nor a freeze not reached
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
