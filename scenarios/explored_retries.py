@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase
+from sim.explore.run import calm_phase, jump_clock
 from sim.harness import Story, scenario
 
 
@@ -128,3 +128,25 @@ def lease_lost_while_compacting_after_an_overflow(s: Story) -> None:
     s.world.lock_stalls.clear()  # nor a freeze not reached
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A round of execute_code the user stops while it runs costs no budget unit "
+          "(explored seed 2710)",
+          invariants=("LOOP-2",), stage="explore")
+def execute_code_round_interrupted_is_refunded(s: Story) -> None:
+    """The clock jumps 400 s; the turn's one reply runs ``execute_code``, and the user stops
+    the turn while the code runs. The round's row is stored and called only a refundable
+    tool, yet the turn ended with its unit spent (1/1): the refund waited for the round
+    to finish, and the interrupt ended it first. LOOP-2 refunds a round that used only
+    refundable tools, whatever becomes of it once recorded; the engine now refunds when
+    the round's row is durable."""
+    _world(s, 2710, ReplyFault(call=1, kind=FaultKind.RUN_CODE))
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    jump_clock(s, 400.0, after_s=38.0)
+    s.start_submit(one, "p-1", "r-41cd28", {"text": "Write note 2 to s-1-out-2.txt."},
+                   session="s-1", after_s=46.0)
+    s.start_drain(one, "s-1", after_s=76.0)
+    s.interrupt(after_s=91.0, session="s-1")
+    _calm(s)
