@@ -10,7 +10,15 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
 from hermes_ref.tokens import count_message
-from sim.checkers.base import Observation, Violation, checker, ended_in, record_tokens, window_tokens
+from sim.checkers.base import (
+    Observation,
+    TurnKey,
+    Violation,
+    checker,
+    ended_in,
+    record_tokens,
+    window_tokens,
+)
 from sim.checkers.compaction_record import (
     AFTER_EVERY_CALL,
     PRUNED_PREFIX,
@@ -261,7 +269,7 @@ def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
     return out
 
 
-def _stopped_there(reason: ExitReason, key: tuple[str, str], stopped: set[tuple[str, str]]) -> bool:
+def _stopped_there(reason: ExitReason, key: TurnKey, stopped: set[TurnKey]) -> bool:
     """The turn went back to preflight and was stopped there from outside: the user
     interrupted it, or its lease was lost while it compacted (LEASE-4), so its exit is
     ``interrupted``, not a fail-closed one."""
