@@ -7,20 +7,22 @@ calm phase.
 
 from __future__ import annotations
 
+from sim.explore.edges import handed_history
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, jump_clock
 from sim.harness import Story, scenario
 
 
-def _world(s: Story, seed: int, *faults: ReplyFault,
-           grace_outages: tuple[int, ...] = ()) -> ExploreModel:
-    """The explored world of ``seed``: its seeded ids, its model and its notes files."""
+def _world(s: Story, seed: int, *faults: ReplyFault, grace_outages: tuple[int, ...] = (),
+           parts: int = 0) -> ExploreModel:
+    """The explored world of ``seed``: its seeded ids, its model, its notes and chore files."""
     s.seed = seed  # the world's seed: it draws the interleaving
     s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
     model = ExploreModel(faults, ids=s.world.chooser, grace_outages=grace_outages)
     s.use_provider(model)
-    s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)})
+    s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
+            | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
     return model
 
 
@@ -149,4 +151,34 @@ def execute_code_round_interrupted_is_refunded(s: Story) -> None:
                    session="s-1", after_s=46.0)
     s.start_drain(one, "s-1", after_s=76.0)
     s.interrupt(after_s=91.0, session="s-1")
+    _calm(s)
+
+
+@scenario("A dropped call whose re-prompt preflight refuses ends the turn failed closed "
+          "(explored seed 2055)",
+          invariants=("LOOP-7",), stage="explore")
+def dropped_call_whose_re_prompt_does_not_fit(s: Story) -> None:
+    """A window of 320 tokens, a ten-part chore that fills it, and a later turn whose first
+    reply is empty and whose second is a dropped call. The re-prompt adds its scaffolding
+    pair, preflight can compact no further, and the turn ends
+    ``context_compression_exhausted`` with the re-prompt unsent (CMP-7). LOOP-7's checker
+    counted only the budget's end and a terminal error as stopping a re-prompt from
+    outside; a preflight refusal does too. (With a fallback route, as in the seed, LOOP-2's
+    checker also took the dropped call for an empty reply whose ladder fell back, and
+    looked for the refund of a hop never made: ``tests/unit/test_retry_checkers.py``.)"""
+    _world(s, 2055, ReplyFault(call=3, kind=FaultKind.UNKNOWN_TOOL),
+           ReplyFault(call=5, kind=FaultKind.EMPTY_REPLY),
+           ReplyFault(call=6, kind=FaultKind.BAD_ARGUMENTS), ReplyFault(call=8, kind=FaultKind.OUTAGE),
+           ReplyFault(call=13, kind=FaultKind.EMPTY_REPLY),
+           ReplyFault(call=14, kind=FaultKind.DROPPED_CALL), parts=10)
+    s.limits(context_window_tokens=320)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-800889", {"text": "Go through part-1.txt to part-10.txt in order."},
+                   session="s-1", after_s=0.0)
+    s.start_drain(one, "s-1", after_s=13.0)
+    s.start_submit(one, "p-1", "r-76ca79", {"text": "Say hello 99."}, session="s-1", after_s=16.0)
+    s.start_turn("Say hello 80.", session="h-1", process=one, after_s=25.0, history=handed_history(3))
+    s.start_drain(one, "s-1", after_s=28.0)
     _calm(s)

@@ -202,10 +202,19 @@ def _refused_hop(limits: Limits, view: TurnView) -> int:
     attempts = [c for c in budgeted if c.request is last]
     chain = route_chain(limits)
     spent = all(c.error in _HOPPING_ERRORS for c in attempts) or all(
-        c.reply is not None and not c.reply.tool_calls and not visible_text(c.reply.content)
-        for c in attempts)
+        _walked_the_ladder(limits, c) for c in attempts)
     has_next = last.model in chain and chain.index(last.model) < len(chain) - 1
     return int(spent and has_next)
+
+
+def _walked_the_ladder(limits: Limits, call: CallRecord) -> bool:
+    """The reply was empty and went to the empty ladder (LOOP-8), whose last rungs fall
+    back. Not a dropped call with re-prompts left: that one is re-prompted on the same
+    route (LOOP-7), and a refusal of the re-prompt is no refused hop."""
+    reply = call.reply
+    if reply is None or reply.tool_calls or visible_text(reply.content):
+        return False
+    return not (dropped_call(reply) and nudges_since_tool(call) < limits.dropped_toolcall_retries_max)
 
 
 def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent: int,
@@ -371,7 +380,8 @@ def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reas
 # outside the reply (the budget ran out, or preflight refused to send the re-prompt).
 _STOPPED_FROM_OUTSIDE = frozenset({ExitReason.MAX_ITERATIONS.value,
                                    ExitReason.BUDGET_EXHAUSTED.value,
-                                   ExitReason.TERMINAL_PROVIDER_ERROR.value})
+                                   ExitReason.TERMINAL_PROVIDER_ERROR.value}
+                                  | {r.value for r in CONTEXT_PRESSURE_EXITS})
 
 
 @checker("dropped_call_reprompts", ("LOOP-7",),
