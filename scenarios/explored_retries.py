@@ -182,3 +182,44 @@ def dropped_call_whose_re_prompt_does_not_fit(s: Story) -> None:
     s.start_turn("Say hello 80.", session="h-1", process=one, after_s=25.0, history=handed_history(3))
     s.start_drain(one, "s-1", after_s=28.0)
     _calm(s)
+
+
+@scenario("A dropped call at the last allowed call leaves its re-prompt in the grace request, "
+          "which then does not fit (explored seed 1438)",
+          invariants=("FIN-1", "LOOP-7"), stage="explore")
+def grace_request_carries_the_dropped_call_re_prompt(s: Story) -> None:
+    """``max_iterations`` 2 and a window of 250 tokens: a turn's second call is a dropped
+    call. The loop re-prompts it (the reply and a nudge, scaffolding in the working list)
+    and reaches its bound, so the finalizer asks for the grace summary with that pair
+    still in the request, as Hermes does; the request is over the window and is not sent
+    (CMP-7), and the turn ends on its tool result (FIN-8). FIN-1's and LOOP-7's checkers
+    rebuilt the grace request from the stored rows alone, found it fitted, and demanded a
+    grace call; they now count the re-prompt pair the dropped call left."""
+    _world(s, 1438, ReplyFault(call=1, kind=FaultKind.SERVER_ERROR),
+           ReplyFault(call=4, kind=FaultKind.RATE_LIMIT, seconds=20.0),
+           ReplyFault(call=9, kind=FaultKind.SERVER_ERROR), ReplyFault(call=13, kind=FaultKind.SERVER_ERROR),
+           ReplyFault(call=15, kind=FaultKind.DROPPED_CALL))
+    s.limits(max_iterations=2)
+    s.limits(context_window_tokens=250)
+    for k in (1, 2, 3):
+        s.bind(f"p-{k}", session=f"s-{k}")
+        s.bind(f"op-s-{k}", session=f"s-{k}", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-2", "r-859ec2",
+                   {"text": "Read notes-2.txt and rewrite it as note 71 at notes-2.txt."},
+                   session="s-2", after_s=17.8)
+    s.start_submit(one, "p-1", "r-a59beb",
+                   {"text": "Read notes-2.txt and rewrite it as note 70 at /workspace/notes-2.txt."},
+                   session="s-1", after_s=26.7)
+    s.start_drain(one, "s-1", after_s=31.1)
+    s.start_submit(one, "p-1", "r-48e6da", {"text": "Say hello 99."}, session="s-1", after_s=67.1)
+    s.start_drain(one, "s-1", after_s=67.6)
+    s.start_submit(one, "p-3", "r-48e6da", {"text": "Read notes-2.txt."}, session="s-3", after_s=86.0)
+    s.start_drain(one, "s-3", after_s=89.3)
+    s.start_drain(one, "s-2", after_s=90.5)
+    s.start_submit(one, "p-3", "r-674ee8", {"text": "Write note 1 to s-3-out-1.txt."},
+                   session="s-3", after_s=96.0)
+    s.start_drain(one, "s-3", after_s=100.7)
+    s.start_submit(one, "p-2", "r-4a88f5", {"text": "Read notes-2.txt."}, session="s-2", after_s=104.1)
+    s.start_drain(one, "s-2", after_s=104.2)
+    _calm(s)
