@@ -169,21 +169,19 @@ async def run_tool_round(ctx: TurnContext, assistant: Message) -> bool:
         return await _all_invalid_round(ctx, assistant, specs)
     ctx.state.invalid_tool_rounds = 0
     resolved = await _resolve_paths(assistant.tool_calls, specs)
-    # LOOP-2: a round of refundable tools costs no budget, whatever becomes of its results
-    refundable = all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls)
+    if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):
+        # LOOP-2: a round of refundable tools costs no budget, whatever becomes of it
+        # once recorded: a failed result write or an interrupt while the code runs too
+        ctx.state.budget.refund()
     for segment in plan_segments(assistant.tool_calls, specs, resolved):
         results = await _run_segment(ctx, segment, specs)
         if not await ctx.persist(tuple(_result_row(ctx, r) for r in results), Site.TOOL_RESULTS):
             ctx.state.unrecorded_calls.update(r.call_id for r in results)
-            if refundable:
-                ctx.state.budget.refund()  # the code ran; only its result's write failed
             return False
         _track_mutations(ctx, segment.calls, results, specs)
         progress = ToolProgress(calls=[r.call_id for r in results], parallel=segment.parallel,
                                 errors=sum(r.is_error for r in results))
         await Emit(progress.event(ctx.session_id, ctx.turn_id))
-    if refundable:
-        ctx.state.budget.refund()
     ctx.state.last_round_had_tools = True
     ctx.state.post_tool_nudged = False
     return True

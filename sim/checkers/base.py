@@ -16,7 +16,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
 from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
-from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT
+from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, GRACE_SUMMARY_PROMPT
 from hermes_ref.tokens import count_message
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
@@ -366,9 +366,33 @@ def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
     if rows and rows[-1].turn_id == view.turn_id and rows[-1].role is Role.ASSISTANT \
             and not rows[-1].tool_calls:
         rows = rows[:-1]  # the boundary or answer row the finalizer wrote after
-    tokens = record_tokens(obs, where, rows) + \
+    tokens = record_tokens(obs, where, rows) + _reprompt_tokens(obs.limits, view.calls[-1]) + \
         count_message({"role": "user", "content": GRACE_SUMMARY_PROMPT})
     return tokens > window_tokens(obs.limits, view.calls[-1].request.model)
+
+
+def _reprompt_tokens(limits: Limits, last: CallRecord) -> int:
+    """The tokens of the re-prompt pair a dropped call at the loop's bound left in the
+    turn's working list (LOOP-7): the reply as it came and the nudge, scaffolding that is
+    never stored but that the grace request still carries after them. 0 for any other
+    last reply, and for a dropped call past the re-prompts' bound."""
+    reply = last.reply
+    if reply is None or reply.finish_reason != "tool_calls" or reply.tool_calls:
+        return 0
+    try:
+        body = last.sent
+    except ValueError:
+        return 0
+    sent = body.get("messages") if isinstance(body, dict) else None
+    nudges = 0
+    for message in reversed(sent if isinstance(sent, list) else []):
+        if message.get("role") == Role.TOOL.value:
+            break
+        nudges += message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE
+    if nudges >= limits.dropped_toolcall_retries_max:
+        return 0
+    return count_message({"role": "assistant", "content": reply.content or ""}) + \
+        count_message({"role": "user", "content": DROPPED_TOOLCALL_NUDGE})
 
 
 def ended_in(view: TurnView) -> str:

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
 from hermes_ref.tokens import count_message
-from sim.checkers.base import Observation, Violation, checker, ended_in, record_tokens, window_tokens
+from sim.checkers.base import (
+    Observation,
+    TurnKey,
+    Violation,
+    checker,
+    ended_in,
+    record_tokens,
+    window_tokens,
+)
 from sim.checkers.compaction_record import (
     AFTER_EVERY_CALL,
     PRUNED_PREFIX,
@@ -28,6 +36,7 @@ from sim.checkers.compaction_record import (
     tokens_of,
     tokens_sent,
 )
+from sim.checkers.loop_fire import interrupted
 from sim.checkers.wire import sent_messages
 
 # ---- CMP-2: prune first, head and tail kept, the middle summarized, the summary updated -----
@@ -235,6 +244,7 @@ def requests_fit_the_window(obs: Observation) -> list[Violation]:
          "turn fails closed with a context-pressure exit; never the same request, never terminal")
 def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
+    stopped = interrupted(obs)
     for view in obs.ended_turns():
         for index, call in enumerate(view.calls):
             if call.error != "ContextOverflow":
@@ -243,7 +253,8 @@ def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
             tag = f"turn {view.key}: the overflow at effect {call.seq}"
             if after is None:
                 line = view.exit
-                if line is not None and line.reason not in CONTEXT_PRESSURE_EXITS:
+                if line is not None and line.reason not in CONTEXT_PRESSURE_EXITS \
+                        and not _stopped_there(line.reason, (view.session_id, view.turn_id), stopped):
                     out.append(Violation("overflow_goes_back_to_preflight", "LOOP-5",
                                          f"{tag} ended the turn as {line.reason.value}, not "
                                          "through preflight's fail-closed exit"))
@@ -256,6 +267,13 @@ def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
                                      f"was {'smaller' if smaller else 'not smaller'} and "
                                      f"{'' if compacted else 'not '}compacted"))
     return out
+
+
+def _stopped_there(reason: ExitReason, key: TurnKey, stopped: set[TurnKey]) -> bool:
+    """The turn went back to preflight and was stopped there from outside: the user
+    interrupted it, or its lease was lost while it compacted (LEASE-4), so its exit is
+    ``interrupted``, not a fail-closed one."""
+    return reason is ExitReason.INTERRUPTED and key in stopped
 
 
 # ---- CTX-7: the turn's own user message ---------------------------------------------------

@@ -222,6 +222,7 @@ class _Walk:
 
 
 REFUSED = "refused by preflight"
+PREFILL_OR_RETRY = "prefill or retry"  # the same request again, ending on the same prefill
 # rungs whose next request differs from the one just sent, so preflight may refuse it (a
 # retry resends a request that fitted)
 SENDING_RUNGS = frozenset({"nudge", "prefill", "fallback"})
@@ -265,7 +266,7 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
         return "fallback"
     sent, before = _messages(nxt), _messages(call)
     if sent == before:  # the very request again (a nudged request retried stays nudged)
-        return "retry"
+        return _again(sent, reasoning_of(reply))
     if len(sent) >= 2 and sent[-1].get("content") == EMPTY_AFTER_TOOLS_NUDGE \
             and sent[-2].get("content") == EMPTY_SENTINEL:
         return "nudge"
@@ -274,6 +275,24 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
             and sent[-1].get("content") == thought:
         return "prefill"
     return "unexplained"
+
+
+def _again(sent: list[dict[str, Any]], thought: str) -> str:
+    """The rung a request sent again unchanged shows: a retry, unless it ends on a prefill
+    of the very reasoning the reply carried. A prefill takes the place of the one before
+    it, so a model that reasons the same words twice is prefilled into the same request a
+    retry would send, and the record cannot tell the two rungs apart."""
+    if sent and thought and sent[-1].get("role") == Role.ASSISTANT.value \
+            and sent[-1].get("content") == thought:
+        return PREFILL_OR_RETRY
+    return "retry"
+
+
+def _resolved(seen: str, want: str) -> str:
+    """The observed rung, an ambiguous one read as the rung due when it is either."""
+    if seen == PREFILL_OR_RETRY:
+        return want if want in ("prefill", "retry") else "retry"
+    return seen
 
 
 @checker("empty_ladder_in_order", ("LOOP-8",),
@@ -301,6 +320,7 @@ def empty_ladder_in_order(obs: Observation) -> list[Violation]:
             if seen is None:
                 break
             want = walk.expected(obs.limits, calls, index, landed)
+            seen = _resolved(seen, want)
             if seen == REFUSED and want in SENDING_RUNGS:
                 break  # the rung due builds a request, and that request is what preflight refused
             if seen != want:

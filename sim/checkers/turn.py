@@ -212,8 +212,7 @@ def _refused_hop(limits: Limits, view: TurnView) -> int:
     if line.reason not in CONTEXT_PRESSURE_EXITS:
         return 0
     spent = all(c.error in _HOPPING_ERRORS for c in attempts) or all(
-        c.reply is not None and not c.reply.tool_calls and not visible_text(c.reply.content)
-        for c in attempts)
+        _walked_the_ladder(limits, c) for c in attempts)
     return int(spent and has_next)
 
 
@@ -233,6 +232,16 @@ def _retries_spent(limits: Limits, attempts: list[CallRecord]) -> bool:
         else:
             return n == len(attempts) - 1 and call.error in _HOPPING_ERRORS
     return False
+
+
+def _walked_the_ladder(limits: Limits, call: CallRecord) -> bool:
+    """The reply was empty and went to the empty ladder (LOOP-8), whose last rungs fall
+    back. Not a dropped call with re-prompts left: that one is re-prompted on the same
+    route (LOOP-7), and a refusal of the re-prompt is no refused hop."""
+    reply = call.reply
+    if reply is None or reply.tool_calls or visible_text(reply.content):
+        return False
+    return not (dropped_call(reply) and nudges_since_tool(call) < limits.dropped_toolcall_retries_max)
 
 
 def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent: int,
@@ -340,8 +349,8 @@ def provider_errors_classified(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     for turn_id, records in calls_by_turn(obs).items():
         reason = exits.get(turn_id)
-        if reason == ExitReason.INTERRUPTED.value and turn_id in lost:
-            reason = None
+        if turn_id in lost and (reason == ExitReason.INTERRUPTED.value or is_grace(records[-1])):
+            reason = None  # stopped from outside; at the grace call FIN-8 names the exit
         out.extend(Violation("provider_errors_classified", "LOOP-5", f"turn {turn_id}: {problem}")
                    for problem in _retry_problems(obs.limits, records, reason))
     return out
@@ -398,7 +407,8 @@ def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reas
 # outside the reply (the budget ran out, or preflight refused to send the re-prompt).
 _STOPPED_FROM_OUTSIDE = frozenset({ExitReason.MAX_ITERATIONS.value,
                                    ExitReason.BUDGET_EXHAUSTED.value,
-                                   ExitReason.TERMINAL_PROVIDER_ERROR.value})
+                                   ExitReason.TERMINAL_PROVIDER_ERROR.value}
+                                  | {r.value for r in CONTEXT_PRESSURE_EXITS})
 
 
 @checker("dropped_call_reprompts", ("LOOP-7",),
