@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hermes_ref import closure, preflight
+from hermes_ref import closure, preflight, redirect
 from hermes_ref.context import TurnContext, check_stored
 from hermes_ref.effects import (
     ClearInterrupt,
@@ -103,8 +103,20 @@ async def _grace_call(ctx: TurnContext) -> ProviderReply | None:
         except TurnInterrupted as stop:  # the lease went while the summary was being asked for
             ctx.ending.detail += f"; grace call interrupted: {stop.reason}"
             return None
+        if state.cut_partial is not None:
+            await _take_in_a_grace_cut(ctx)
+            return None
         if reply is not None or state.route == route:
             return reply
+
+
+async def _take_in_a_grace_cut(ctx: TurnContext) -> None:
+    """LOOP-4: a correction that cut the grace call is the user's word all the same, and a
+    real user row of this turn: it is taken in (the cut reply as its visible text, or
+    hidden), and the turn, with no call left to answer it, ends saying it has no answer.
+    Left queued, it would be lost, or taken in by the session's next turn as its own."""
+    await redirect.take_redirects(ctx)
+    ctx.ending.detail += "; grace call cut by a correction"
 
 
 def _reuse_withheld(ctx: TurnContext, answer: str) -> None:

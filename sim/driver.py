@@ -377,12 +377,16 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         self.world.timeline.add("auth", f"credentials of {effect.model} renewed")
 
     def _drain_redirects(self, effect: fx.DrainRedirects) -> tuple[str, ...]:
-        """LOOP-4: hand the turn the corrections sent to its session, once each."""
-        texts = tuple(self.world.redirects.pop(effect.session_id, ()))
-        for text in texts:
-            self._note("drained", effect.session_id, text)
+        """LOOP-4: hand the turn the corrections sent to it, once each.
+
+        They are the turn's, not the session's: the user corrected the turn that ran, in
+        its process, so no other turn takes them in, and a turn that rotated its session
+        mid-way (CMP-5) still finds them. The note names the session the user addressed."""
+        sent = tuple(self.world.redirects.pop(effect.turn_id, ()))
+        for session_id, text in sent:
+            self._note("drained", session_id, text)
             self.world.timeline.add("redirect", f"{effect.turn_id} takes in {_short(text)}")
-        return texts
+        return tuple(text for _, text in sent)
 
     def _note(self, what: str, session_id: str | None, text: str,
               turn_id: str | None = None) -> None:

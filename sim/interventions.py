@@ -12,8 +12,10 @@ world's own account that the checkers read.
   ``interrupted_by_user``, exactly as a lost lease does (``sim.lease_actor``): the wait it
   is in ends at once with ``TurnInterrupted``, and so would its next model call, tool
   batch or sleep.
-* A **correction** is queued for the session (``World.redirects``), where the turn's next
-  ``DrainRedirects`` finds it. If the turn is waiting for a model reply, the reply's
+* A **correction** is queued for the session's running turn (``World.redirects``, by turn:
+  it lives in that turn's process), where the turn's next ``DrainRedirects`` finds it; a
+  turn that ends without taking it in takes it along, and with no turn running nothing
+  is queued. If the turn is waiting for a model reply, the reply's
   stream is cut: the turn gets ``Redirected`` carrying the raw text streamed so far (the
   scripted reply stands for a stream that delivered its reasoning, as a think block, and
   its text, then stalled), and the world's call record is marked cut.
@@ -92,11 +94,13 @@ def redirect(story: Story, text: str, after_s: float, session: str,
     def fire() -> None:
         if arrives is not None and not arrives():
             return
-        world.redirects.setdefault(session, []).append(text)
         actor = running_turn(world, session)
         _note(world, "redirect", session, actor, text)
         world.timeline.add("redirect", f"the user says {text!r}")
-        if actor is None or actor.wait is None or not isinstance(actor.pending, fx.CallProvider):
+        if actor is None or actor.turn_id is None:
+            return  # no turn runs: a correction of nothing (a new message is the user's way)
+        world.redirects.setdefault(actor.turn_id, []).append((session, text))
+        if actor.wait is None or not isinstance(actor.pending, fx.CallProvider):
             return
         reply = world.streaming.pop(actor.seq, None)
         for index in range(len(world.calls) - 1, -1, -1):  # the call it waits on was the last

@@ -278,7 +278,9 @@ class World:
     clients: list[Any] = field(default_factory=list)  # sim.stream_client.SimClient
     # LOOP-6: a fake of its own per model (a fallback route); any other model gets ``provider``
     providers: dict[str, Provider] = field(default_factory=dict)
-    redirects: dict[str, list[str]] = field(default_factory=dict)  # session -> undrained corrections
+    # LOOP-4: turn -> the corrections sent to it and not yet taken in, each with the session
+    # the user addressed; they live in the turn's process and go when the turn ends
+    redirects: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     interventions: list[Intervention] = field(default_factory=list)  # LOOP-4/5, FIN-4
     lane_effects: list[LaneEffect] = field(default_factory=list)  # SES-7: starts, reads, routes
     streaming: dict[int, ProviderReply] = field(default_factory=dict)  # actor seq -> reply in flight

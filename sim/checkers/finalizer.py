@@ -170,9 +170,9 @@ def answer_delivered(obs: Observation) -> list[Violation]:
         if (view.session_id, view.turn_id) in lost:
             continue
         call = view.calls[-1] if view.calls else None
-        reply = call.reply if call is not None else None
+        reply = call.reply if call is not None and call.cut is None else None  # a correction
         if call is None or reply is None or reply.tool_calls or not (reply.content or "").strip():
-            continue
+            continue  # cut the stream (LOOP-4): the engine never got that reply as an answer
         if any(seq > call.seq for seq in obs.crash_seqs) and view.run is None:
             continue  # the process died after this call; a later turn owns the repair
         done = view.completion

@@ -577,10 +577,12 @@ def interrupted_calls_told_truly(obs: Observation) -> list[Violation]:
          "stored as its visible text, or hidden; no stored row carries a reply's reasoning")
 def corrections_taken_in(obs: Observation) -> list[Violation]:
     out = []
+    lost = lost_leases(obs)
     for view in obs.ended_turns():
         rows = view.rows
         users = [m.content for m in rows if m.role is Role.USER]
-        for text in _drained(obs, view):
+        fenced = (view.session_id, view.turn_id) in lost  # LEASE-4: it writes nothing more
+        for text in () if fenced else _drained(obs, view):
             if not any(u is not None and text in u for u in users):
                 out.append(_v4(f"turn {view.key} took in the correction {text[:30]!r} and "
                                "stored no user row holding it"))
