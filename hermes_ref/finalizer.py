@@ -100,8 +100,8 @@ async def _grace_call(ctx: TurnContext) -> ProviderReply | None:
         try:
             reply = await call_with_retries(ctx, build_request(ctx, with_tools=False,
                                                                purpose="grace"))
-        except TurnInterrupted as stop:  # the lease went while the summary was being asked for
-            ctx.ending.detail += f"; grace call interrupted: {stop.reason}"
+        except TurnInterrupted as stop:  # the user or a lost lease stopped the summary call
+            ctx.ending.interrupt_summary(stop.reason)
             return None
         if reply is not None or state.route == route:
             return reply
