@@ -53,3 +53,69 @@ def interrupt_during_the_grace_call_ends_the_turn_interrupted(s: Story) -> None:
     s.delay_reply(2, 400.0)
     s.interrupt(after_s=124.0, session="s-1")
     _one_turn(s, "Write note 3 to s-1-out-3.txt.", submit_s=75.0, drain_s=104.0)
+
+
+# ---- the delivered answer: what the checkers must take for it -------------------------------
+
+
+@scenario("A recovered streamed answer after a write that failed carries TOOL-9's note "
+          "(explored seeds 1042, 1810)",
+          invariants=("FIN-2", "TOOL-9"), stage="explore")
+def recovered_stream_answer_with_the_failed_write_note(s: Story) -> None:
+    """The model writes under a path that is a file, so the write fails and is not redone;
+    its answer's stream is cut after two deltas, and the retry's stream breaks after its
+    last delta, whole. The engine recovers that answer (FIN-2) and, as for any delivered
+    answer, adds the note of the file changes that did not apply (TOOL-9). FIN-2's checker
+    demanded the stored answer be the streamed text exactly, note and all."""
+    _world(s, 1042, ReplyFault(call=1, kind=FaultKind.REFUSED_WRITE),
+           ReplyFault(call=2, kind=FaultKind.STREAM_CUT, deltas=2),
+           ReplyFault(call=3, kind=FaultKind.STREAM_CUT, deltas=99))
+    s.world.stream_cuts[2] = 2
+    s.world.stream_cuts[3] = 99
+    _one_turn(s, "Read notes-1.txt.")
+
+
+@scenario("A narrated dropped call on the budget's one unit, with no grace call, is no answer "
+          "to deliver (explored seeds 1356, 1365, 1486)",
+          invariants=("FIN-6", "LOOP-7"), stage="explore")
+def narrated_dropped_call_is_no_answer_to_deliver(s: Story) -> None:
+    """A budget of one and no grace call: the model says "Let me read notes-1.txt now." and
+    stops with ``finish_reason=tool_calls`` and no call. With re-prompts left that
+    narration is scaffolding (LOOP-7), not an answer, and the budget is spent, so the turn
+    ends without one. FIN-6's checker took the narration for the final answer the model
+    gave and called the turn's explanation a different answer."""
+    _world(s, 1356, ReplyFault(call=1, kind=FaultKind.NARRATED_CALL))
+    s.limits(iteration_budget=1, grace_call_enabled=False)
+    _one_turn(s, "Write note 13 to s-1-out-13.txt.")
+
+
+@scenario("A client shown the answer the verification gate held is shown the durable answer, "
+          "though later calls streamed too (explored seeds 2808, 2958)",
+          invariants=("DEL-2", "FIN-1"), stage="explore")
+def client_shown_the_held_answer(s: Story) -> None:
+    """A budget of three and the verification gate: the turn writes a file, the model answers,
+    and the gate holds the answer back; asked to check its work, the model, slow, streams a think
+    block and reads the file with the last unit. FIN-1 delivers the held answer. DEL-2's
+    checker compared it with the text the client was shown for the turn's last streamed
+    call, the think block, not for the call that gave the answer."""
+    _world(s, 2808, ReplyFault(call=3, kind=FaultKind.SLOW_REPLY, seconds=90.0))
+    s.delay_reply(3, 90.0)
+    s.limits(verify_before_answer=True)
+    s.limits(iteration_budget=3)
+    SimClient.join(s.world, "s-1", name="client-1")
+    _one_turn(s, "Write note 1 to s-1-out-1.txt.")
+
+
+@scenario("A client shown a slow answer's think block and text is shown the durable answer "
+          "with TOOL-9's note (explored seed 2958)",
+          invariants=("DEL-2", "TOOL-9"), stage="explore")
+def client_shown_a_think_block_before_the_noted_answer(s: Story) -> None:
+    """The model writes under a path that is a file, so the write fails; its answer is slow
+    and thinks aloud first, in an inline think block, and the engine adds the note of the
+    file changes that did not apply (TOOL-9). DEL-2's checker folded the think block away
+    or followed the note, never both, and called the client's text another answer."""
+    _world(s, 2958, ReplyFault(call=1, kind=FaultKind.REFUSED_WRITE),
+           ReplyFault(call=2, kind=FaultKind.SLOW_REPLY, seconds=90.0))
+    s.delay_reply(2, 90.0)
+    SimClient.join(s.world, "s-1", name="client-1")
+    _one_turn(s, "Read notes-2.txt.")
