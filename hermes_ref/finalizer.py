@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hermes_ref import closure, preflight
+from hermes_ref import closure, preflight, redirect
 from hermes_ref.context import TurnContext, check_stored
 from hermes_ref.effects import (
     ClearInterrupt,
@@ -79,6 +79,8 @@ async def _budget_fallback(ctx: TurnContext) -> None:
         scaffold(Role.USER, GRACE_SUMMARY_PROMPT, ScaffoldFlag.GRACE_SUMMARY, ctx.turn_id)
     )
     reply = await _grace_call(ctx)
+    if reply is None and ctx.state.cut_partial is not None:
+        await redirect.take_redirects(ctx)  # LOOP-4: the correction that cut the summary
     text = (reply.content or "").strip() if reply is not None else ""
     if text and reply is not None:
         ctx.ending.amend_answer(reply.content or "")
@@ -89,7 +91,12 @@ async def _budget_fallback(ctx: TurnContext) -> None:
 async def _grace_call(ctx: TurnContext) -> ProviderReply | None:
     """The one tool-less summary call; when its retries are spent on the primary and the
     turn falls back (LOOP-6), the same call once more on the fallback, preflighted and
-    built for that route. None when nothing answered."""
+    built for that route. None when nothing answered.
+
+    A correction that cuts it is the turn's to take in (LOOP-4), as at the loop's top: left
+    queued, the session's next turn would take it in as a second user row of its own. The
+    budget has no call left to answer it, so the turn ends without an answer (FIN-5 closes
+    the user row with a boundary row)."""
     state = ctx.state
     while True:
         if not await preflight.check(ctx):  # the grace call is a model call too (CMP-7)

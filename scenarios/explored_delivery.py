@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase
+from sim.explore.run import calm_phase, redirect_a_running_turn
 from sim.harness import Story, scenario
 from sim.stream_client import SimClient
 
@@ -53,6 +53,31 @@ def interrupt_during_the_grace_call_ends_the_turn_interrupted(s: Story) -> None:
     s.delay_reply(2, 400.0)
     s.interrupt(after_s=124.0, session="s-1")
     _one_turn(s, "Write note 3 to s-1-out-3.txt.", submit_s=75.0, drain_s=104.0)
+
+
+@scenario("A correction that cuts the grace call is taken in by its turn, not by the session's "
+          "next turn (explored seed 2311)",
+          invariants=("LOOP-4", "CTX-8", "FIN-5"), stage="explore")
+def correction_that_cuts_the_grace_call_is_taken_in(s: Story) -> None:
+    """``max_iterations`` 1: the turn reads a file and its one call is spent, so the
+    finalizer asks for the grace summary, whose reply is slow, and the user corrects the
+    turn while it streams. The correction cut the call, but nothing took it in: it stayed
+    queued, and the session's next turn took it in as a second user row of its own before
+    its first call (CTX-8). The turn now takes in a correction that cut its grace call
+    (LOOP-4); no call is left to answer it, so the turn ends without an answer, and FIN-5's
+    boundary row closes it."""
+    _world(s, 2311, ReplyFault(call=2, kind=FaultKind.SLOW_REPLY, seconds=90.0))
+    s.limits(max_iterations=1)
+    s.delay_reply(2, 90.0)
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-1", {"text": "Read notes-1.txt."}, session="s-1", after_s=2.0)
+    s.start_drain(one, "s-1", after_s=4.0)
+    redirect_a_running_turn(s, "Say hello 66 instead.", after_s=10.0, session="s-1")
+    s.start_submit(one, "p-1", "r-2", {"text": "Say hello 1."}, session="s-1", after_s=120.0)
+    s.start_drain(one, "s-1", after_s=122.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 # ---- the delivered answer: what the checkers must take for it -------------------------------
