@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase, redirect_a_running_turn
+from sim.explore.run import calm_phase, jump_clock, redirect_a_running_turn
 from sim.harness import Story, scenario
 from sim.stream_client import SimClient
 
@@ -144,3 +144,51 @@ def client_shown_a_think_block_before_the_noted_answer(s: Story) -> None:
     s.delay_reply(2, 90.0)
     SimClient.join(s.world, "s-1", name="client-1")
     _one_turn(s, "Read notes-2.txt.")
+
+
+# ---- a lost lease of a rotated session -----------------------------------------------------
+
+
+@scenario("A turn whose lease is lost after its session rotated is one the lease loss stopped "
+          "(explored seed 1748)",
+          invariants=("LOOP-3", "FIN-6", "LEASE-4"), stage="explore")
+def lease_lost_after_a_rotation_stops_the_turn(s: Story) -> None:
+    """A window of 400 tokens: session s-2 compacts and rotates to a child (CMP-5). A later
+    turn of it gets a 503, and the clock jumps 400 s during the backoff, so the lease is
+    gone and the retry is fenced off: the turn ends ``interrupted`` (LEASE-4). The world's
+    record names that lease by the child session, and the turn by the lineage's root, so
+    the checkers' reading of lost leases missed it: LOOP-3's checker said nobody
+    interrupted the turn, and FIN-6's asked for an answer a fenced-off turn may not
+    deliver."""
+    _world(s, 1748, ReplyFault(call=6, kind=FaultKind.DROPPED_CALL),
+           ReplyFault(call=10, kind=FaultKind.TOOL_ERROR),
+           ReplyFault(call=12, kind=FaultKind.DROPPED_CALL),
+           ReplyFault(call=14, kind=FaultKind.DROPPED_CALL),
+           ReplyFault(call=15, kind=FaultKind.SERVER_ERROR))
+    s.files({f"part-{k}.txt": f"part {k} of seed 1748: in order" for k in range(1, 8)})
+    s.limits(context_window_tokens=400)
+    for user in ("p-2", "p-3", "q-3"):
+        s.bind(user, session=f"s-{user[-1]}")
+    for session in ("s-2", "s-3"):
+        s.bind(f"op-{session}", session=session, role="operator", kind="operator")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={"tool_calls": 1})
+    for user, request, text, session, submit_s, drain_s in (
+            ("p-3", "r-bd9293", "Go through part-1.txt to part-7.txt in order.", "s-3", 3.7, 8.7),
+            ("p-2", "r-f647c1", "Write note 5 to s-2-out-5.txt.", "s-2", 9.6, None),
+            ("p-2", "r-c76507", "Read notes-2.txt and rewrite it as note 70 at notes-2.txt.", "s-2",
+             9.6, 17.1),
+            ("q-3", "r-602d2b", "Say hello 602d2b from q-3.", "s-3", 24.4, 26.5),
+            ("p-2", "r-602d2b", "Read notes-2.txt.", "s-2", 27.5, 37.5),
+            ("p-2", "r-c8fa63", "Say hello 6.", "s-2", 40.4, 41.0),
+            (None, None, None, "s-2", None, 46.4),
+            ("p-2", "r-b6b562", "Say hello 3.", "s-2", 46.8, 47.8),
+            ("p-2", "r-0a61db", "Say hello 4.", "s-2", 51.5, 52.5)):
+        if user is not None and request is not None and submit_s is not None:
+            s.start_submit(one, user, request, {"text": text}, session=session, after_s=submit_s)
+        if drain_s is not None:
+            s.start_drain(one, session, after_s=drain_s)
+    jump_clock(s, 400.0, after_s=52.9)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
