@@ -89,7 +89,12 @@ async def _budget_fallback(ctx: TurnContext) -> None:
 async def _grace_call(ctx: TurnContext) -> ProviderReply | None:
     """The one tool-less summary call; when its retries are spent on the primary and the
     turn falls back (LOOP-6), the same call once more on the fallback, preflighted and
-    built for that route. None when nothing answered."""
+    built for that route. None when nothing answered.
+
+    A correction that cuts it is the turn's to take in (LOOP-4), as at the loop's top: left
+    queued, the session's next turn would take it in as a second user row of its own. The
+    budget has no call left to answer it, so the turn ends without an answer (FIN-5 closes
+    the user row with a boundary row)."""
     state = ctx.state
     while True:
         if not await preflight.check(ctx):  # the grace call is a model call too (CMP-7)
@@ -100,8 +105,8 @@ async def _grace_call(ctx: TurnContext) -> ProviderReply | None:
         try:
             reply = await call_with_retries(ctx, build_request(ctx, with_tools=False,
                                                                purpose="grace"))
-        except TurnInterrupted as stop:  # the lease went while the summary was being asked for
-            ctx.ending.detail += f"; grace call interrupted: {stop.reason}"
+        except TurnInterrupted as stop:  # the user or a lost lease stopped the summary call
+            ctx.ending.interrupt_summary(stop.reason)
             return None
         if state.cut_partial is not None:
             await _take_in_a_grace_cut(ctx)

@@ -107,6 +107,16 @@ class Ending:
         self.reason, self.detail, self.answer, self.failed = (
             ExitReason.INTERRUPTED, detail, None, True)
 
+    def interrupt_summary(self, detail: str) -> None:
+        """FIN-1: an interrupt during the grace call ends the turn ``interrupted``.
+
+        The budget's reason was recorded before the summary was asked for; the stop that
+        came while it was being asked for is the later, truer end, so FIN-8 does not call
+        the turn a silent stop. This overrules first-reason-wins on purpose.
+        """
+        self.reason = ExitReason.INTERRUPTED
+        self.detail = f"{self.detail}; grace call interrupted: {detail}" if self.detail else detail
+
     def replace(self, reason: ExitReason, answer: str, *, failed: bool) -> None:
         """Overrule the recorded exit with a more specific truth (FIN-8's guard only)."""
         self.reason, self.answer, self.failed = reason, answer, failed

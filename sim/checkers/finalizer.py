@@ -27,7 +27,7 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_text
-from sim.checkers.reasons import grace_texts
+from sim.checkers.reasons import dropped_call, grace_texts, nudges_since_tool
 from sim.world import CallRecord, RaisedRun
 
 # ---- finalizer ---------------------------------------------------------------------------
@@ -170,9 +170,11 @@ def answer_delivered(obs: Observation) -> list[Violation]:
         if (view.session_id, view.turn_id) in lost:
             continue
         call = view.calls[-1] if view.calls else None
-        reply = call.reply if call is not None and call.cut is None else None  # a correction
+        reply = call.reply if call is not None and call.cut is None else None  # cut: no answer (LOOP-4)
         if call is None or reply is None or reply.tool_calls or not (reply.content or "").strip():
-            continue  # cut the stream (LOOP-4): the engine never got that reply as an answer
+            continue
+        if _narrated_with_reprompts_left(obs, call):
+            continue  # it narrated a dropped call with re-prompts left (LOOP-7): no answer
         if any(seq > call.seq for seq in obs.crash_seqs) and view.run is None:
             continue  # the process died after this call; a later turn owns the repair
         done = view.completion
@@ -195,6 +197,14 @@ def store_errors_stay_in_the_result(obs: Observation) -> list[Violation]:
                       f"turn {run.session_id}/{run.turn_id} raised {run.raised} out of the engine "
                       "instead of ending with it in its result")
             for run in obs.runs or () if isinstance(run, RaisedRun) and run.store_error]
+
+
+def _narrated_with_reprompts_left(obs: Observation, call: CallRecord) -> bool:
+    """The reply promised tool calls, carried none, and dropped-call re-prompts were left:
+    its text is no answer (LOOP-7), even when the budget then ends the turn. (A reply a
+    correction cut is none either: the turn takes the correction in, LOOP-4.)"""
+    return dropped_call(call.reply) \
+        and nudges_since_tool(call) < obs.limits.dropped_toolcall_retries_max
 
 
 def _same_answer(delivered: object, given: str | None) -> bool:

@@ -93,7 +93,9 @@ def _activities(obs: Observation) -> list[Activity]:
 
 def lost_leases(obs: Observation) -> set[tuple[str, str]]:
     """(session, turn) of every turn whose lease the world saw go: a refresh that failed,
-    or a grant that ended by expiry or a dead holder's reclaim instead of its release.
+    or a grant that ended by expiry or a dead holder's reclaim instead of its release. A
+    lease of a rotated child names the turn under the lineage's root too, as ``obs.turns``
+    keys it.
 
     Four checkers ask after every step, so the answer is kept with the observation (as its
     cached properties are)."""
@@ -109,6 +111,8 @@ def lost_leases(obs: Observation) -> set[tuple[str, str]]:
         turn = _turn_of(grant.holder)
         if turn is not None and grant.end_reason in ("expired", "holder_dead"):
             lost.add((grant.session_id, turn))
+    root = lineage.roots(obs.record)  # a rotated turn is one turn, named by its root (CMP-5)
+    lost |= {(root[s], t) for s, t in lost if s in root}
     obs.__dict__["_lost_leases"] = lost
     return lost
 

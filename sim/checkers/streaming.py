@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from hermes_ref.finalizer import MUTATION_FOOTER
 from hermes_ref.ladder import visible_text
 from hermes_ref.models import Event, EventKind, Message, Role, StreamDelta
 from hermes_ref.reply_intake import clean_text
 from hermes_ref.scaffolding import EMPTY_SENTINEL
+from sim.checkers import loop_fire
 from sim.checkers.base import Observation, TurnView, Violation, checker, remembered
 from sim.world import CallRecord
 
@@ -198,11 +198,11 @@ def _recovery_problem(view: TurnView, later: list[CallRecord], call: CallRecord,
     row = _answer_row(view)
     if row is None:
         return "a whole streamed answer was lost: the turn stores no answer row"
-    if row.content != text:
+    if not loop_fire.delivers_held(row.content, [text]):  # TOOL-9 may add its note
         return (f"the stored answer {row.content!r:.60} is not the streamed answer "
                 f"{text!r:.60}")
     done = view.completion
-    if done is None or done.final_response != text:
+    if done is None or done.final_response != row.content:
         return "the completion does not carry the streamed answer"
     return None
 
@@ -273,14 +273,30 @@ def _text_problems(obs: Observation, client: Any, turn_id: str) -> list[str]:
     calls = [e.data.get("call") for e in view.events if e.kind is EventKind.DELTA_TEXT]
     if row is None or not calls or row.content == EMPTY_SENTINEL:
         return []
-    shown = clean_text(client.text(turn_id, calls[-1]))  # as a UTF-16 client renders it
     stored = row.content or ""
-    if shown and stored.startswith(f"{shown}\n\n{MUTATION_FOOTER}"):  # the engine's note (TOOL-9)
-        stored = shown  # follow the model's streamed text in the stored answer, as FIN-6 reads
-    if shown != stored and visible_text(shown) != stored:  # think blocks fold away
+    shown = _shown_answer(obs, view, client, calls, stored)
+    # think blocks fold away, and the engine's note may follow the model's text (TOOL-9)
+    if not loop_fire.delivers_held(stored, [shown, visible_text(shown)]):
         return [f"it was shown {shown!r:.60} for {turn_id}, the durable answer is "
                 f"{stored!r:.60}"]
     return []
+
+
+def _shown_answer(obs: Observation, view: TurnView, client: Any, calls: list[Any],
+                  stored: str) -> str:
+    """The text the client was shown for the call that gave the answer, as a UTF-16 client
+    renders it: the turn's last streamed call, or, when the answer is one the verification
+    gate held back and FIN-1 delivered at the budget's end, the call that gave it (the
+    model went on to check its work in later calls)."""
+    last = clean_text(client.text(view.turn_id, calls[-1]))
+    held = loop_fire.withheld_answers(view, obs)
+    if not loop_fire.delivers_held(stored, held):
+        return last
+    for call in reversed(list(dict.fromkeys(calls))):
+        shown = clean_text(client.text(view.turn_id, call))
+        if shown in held or visible_text(shown) in held:
+            return shown
+    return last
 
 
 def _v1(message: str) -> Violation:
