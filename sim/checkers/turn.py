@@ -349,8 +349,8 @@ def provider_errors_classified(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     for turn_id, records in calls_by_turn(obs).items():
         reason = exits.get(turn_id)
-        if turn_id in lost and (reason == ExitReason.INTERRUPTED.value or is_grace(records[-1])):
-            reason = None  # stopped from outside; at the grace call FIN-8 names the exit
+        if turn_id in lost and reason == ExitReason.INTERRUPTED.value:
+            reason = None  # stopped from outside (at the grace call too: FIN-8 defers to it)
         out.extend(Violation("provider_errors_classified", "LOOP-5", f"turn {turn_id}: {problem}")
                    for problem in _retry_problems(obs.limits, records, reason))
     return out
