@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sim.explore.model import ExploreModel
 from sim.explore.plan import ReplyFault
-from sim.explore.run import calm_phase
+from sim.explore.run import calm_phase, jump_clock
 from sim.explore.terminal import SECRET, redact_later
 from sim.harness import Story, scenario
 
@@ -96,4 +96,31 @@ def redaction_after_a_compaction(s: Story) -> None:
     s.start_turn("Write note 6 to t-1-out-6.txt.", session="t-1", process=one, after_s=41.0,
                  injected=NOTES["memory"])
     s.start_drain(one, "s-2", after_s=66.0)
+    _calm(s)
+
+
+@scenario("A turn refused a dead holder's lease because a living waiter was first in line, "
+          "killed right after, is not blocked by the dead (explored seed 2897)",
+          invariants=("LEASE-3",), stage="explore")
+def waiter_ahead_dies_after_the_ask(s: Story) -> None:
+    """A clock jump brings every step to one instant: pid 3's turn takes ``t-1``, pid 1's
+    first turn asks and waits in line, pid 3 is killed, pid 1's second turn asks and is
+    refused, since the first is ahead of it in line (the store keeps a place for two
+    polls); then pid 1 is killed too, so the waiter never asks again. LEASE-3's checker
+    took "asks again later" as the only sign of a waiter still in line and called the
+    refusal a dead holder blocking the lease; it now also counts a waiter whose place had
+    not lapsed, who had not left the line and whose process was still alive at the ask."""
+    _world(s, 2897, parts=8)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    _door(s, "s-1")
+    one, _, three = s.main_process(), s.process(), s.process()
+    jump_clock(s, 400.0, after_s=2.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=three, after_s=16.0,
+                 injected=NOTES["memory"])
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=19.0,
+                 injected=NOTES["memory"])
+    s.kill(three, after_s=25.0)
+    s.start_turn(f"Say hello 4. {SECRET}", session="t-1", process=one, after_s=25.0,
+                 injected=NOTES["log"])
+    s.kill(one, after_s=58.0)
     _calm(s)

@@ -138,7 +138,8 @@ class SimProcess:
 class LeaseStep:
     """One thing a lease holder did, as the world saw it (LEASE-2, LEASE-4, LEASE-6).
 
-    ``what`` is ``refresher_started``, ``refreshed``, ``refresh_failed``, ``interrupted``,
+    ``what`` is ``granted``, ``busy`` (an ask refused), ``left`` (a waiter gave up its place
+    in line), ``refresher_started``, ``refreshed``, ``refresh_failed``, ``interrupted``,
     ``refresher_stopped`` or ``released``; ``at`` is virtual time, ``seq`` the world's
     effect counter.
     """
