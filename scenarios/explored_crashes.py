@@ -7,7 +7,7 @@ own (``sim.explore.run.stage``), so each replays the run it came from, then the 
 from __future__ import annotations
 
 from sim.explore.model import ExploreModel
-from sim.explore.plan import ReplyFault
+from sim.explore.plan import BIG_LOG_TEXT, FaultKind, ReplyFault
 from sim.explore.run import calm_phase, jump_clock
 from sim.explore.terminal import SECRET, redact_later
 from sim.harness import Story, scenario
@@ -123,4 +123,29 @@ def waiter_ahead_dies_after_the_ask(s: Story) -> None:
     s.start_turn(f"Say hello 4. {SECRET}", session="t-1", process=one, after_s=25.0,
                  injected=NOTES["log"])
     s.kill(one, after_s=58.0)
+    _calm(s)
+
+
+@scenario("A huge read whose process dies before its result is stored leaves a recovered "
+          "'unknown' result, which names no spill file (explored seed 1594)",
+          invariants=("TOOL-7", "TOOL-10"), stage="explore")
+def huge_read_cut_by_a_crash(s: Story) -> None:
+    """The model reads the 120,000-character log; the tool spills the output, and the
+    process dies right after the tools ran, before the round's results were written. The
+    new process's recovery closes the call with the 'unknown' result (TOOL-10): the model
+    never saw the output. TOOL-7's checker demanded that this row name the spill file;
+    it now judges only a result the engine stored, not a closure row written in its place."""
+    _world(s, 1594, ReplyFault(call=4, kind=FaultKind.HUGE_READ))
+    s.files({"big.log": BIG_LOG_TEXT})  # a log of 120,000 characters
+    _door(s, "s-1")
+    one = s.main_process()
+    s.faults(crash="after:tools#2", crash_at_effect=None, fail_writes={})
+    for request, text, after in (("r-948f41", "Read notes-1.txt and notes-2.txt.", 67.0),
+                                 ("r-7c32df", "Say hello 2.", 82.0),
+                                 ("r-e8de13", "Say hello 4.", 83.0)):
+        s.start_submit(one, "p-1", request, {"text": text}, session="s-1", after_s=after)
+    s.start_drain(one, "s-1", after_s=87.0)
+    s.start_drain(one, "s-1", after_s=91.0)
+    s.start_submit(one, "p-1", "r-43cebe", {"text": "Say hello 54."}, session="s-1", after_s=154.0)
+    s.start_drain(one, "s-1", after_s=180.0)
     _calm(s)
