@@ -180,6 +180,8 @@ class LeaseHandlers:
         self._fail_if_planned(Site.LEASE)
         self._write(self.world.store.leave_lease_queue, effect.session_id, effect.holder)
         self.world.timeline.add("write", f"lease     {effect.session_id} gave up waiting")
+        self.log_lease("left", Lease(session_id=effect.session_id, holder=effect.holder, token=0,
+                                     acquired_at=0.0, expires_at=0.0))  # its place is gone (LEASE-3)
 
     def _refresh_lease(self, effect: fx.RefreshLease) -> Lease:
         world = self.world

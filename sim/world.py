@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hermes_ref.delivery import Hub, TurnSeqs  # DEL-2
-from hermes_ref.models import Event, Opening, ProviderReply, SessionRecord, StreamDelta
+from hermes_ref.models import Event, Message, Opening, ProviderReply, SessionRecord, StreamDelta
 from hermes_ref.phases import Phase
 from hermes_ref.ports import Provider, Store
 from hermes_ref.wire import ProviderRequest, WireBody
@@ -101,10 +101,14 @@ class RewriteRun(TurnRun):
     """Not a turn: a content rewrite the harness asked the store for (a redaction between
     turns), kept with the runs so checkers see it in order. ``text`` is the new content,
     ``row_id`` the row, ``seq`` the world's effect counter when it was asked: calls made
-    before it sent the row as it was then (WIRE-2)."""
+    before it sent the row as it was then (WIRE-2). ``was`` is the row as it was stored
+    before the rewrite and ``watermark`` the store's last row id then: a compaction whose
+    rows begin at or below it ran before the rewrite and wrote the row as ``was``."""
 
     row_id: int = 0
     seq: int = 0
+    was: Message | None = None
+    watermark: int = 0
 
 
 class CrashableStore(Store, Protocol):
@@ -134,7 +138,8 @@ class SimProcess:
 class LeaseStep:
     """One thing a lease holder did, as the world saw it (LEASE-2, LEASE-4, LEASE-6).
 
-    ``what`` is ``refresher_started``, ``refreshed``, ``refresh_failed``, ``interrupted``,
+    ``what`` is ``granted``, ``busy`` (an ask refused), ``left`` (a waiter gave up its place
+    in line), ``refresher_started``, ``refreshed``, ``refresh_failed``, ``interrupted``,
     ``refresher_stopped`` or ``released``; ``at`` is virtual time, ``seq`` the world's
     effect counter.
     """

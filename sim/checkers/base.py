@@ -21,7 +21,7 @@ from hermes_ref.tokens import count_message
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
 from sim.checkers import lineage  # CMP-5: a rotated turn is one turn
-from sim.world import CallRecord, Intervention, LaneEffect, LeaseStep, TurnRun
+from sim.world import CallRecord, Intervention, LaneEffect, LeaseStep, RewriteRun, TurnRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +399,20 @@ def ended_in(view: TurnView) -> str:
     """The session the turn ended in (a view is keyed by its lineage's root, CMP-5)."""
     return next((e.session_id for e in view.events if e.kind == EventKind.TURN_EXIT),
                 view.session_id)
+
+
+def as_written(obs: Observation, first_row_id: int) -> Callable[[Message], Message]:
+    """The rows as they were when a compaction whose rows begin at ``first_row_id`` ran:
+    a row an operator rewrote after it (WIRE-2, ``RewriteRun``) is judged as the compaction
+    wrote or replaced it, not as the later rewrite left it."""
+    later: dict[int, Message] = {}
+    for r in obs.runs or ():
+        if isinstance(r, RewriteRun) and r.was is not None and r.watermark >= first_row_id:
+            later.setdefault(r.row_id, r.was)  # the first rewrite since: the row as written
+
+    def then(row: Message) -> Message:
+        return later.get(row.row_id or 0) or row
+    return then
 
 
 def record_tokens(obs: Observation, session_id: str, rows: Sequence[Message]) -> int:

@@ -32,6 +32,7 @@ from hermes_ref.tokens import count_message, count_wire_messages
 from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
     Observation,
     TurnView,
+    as_written,
     record_tokens,
     remembered,
     window_tokens,
@@ -135,10 +136,11 @@ def passes(obs: Observation) -> list[Pass]:
         earlier = [c.first_row_id for c in record.compactions if c.first_row_id < done.first_row_id
                    and (c.child_id or c.session_id) == done.session_id]
         floor = max(earlier, default=0)
-        before = [m.message for m in every if m.session_id == done.session_id
+        then = as_written(obs, done.first_row_id)
+        before = [then(m.message) for m in every if m.session_id == done.session_id
                   and floor <= (m.message.row_id or 0) < done.first_row_id]
         last = done.first_row_id + done.rows_after
-        after = [m.message for m in every if m.session_id == target
+        after = [then(m.message) for m in every if m.session_id == target
                  and done.first_row_id <= (m.message.row_id or 0) < last]
         if any((m.content or "").startswith(STAGED_PREFIX) for m in after):
             continue  # the story wrote this set itself, before its runs are marked as such

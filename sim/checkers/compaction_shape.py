@@ -14,6 +14,7 @@ from sim.checkers.base import (
     Observation,
     TurnKey,
     Violation,
+    as_written,
     checker,
     ended_in,
     record_tokens,
@@ -193,6 +194,16 @@ def no_orphans(obs: Observation) -> list[Violation]:
 # ---- CMP-7 and LOOP-5: every request fits, an overflow goes back to preflight ---------------
 
 
+def _as_it_ended(obs: Observation, turn_id: str, rows: list[Message]) -> list[Message]:
+    """The session's rows with each one a later rewrite changed (a redaction, WIRE-2) as it
+    was when the turn ended: a rewrite after the turn saw the store past its last row."""
+    last = max((m.row_id or 0 for m in rows if m.turn_id == turn_id), default=None)
+    if last is None:
+        return rows
+    then = as_written(obs, last)
+    return [then(m) for m in rows]
+
+
 @checker("requests_fit_the_window", ("CMP-7",),
          "every request sent fits the context window; a request the provider refused as too "
          "long is never sent again; a fail-closed exit had a request that did not fit; rows go "
@@ -222,7 +233,8 @@ def requests_fit_the_window(obs: Observation) -> list[Violation]:
         if view.calls and view.calls[-1].error == "ContextOverflow":
             continue
         where = ended_in(view)
-        rows = [m.message for m in obs.record.messages if m.session_id == where]
+        rows = _as_it_ended(obs, view.turn_id,
+                            [m.message for m in obs.record.messages if m.session_id == where])
         unsent = record_tokens(obs, where, rows) + \
             scaffolding_tokens(obs, view.turn_id, AFTER_EVERY_CALL)
         if unsent <= smallest_window(obs.limits):

@@ -25,7 +25,7 @@ from what the engine says of itself:
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 
@@ -134,11 +134,15 @@ def successive_grants(obs: Observation) -> list[tuple[str, LeaseGrantRow, LeaseG
 
 @dataclass(frozen=True)
 class Asks:
-    """Each asker's first ask (or grant) and last ask of each session, from the lease log."""
+    """Each asker's first ask (or grant) and last ask of each session, from the lease log,
+    with what ends a place in line: leaving it, the asker's death, two polls unasked."""
 
     steps: list[LeaseStep]
     first: dict[tuple[str, str], LeaseStep]
     last: dict[tuple[str, str], int]
+    left: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # seqs it gave up at
+    died: dict[int, int] = field(default_factory=dict)  # pid -> effect count at its death
+    lapse_s: float = 0.0
 
     @classmethod
     def of(cls, obs: Observation) -> Asks:
@@ -148,15 +152,34 @@ class Asks:
         for step in steps:
             first.setdefault((step.session_id, step.holder), step)
             last[(step.session_id, step.holder)] = step.seq
-        return cls(steps, first, last)
+        left: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for step in _steps(obs, "left"):
+            left[(step.session_id, step.holder)].append(step.seq)
+        return cls(steps, first, last, dict(left), dict(obs.death_seqs),
+                   2 * obs.limits.lease_poll_s)
 
     def someone_ahead(self, ask: LeaseStep) -> bool:
         """Was another turn still waiting for the session that had first asked before
-        ``ask``'s asker did? (Its last ask comes after this one: it had not given up.)"""
+        ``ask``'s asker did? It had not given up: it asks again after this one, or it was
+        still in line when this one asked (see ``_still_in_line``)."""
         mine = self.first.get((ask.session_id, ask.holder), ask).seq
-        return any(step.seq < mine and self.last[key] > ask.seq
+        return any(step.seq < mine and (self.last[key] > ask.seq or self._still_in_line(key, ask))
                    for key, step in self.first.items()
                    if key[0] == ask.session_id and key[1] != ask.holder)
+
+    def _still_in_line(self, key: tuple[str, str], ask: LeaseStep) -> bool:
+        """A waiter that never asked again may still have held its place when ``ask`` was
+        refused, as the store keeps it: its last ask before was refused within two polls, it
+        had not left the line since, and its process had not died before ``ask`` (a process
+        killed right after ``ask`` never asks again, yet was first in line)."""
+        before = [s for s in self.steps if (s.session_id, s.holder) == key and s.seq < ask.seq]
+        if not before or before[-1].what != "busy" or ask.at - before[-1].at >= self.lapse_s:
+            return False
+        if any(before[-1].seq < seq < ask.seq for seq in self.left.get(key, ())):
+            return False
+        pid = holder_fields(key[1]).get("pid", "")
+        died = self.died.get(int(pid)) if pid.isdigit() else None
+        return died is None or died > ask.seq
 
 
 @checker("turns_hold_their_lease", ("LEASE-1",),

@@ -42,7 +42,7 @@ from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.rotation import COMPRESSION, ROTATED
-from sim.checkers.base import Observation, Violation, checker
+from sim.checkers.base import Observation, Violation, as_written, checker
 from sim.checkers.lineage import copied_row_ids, roots
 from sim.world import TurnRun
 
@@ -128,8 +128,9 @@ def rotation_is_whole(obs: Observation) -> list[Violation]:
 def compaction_loses_no_message(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     for done in obs.record.compactions:
-        kept = _compacted_rows(obs.record, done)
-        before = _replaced_rows(obs.record, done)
+        then = as_written(obs, done.first_row_id)
+        kept = [then(m) for m in _compacted_rows(obs.record, done)]
+        before = [then(m) for m in _replaced_rows(obs.record, done)]
         where = f"compaction of {done.session_id} at {done.at:g}"
         if not kept:
             out.append(Violation("compaction_loses_no_message", "CMP-5",

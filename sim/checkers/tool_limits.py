@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from hermes_ref.closure import INTERRUPTED_CALL_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.models import Message, Role
 from hermes_ref.tool_batch import BatchBounds, is_timed_out
 from hermes_ref.tool_round import batch_bounds
@@ -236,6 +237,11 @@ def oversized_results_spilled(obs: Observation) -> list[Violation]:
     return out
 
 
+# the rows written for a call whose own result was never stored: after a crash (TOOL-10), a
+# result that could not be recorded (TOOL-8), an interrupt (FIN-4); none was shown to the model
+UNDELIVERED_TEXTS = frozenset({RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT, INTERRUPTED_CALL_TEXT})
+
+
 def _spill_problems(obs: Observation, e: SimLedgerEntry) -> list[Violation]:
     tag = f"{e.name}({e.call_id}) printed {e.output_chars} characters"
     if e.spilled_to is None:
@@ -244,8 +250,9 @@ def _spill_problems(obs: Observation, e: SimLedgerEntry) -> list[Violation]:
         return [Violation("oversized_results_spilled", "TOOL-7",
                           f"{tag} but {e.spilled_to} does not hold the whole output")]
     found = result_row_of(obs, e)
-    if found is None or is_timed_out(found[1].content, _bounds(obs)):
-        return []
+    if found is None or is_timed_out(found[1].content, _bounds(obs)) \
+            or found[1].content in UNDELIVERED_TEXTS:
+        return []  # no result reached the model: a closure row stands for it (FIN-4, TOOL-8/10)
     named = spilled_path(found[1].content)
     if named != e.spilled_to:
         return [Violation("oversized_results_spilled", "TOOL-7",

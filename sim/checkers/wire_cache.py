@@ -42,6 +42,7 @@ from hermes_ref.models import Role
 from hermes_ref.prologue import compose_api_content
 from hermes_ref.tokens import count_message
 from sim.checkers.base import Observation, Violation, checker
+from sim.checkers.lineage import roots
 from sim.checkers.wire import WireMessage, sent_messages
 from sim.world import CallRecord, RewriteRun, TurnRun
 
@@ -211,9 +212,11 @@ def rewrites_drop_the_sidecar(obs: Observation) -> list[Violation]:
                            f"{(row.content or '')[:40]!r} with a sidecar that begins "
                            f"{row.api_content[:40]!r}: {problem} (a stale sidecar)"))
     runs = list(obs.runs or ())
+    root = roots(obs.record)  # a turn is run as the session asked for, a rewrite in its tip
     for place, run in enumerate(runs):
         if isinstance(run, RewriteRun):
-            later = [r for r in runs[place + 1:] if r.session_id == run.session_id
+            lineage = root.get(run.session_id, run.session_id)
+            later = [r for r in runs[place + 1:] if root.get(r.session_id, r.session_id) == lineage
                      and not isinstance(r, RewriteRun) and r.turn_id and not r.crashed]
             out.extend(_judge_rewrite(obs, run, later))
     return out

@@ -144,7 +144,8 @@ def redact_later(story: Story, secret: str, *, after_s: float, session: str) -> 
             world.scheduler.at(world.clock.now() + REDACT_RETRY_S, fire)
 
     def fire() -> None:
-        rows = [m for m in world.store.snapshot().transcript(session)
+        live = live_session(story, session)
+        rows = [m for m in world.store.snapshot().transcript(live)
                 if m.role is Role.USER and secret in (m.content or "")]
         if not rows or rows[-1].row_id is None:
             return again("no stored row holds it yet")
@@ -155,13 +156,22 @@ def redact_later(story: Story, secret: str, *, after_s: float, session: str) -> 
             return again("a turn holds the lease")
         content = (row.content or "").replace(secret, "").strip()
         seq = world.effects_performed
-        world.store.rewrite_message(session, lease.token, row.row_id or 0, content)
+        world.store.rewrite_message(lease.session_id, lease.token, row.row_id or 0, content)
         world.store.release_lease(lease)
-        world.runs.append(RewriteRun(session, content, None, False, row_id=row.row_id or 0,
-                                     seq=seq))
+        world.runs.append(RewriteRun(lease.session_id, content, None, False,
+                                     row_id=row.row_id or 0, seq=seq, was=row,
+                                     watermark=world.store.watermark()))
         world.timeline.add("rewrite", f"#{row.row_id} -> {content[:40]!r} (lease token "
                                       f"{lease.token})")
     world.scheduler.at(world.clock.now() + after_s, fire)
+
+
+def live_session(story: Story, session: str) -> str:
+    """The session a turn of ``session`` acts on now: the tip of its compression lineage
+    (CMP-5). The lease is the tip's, and the rows the next turn sends are the tip's, so the
+    operator's tool redacts there; a rotated-away parent takes no more writes."""
+    tip = story.world.store.compression_tip(session)
+    return tip.id if tip is not None else session
 
 
 def render_options(terminals: tuple[str, ...], lease_wait_s: float | None,
