@@ -87,10 +87,11 @@ def _measure(ctx: TurnContext) -> tuple[int, int]:
 
 
 def _user_text(ctx: TurnContext) -> str | None:
-    """This turn's text, from its user row, for re-location (CTX-7)."""
+    """This turn's text, from its user row, for re-location (CTX-7). A retry's nudge is a
+    user message of the turn too, but scaffolding, not what the user wrote."""
     for message in reversed(ctx.transcript.messages()):
         if message.role is Role.USER and message.turn_id == ctx.turn_id \
-                and not compression.is_summary(message):
+                and message.scaffold is None and not compression.is_summary(message):
             return message.content
     return None
 
