@@ -213,7 +213,8 @@ async def before_first_call(ctx: TurnContext, state: CompressionState) -> PassOu
 def _idle(ctx: TurnContext, state: CompressionState, figures: Budget, now: float) -> bool:
     """CTX-5, over the gap from the session's previous user row to this turn's own: when the
     user wrote it, not when the turn got the lease (a turn that waited in line for a busy
-    session did not come after an idle one)."""
+    session did not come after an idle one). An idle compaction is automatic, so whatever
+    blocks automatic compaction blocks it (CMP-4): the cooldown and the ineffective passes."""
     earlier: list[float] = []
     own: list[float] = []
     for m in ctx.transcript.messages():
@@ -226,7 +227,7 @@ def _idle(ctx: TurnContext, state: CompressionState, figures: Budget, now: float
         enabled=ctx.limits.compression_enabled, idle_after_s=ctx.limits.idle_compact_after_s,
         gap_s=came - earlier[-1], tokens=request_tokens(ctx),
         floor_tokens=compression.idle_floor_tokens(figures, state.last_compacted_tokens),
-        cooldown_active=state.cooling(now))
+        cooldown_active=state.blocked(now, ctx.limits) is not None)
 
 
 async def before_later_call(ctx: TurnContext, state: CompressionState) -> PassOutcome | None:
