@@ -206,6 +206,43 @@ def pre_tokens(obs: Observation, call: CallRecord) -> int:
         scaffolding_tokens(obs, call.turn_id, call.seq)
 
 
+def idle_due(obs: Observation, call: CallRecord) -> bool | None:
+    """CTX-5 at the summary call's turn: None when idle compaction is off."""
+    limits = obs.limits
+    if limits.idle_compact_after_s <= 0 or not limits.compression_enabled:
+        return None
+    users = [m.message for m in obs.record.messages if m.session_id == call.session_id
+             and m.message.role is Role.USER and m.message.created_at is not None
+             and not is_summary(m.message) and (m.message.row_id or 0) <= call.watermark]
+    own = [m for m in users if m.turn_id == call.turn_id]
+    earlier = [m for m in users if m.turn_id != call.turn_id]
+    if not own or not earlier:
+        return False
+    gap = (own[-1].created_at or 0.0) - (earlier[-1].created_at or 0.0)
+    floor = int(threshold_tokens(limits) * min(0.80, max(0.10, limits.compression_target_ratio)))
+    lineage = lineage_of(obs)
+    root = lineage.get(call.session_id, call.session_id)
+    before = [p for p in passes(obs) if p.done.first_row_id <= call.watermark
+              and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id
+              and same_engine(obs, p.turn, call.turn_id)]
+    if before:  # the floor rises by what the last compaction left, a process's memory as for CMP-4
+        floor += before[-1].tokens_after
+    return gap >= limits.idle_compact_after_s and pre_tokens(obs, call) > floor
+
+
+def idle_pass(obs: Observation, call: CallRecord) -> bool:
+    """Whether a summary call is its turn's idle compaction (CTX-5): the turn's first, asked
+    for before its first model call, in a session idle past the gap above the floor. An idle
+    pass compacts the conversation down to the tail's budget, not just under the threshold,
+    so it summarizes even when pruning alone would have brought the request under it."""
+    mine = [c for c in summary_calls_of(obs) if c.turn_id == call.turn_id]
+    if min(mine, key=lambda c: c.seq) is not call:
+        return False
+    if any(c.turn_id == call.turn_id and c.seq < call.seq for c in obs.calls):
+        return False
+    return bool(idle_due(obs, call))
+
+
 AFTER_EVERY_CALL = 1 << 62  # an effect count past any call: what the turn held at its end
 
 
