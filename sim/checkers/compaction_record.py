@@ -437,18 +437,21 @@ def _verdicts(obs: Observation) -> list[Verdict]:
 
 
 def _preflights(obs: Observation) -> list[Preflight]:
-    """The preflights that ran the threshold check on the primary route: before a turn's
-    first call, before each call that follows a reply (a retry of a failed call resends it
-    without one, an overflow's rebuilt request follows its forced pass), and the one that
-    failed the turn closed after a reply. The grace call is measured, never compacted for."""
-    primary, lineage = obs.limits.context_window_tokens, lineage_of(obs)
+    """The preflights that ran the threshold check, on whichever route the request went to
+    (a fallback's passes judged by its own threshold count in the same streak: LOOP-6,
+    CMP-4): before a turn's first call, before each call that follows a reply (a retry of a
+    failed call resends it without one, an overflow's rebuilt request follows its forced
+    pass) or that is the first on a route a fallback hop went to (the iteration starts over
+    for it), and the one that failed the turn closed after a reply. The grace call is
+    measured, never compacted for."""
+    lineage = lineage_of(obs)
     out = []
     for view in obs.turns.values():
         calls = sorted((c for c in view.calls if c.request.purpose == "turn"), key=lambda c: c.seq)
         for index, call in enumerate(calls):
             after = calls[index - 1] if index else None
-            if window_tokens(obs.limits, call.request.model) != primary \
-                    or (after is not None and after.reply is None and after.cut is None):
+            if after is not None and after.reply is None and after.cut is None \
+                    and after.request.model == call.request.model:
                 continue
             root = lineage.get(call.session_id, call.session_id)
             out.append(Preflight(view, root, call, after, call.at, call.seq,
@@ -466,8 +469,7 @@ def _closed_after(obs: Observation, view: TurnView, last: CallRecord) -> Preflig
     line = view.exit
     if line is None or line.reason is not ExitReason.COMPRESSION_EXHAUSTED \
             or not line.detail.startswith(PREFLIGHT_REFUSAL) or last.reply is None \
-            or line.budget_used >= line.budget_max or line.api_calls >= line.max_iterations \
-            or window_tokens(obs.limits, last.request.model) != obs.limits.context_window_tokens:
+            or line.budget_used >= line.budget_max or line.api_calls >= line.max_iterations:
         return None
     ended = [e.at for e in view.events if e.kind == EventKind.TURN_EXIT and e.at is not None]
     later = tuple(m for m in view.rows if (m.row_id or 0) > last.watermark)
@@ -484,7 +486,7 @@ def _left_an_empty_pass(obs: Observation, point: Preflight, so_far: list[Verdict
     limits, turn = obs.limits, point.view.turn_id
     if point.before is not None:
         tokens = tokens_sent(obs, point.before)
-        if tokens is None or tokens < threshold_tokens(limits):
+        if tokens is None or tokens < threshold_tokens(limits_for(limits, point.before.request.model)):
             return False
     if compressible(point.messages, limits) or not _passes_went_on(obs, point):
         return False
