@@ -13,6 +13,7 @@ from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase
+from sim.explore.terminal import redact_later
 from sim.harness import Story, scenario
 
 
@@ -263,4 +264,34 @@ def fallback_passes_count_in_the_streak(s: Story) -> None:
             _, member, request, text, session = what
             s.start_submit(process, str(member), str(request), {"text": text}, session=str(session),
                            after_s=at)
+    _calm(s)
+
+
+@scenario("A row rewritten before the session rotated is judged where the child holds it "
+          "(explored seed 2266)", invariants=("WIRE-2", "CMP-5"), stage="explore")
+def a_rewritten_row_follows_the_rotation(s: Story) -> None:
+    """The terminal's user pastes a card number into the first turn and an operator redacts
+    that row; the next turn's wide batch fills the 500-token window, and the turn after it
+    compacts before its first call and rotates the session, so its requests go to the child,
+    which holds the rows the compaction kept. WIRE-2's checker looked for the rewritten row
+    only in requests to the session it was rewritten in, found none from that turn, and
+    called it a turn that ran after the rewrite and sent the row in no request. It now
+    judges the row's copy where the child holds it, and excuses a turn whose request carried
+    the row's summary instead."""
+    _world(s, 2266, ReplyFault(call=1, kind=FaultKind.TOOL_ERROR),
+           ReplyFault(call=3, kind=FaultKind.UNKNOWN_TOOL),
+           ReplyFault(call=6, kind=FaultKind.WIDE_BATCH), parts=7)
+    s.limits(context_window_tokens=500)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    _member(s, "s-1")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-d8e81b", {"text": "Say hello 1."}, session="s-1", after_s=7.0)
+    s.start_turn("Say hello 1. My card is 4417 2210 9932 0071.", session="t-1", process=one,
+                 after_s=9.0,
+                 injected="memory: last week the user asked for every change to be written to its own file")
+    s.start_drain(one, "s-1", after_s=12.0)
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=15.0,
+                 injected=_MEMORY["figures"])
+    redact_later(s, "My card is 4417 2210 9932 0071.", after_s=15.0, session="t-1")
+    s.start_turn("Say hello 3.", session="t-1", process=one, after_s=22.0, injected=_MEMORY["figures"])
     _calm(s)
