@@ -251,19 +251,20 @@ def scaffolding_tokens(obs: Observation, turn_id: str, seq: int) -> int:
 
     Scaffolding is never stored, so the rows alone undercount a request measured while a
     retry's nudge rode in it. The provider's log of the turn's next model call shows what
-    rode. With no later call (the turn failed closed at preflight), it is what the last
-    call carried plus the pair its reply called for: a dropped call's re-prompt (LOOP-7),
-    or the nudge after a tool round's empty reply (LOOP-8)."""
+    rode, unless the compaction at ``seq`` summarized it away with the middle; so it is
+    also what the last call before carried plus the pair its reply called for (a dropped
+    call's re-prompt, LOOP-7, or the nudge after a tool round's empty reply, LOOP-8), and
+    the larger of the two counts. With no later call (the turn failed closed at
+    preflight), it is the latter alone."""
     calls = [c for c in obs.calls if c.turn_id == turn_id and c.request.purpose != "grace"]
     later = [c for c in calls if c.seq > seq]
-    if later:
-        return tokens_of(_scaffolding(min(later, key=lambda c: c.seq)))
+    shown = tokens_of(_scaffolding(min(later, key=lambda c: c.seq))) if later else 0
     earlier = [c for c in calls if c.seq < seq]
     if not earlier:
-        return 0
+        return shown
     last = max(earlier, key=lambda c: c.seq)
     prefills = sum(1 for c in earlier if _ends_on_prefill(c))
-    return tokens_of(_after_reply(obs.limits, last, _scaffolding(last), prefills))
+    return max(shown, tokens_of(_after_reply(obs.limits, last, _scaffolding(last), prefills)))
 
 
 def _scaffolding(call: CallRecord) -> list[Message]:
