@@ -295,3 +295,25 @@ def a_rewritten_row_follows_the_rotation(s: Story) -> None:
     redact_later(s, "My card is 4417 2210 9932 0071.", after_s=15.0, session="t-1")
     s.start_turn("Say hello 3.", session="t-1", process=one, after_s=22.0, injected=_MEMORY["figures"])
     _calm(s)
+
+
+@scenario("A re-prompt a compaction summarized away still counted in the request it measured "
+          "(explored seed 2960)", invariants=("CMP-1",), stage="explore")
+def a_summarized_reprompt_still_counted(s: Story) -> None:
+    """A chore's sixth call is dropped, so its refused reply and the re-prompt ride in the
+    working list from then on. Four reads later the request, 442 tokens with them, is over
+    the threshold of 425; the pass summarizes the middle, the re-prompt with it, and keeps
+    the turn's own message in the head. CMP-1's checker read the scaffolding of the
+    measured request from the turn's next call alone, which no longer carried it, measured
+    407 tokens and called the compaction one under the threshold, unasked. It now also
+    counts the scaffolding the call before carried and its reply added, the larger of the
+    two."""
+    _world(s, 2960, ReplyFault(call=6, kind=FaultKind.DROPPED_CALL),
+           ReplyFault(call=7, kind=FaultKind.UNKNOWN_TOOL), parts=10)
+    s.limits(context_window_tokens=500)
+    _member(s, "s-2")
+    one = s.main_process()
+    s.start_submit(one, "p-2", "r-186425", {"text": "Go through part-1.txt to part-10.txt in order."},
+                   session="s-2", after_s=27.0)
+    s.start_drain(one, "s-2", after_s=29.0)
+    _calm(s)
