@@ -87,10 +87,11 @@ def _measure(ctx: TurnContext) -> tuple[int, int]:
 
 
 def _user_text(ctx: TurnContext) -> str | None:
-    """This turn's text, from its user row, for re-location (CTX-7)."""
+    """This turn's text, from its user row, for re-location (CTX-7). A retry's nudge is a
+    user message of the turn too, but scaffolding, not what the user wrote."""
     for message in reversed(ctx.transcript.messages()):
         if message.role is Role.USER and message.turn_id == ctx.turn_id \
-                and not compression.is_summary(message):
+                and message.scaffold is None and not compression.is_summary(message):
             return message.content
     return None
 
@@ -212,7 +213,8 @@ async def before_first_call(ctx: TurnContext, state: CompressionState) -> PassOu
 def _idle(ctx: TurnContext, state: CompressionState, figures: Budget, now: float) -> bool:
     """CTX-5, over the gap from the session's previous user row to this turn's own: when the
     user wrote it, not when the turn got the lease (a turn that waited in line for a busy
-    session did not come after an idle one)."""
+    session did not come after an idle one). An idle compaction is automatic, so whatever
+    blocks automatic compaction blocks it (CMP-4): the cooldown and the ineffective passes."""
     earlier: list[float] = []
     own: list[float] = []
     for m in ctx.transcript.messages():
@@ -225,7 +227,7 @@ def _idle(ctx: TurnContext, state: CompressionState, figures: Budget, now: float
         enabled=ctx.limits.compression_enabled, idle_after_s=ctx.limits.idle_compact_after_s,
         gap_s=came - earlier[-1], tokens=request_tokens(ctx),
         floor_tokens=compression.idle_floor_tokens(figures, state.last_compacted_tokens),
-        cooldown_active=state.cooling(now))
+        cooldown_active=state.blocked(now, ctx.limits) is not None)
 
 
 async def before_later_call(ctx: TurnContext, state: CompressionState) -> PassOutcome | None:

@@ -19,7 +19,8 @@ compaction has its own predicate (``should_idle_compact``).
 
 *How* (CMP-2, CMP-3, CTX-7). ``plan`` splits the list into a protected head (the first
 ``compression_protect_first`` messages, none once a summary exists), a middle, and a tail
-kept by token budget but never fewer than ``compression_tail_floor_messages`` messages.
+kept by token budget but never fewer than ``compression_tail_floor_messages`` messages; a
+retry's scaffolding in the working list counts toward neither, since it is never stored.
 Boundaries move so that an assistant tool call and its results are never split. The
 current user message, re-located by ``relocate_user``, is never summarized: if it falls
 in the middle it is lifted out and kept after the summary. ``prune`` replaces old tool
@@ -192,9 +193,11 @@ def is_summary(message: Message) -> bool:
 def relocate_user(messages: tuple[Message, ...], text: str | None) -> int | None:
     """The last user message whose content is ``text``, else the last user message.
 
-    A compaction summary is never taken for the user's message, whatever its role.
+    A compaction summary is never taken for the user's message, whatever its role, nor a
+    retry's nudge (scaffolding: the user never wrote it).
     """
-    users = [i for i, m in enumerate(messages) if m.role is Role.USER and not is_summary(m)]
+    users = [i for i, m in enumerate(messages) if m.role is Role.USER and m.scaffold is None
+             and not is_summary(m)]
     for index in reversed(users):
         if text is not None and messages[index].content == text:
             return index
@@ -250,6 +253,18 @@ def _tail_start(messages: tuple[Message, ...], tail_tokens: int, floor: int) -> 
     return start
 
 
+def _head_end(messages: tuple[Message, ...], protect: int) -> int:
+    """The end of the protected head: the first ``protect`` messages of the conversation.
+    A retry's scaffolding among them (a dropped call's narration and nudge) is kept with
+    them but does not count, as in the tail's floor: it is never stored, so protecting it
+    would leave the stored head unprotected."""
+    end, kept = 0, 0
+    while end < len(messages) and kept < protect:
+        kept += messages[end].scaffold is None
+        end += 1
+    return end
+
+
 def shape(messages: tuple[Message, ...], figures: Budget, limits: Limits,
           user_text: str | None = None) -> Shape:
     """Where the head ends and the tail starts, with tool groups kept whole.
@@ -259,7 +274,7 @@ def shape(messages: tuple[Message, ...], figures: Budget, limits: Limits,
     head keeps its results. The tail start moves back over tool results to their call.
     """
     has_summary = any(is_summary(m) for m in messages)
-    head_end = 0 if has_summary else min(limits.compression_protect_first, len(messages))
+    head_end = 0 if has_summary else _head_end(messages, limits.compression_protect_first)
     while head_end < len(messages) and messages[head_end].role is Role.TOOL:
         head_end += 1
     start = _tail_start(messages, figures.tail_tokens, limits.compression_tail_floor_messages)

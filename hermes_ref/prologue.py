@@ -223,7 +223,11 @@ async def _take_lease(
     transaction), and so is one it has served when there is an opening to offer (then the
     user row can share that commit); a busy lease is polled with ``AcquireLease`` until the
     bounded wait ends. Only the first ask can carry the opening: after a wait, someone else
-    held the lease, and the history must be synced first.
+    held the lease, and the history must be synced first. After a wait the turn goes on with
+    the cache this engine holds for the session by then: a turn of this engine that served
+    it meanwhile left its history and its compression memory there (CMP-4: a cooldown it
+    started holds for the turn that waited behind it), which a cache built before the wait
+    would not have.
     """
     limits = deps.limits
     deadline = now + limits.lease_wait_s_max
@@ -241,11 +245,14 @@ async def _take_lease(
     else:
         taken = Taken(cache, False, await AcquireLease(inp.session_id, holder, now,
                                                        limits.lease_ttl_s, limits.lease_poll_s))
+    waited = taken.lease is None
     while taken.lease is None and now < deadline:
         await Sleep(limits.lease_poll_s)
         now = await Now()
         taken.lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
                                          limits.lease_poll_s)
+    if waited and taken.lease is not None:
+        taken.cache = deps.caches.get(inp.session_id, taken.cache)
     return taken
 
 

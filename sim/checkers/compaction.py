@@ -20,15 +20,14 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from hermes_ref.models import Role
 from sim.checkers import compaction_shape  # noqa: F401  # its checkers register with these
 from sim.checkers.base import Observation, Violation, checker, window_tokens
 from sim.checkers.compaction_record import (
     attempts,
     compressible,
     excused_early,
+    idle_due,
     ineffective_streak,
-    is_summary,
     lineage_of,
     order_of,
     passes,
@@ -42,32 +41,6 @@ from sim.checkers.compaction_record import (
 from sim.world import CallRecord
 
 # ---- CMP-1: compaction at the threshold, and only there ------------------------------------
-
-
-
-
-def _idle_due(obs: Observation, call: CallRecord) -> bool | None:
-    """CTX-5 at the summary call's turn: None when idle compaction is off."""
-    limits = obs.limits
-    if limits.idle_compact_after_s <= 0 or not limits.compression_enabled:
-        return None
-    users = [m.message for m in obs.record.messages if m.session_id == call.session_id
-             and m.message.role is Role.USER and m.message.created_at is not None
-             and not is_summary(m.message) and (m.message.row_id or 0) <= call.watermark]
-    own = [m for m in users if m.turn_id == call.turn_id]
-    earlier = [m for m in users if m.turn_id != call.turn_id]
-    if not own or not earlier:
-        return False
-    gap = (own[-1].created_at or 0.0) - (earlier[-1].created_at or 0.0)
-    floor = int(threshold_tokens(limits) * min(0.80, max(0.10, limits.compression_target_ratio)))
-    lineage = lineage_of(obs)
-    root = lineage.get(call.session_id, call.session_id)
-    before = [p for p in passes(obs) if p.done.first_row_id <= call.watermark
-              and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id
-              and same_engine(obs, p.turn, call.turn_id)]
-    if before:  # the floor rises by what the last compaction left, a process's memory as for CMP-4
-        floor += before[-1].tokens_after
-    return gap >= limits.idle_compact_after_s and pre_tokens(obs, call) > floor
 
 
 @checker("compaction_threshold", ("CMP-1", "CTX-5"),
@@ -86,7 +59,7 @@ def compaction_threshold(obs: Observation) -> list[Violation]:
             mine = threshold_tokens(obs.limits.model_copy(update={"context_window_tokens": window}))
         if tokens >= mine or excused_early(obs, views.get(call.turn_id), call):
             continue
-        idle = _idle_due(obs, call)
+        idle = idle_due(obs, call)
         if idle is None:
             out.append(Violation("compaction_threshold", "CMP-1",
                                  f"turn {call.turn_id} compacted at {tokens} tokens, under the "
@@ -147,7 +120,7 @@ def _idle_missed(obs: Observation) -> list[Violation]:
     for call in obs.calls:
         first.setdefault(call.turn_id, call)
     for turn, call in first.items():
-        if _idle_due(obs, call) and not _blocked(obs, call) \
+        if idle_due(obs, call) and not _blocked(obs, call) \
                 and compressible(call.request.messages, limits) and not attempts(obs, turn, before=call):
             out.append(Violation("compaction_threshold", "CTX-5",
                                  f"turn {turn} began after an idle gap past "

@@ -208,6 +208,43 @@ def pre_tokens(obs: Observation, call: CallRecord) -> int:
         scaffolding_tokens(obs, call.turn_id, call.seq)
 
 
+def idle_due(obs: Observation, call: CallRecord) -> bool | None:
+    """CTX-5 at the summary call's turn: None when idle compaction is off."""
+    limits = obs.limits
+    if limits.idle_compact_after_s <= 0 or not limits.compression_enabled:
+        return None
+    users = [m.message for m in obs.record.messages if m.session_id == call.session_id
+             and m.message.role is Role.USER and m.message.created_at is not None
+             and not is_summary(m.message) and (m.message.row_id or 0) <= call.watermark]
+    own = [m for m in users if m.turn_id == call.turn_id]
+    earlier = [m for m in users if m.turn_id != call.turn_id]
+    if not own or not earlier:
+        return False
+    gap = (own[-1].created_at or 0.0) - (earlier[-1].created_at or 0.0)
+    floor = int(threshold_tokens(limits) * min(0.80, max(0.10, limits.compression_target_ratio)))
+    lineage = lineage_of(obs)
+    root = lineage.get(call.session_id, call.session_id)
+    before = [p for p in passes(obs) if p.done.first_row_id <= call.watermark
+              and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id
+              and same_engine(obs, p.turn, call.turn_id)]
+    if before:  # the floor rises by what the last compaction left, a process's memory as for CMP-4
+        floor += before[-1].tokens_after
+    return gap >= limits.idle_compact_after_s and pre_tokens(obs, call) > floor
+
+
+def idle_pass(obs: Observation, call: CallRecord) -> bool:
+    """Whether a summary call is its turn's idle compaction (CTX-5): the turn's first, asked
+    for before its first model call, in a session idle past the gap above the floor. An idle
+    pass compacts the conversation down to the tail's budget, not just under the threshold,
+    so it summarizes even when pruning alone would have brought the request under it."""
+    mine = [c for c in summary_calls_of(obs) if c.turn_id == call.turn_id]
+    if min(mine, key=lambda c: c.seq) is not call:
+        return False
+    if any(c.turn_id == call.turn_id and c.seq < call.seq for c in obs.calls):
+        return False
+    return bool(idle_due(obs, call))
+
+
 AFTER_EVERY_CALL = 1 << 62  # an effect count past any call: what the turn held at its end
 
 
@@ -216,19 +253,20 @@ def scaffolding_tokens(obs: Observation, turn_id: str, seq: int) -> int:
 
     Scaffolding is never stored, so the rows alone undercount a request measured while a
     retry's nudge rode in it. The provider's log of the turn's next model call shows what
-    rode. With no later call (the turn failed closed at preflight), it is what the last
-    call carried plus the pair its reply called for: a dropped call's re-prompt (LOOP-7),
-    or the nudge after a tool round's empty reply (LOOP-8)."""
+    rode, unless the compaction at ``seq`` summarized it away with the middle; so it is
+    also what the last call before carried plus the pair its reply called for (a dropped
+    call's re-prompt, LOOP-7, or the nudge after a tool round's empty reply, LOOP-8), and
+    the larger of the two counts. With no later call (the turn failed closed at
+    preflight), it is the latter alone."""
     calls = [c for c in obs.calls if c.turn_id == turn_id and c.request.purpose != "grace"]
     later = [c for c in calls if c.seq > seq]
-    if later:
-        return tokens_of(_scaffolding(min(later, key=lambda c: c.seq)))
+    shown = tokens_of(_scaffolding(min(later, key=lambda c: c.seq))) if later else 0
     earlier = [c for c in calls if c.seq < seq]
     if not earlier:
-        return 0
+        return shown
     last = max(earlier, key=lambda c: c.seq)
     prefills = sum(1 for c in earlier if _ends_on_prefill(c))
-    return tokens_of(_after_reply(obs.limits, last, _scaffolding(last), prefills))
+    return max(shown, tokens_of(_after_reply(obs.limits, last, _scaffolding(last), prefills)))
 
 
 def _scaffolding(call: CallRecord) -> list[Message]:
@@ -402,18 +440,21 @@ def _verdicts(obs: Observation) -> list[Verdict]:
 
 
 def _preflights(obs: Observation) -> list[Preflight]:
-    """The preflights that ran the threshold check on the primary route: before a turn's
-    first call, before each call that follows a reply (a retry of a failed call resends it
-    without one, an overflow's rebuilt request follows its forced pass), and the one that
-    failed the turn closed after a reply. The grace call is measured, never compacted for."""
-    primary, lineage = obs.limits.context_window_tokens, lineage_of(obs)
+    """The preflights that ran the threshold check, on whichever route the request went to
+    (a fallback's passes judged by its own threshold count in the same streak: LOOP-6,
+    CMP-4): before a turn's first call, before each call that follows a reply (a retry of a
+    failed call resends it without one, an overflow's rebuilt request follows its forced
+    pass) or that is the first on a route a fallback hop went to (the iteration starts over
+    for it), and the one that failed the turn closed after a reply. The grace call is
+    measured, never compacted for."""
+    lineage = lineage_of(obs)
     out = []
     for view in obs.turns.values():
         calls = sorted((c for c in view.calls if c.request.purpose == "turn"), key=lambda c: c.seq)
         for index, call in enumerate(calls):
             after = calls[index - 1] if index else None
-            if window_tokens(obs.limits, call.request.model) != primary \
-                    or (after is not None and after.reply is None and after.cut is None):
+            if after is not None and after.reply is None and after.cut is None \
+                    and after.request.model == call.request.model:
                 continue
             root = lineage.get(call.session_id, call.session_id)
             out.append(Preflight(view, root, call, after, call.at, call.seq,
@@ -431,8 +472,7 @@ def _closed_after(obs: Observation, view: TurnView, last: CallRecord) -> Preflig
     line = view.exit
     if line is None or line.reason is not ExitReason.COMPRESSION_EXHAUSTED \
             or not line.detail.startswith(PREFLIGHT_REFUSAL) or last.reply is None \
-            or line.budget_used >= line.budget_max or line.api_calls >= line.max_iterations \
-            or window_tokens(obs.limits, last.request.model) != obs.limits.context_window_tokens:
+            or line.budget_used >= line.budget_max or line.api_calls >= line.max_iterations:
         return None
     ended = [e.at for e in view.events if e.kind == EventKind.TURN_EXIT and e.at is not None]
     later = tuple(m for m in view.rows if (m.row_id or 0) > last.watermark)
@@ -449,7 +489,7 @@ def _left_an_empty_pass(obs: Observation, point: Preflight, so_far: list[Verdict
     limits, turn = obs.limits, point.view.turn_id
     if point.before is not None:
         tokens = tokens_sent(obs, point.before)
-        if tokens is None or tokens < threshold_tokens(limits):
+        if tokens is None or tokens < threshold_tokens(limits_for(limits, point.before.request.model)):
             return False
     if compressible(point.messages, limits) or not _passes_went_on(obs, point):
         return False

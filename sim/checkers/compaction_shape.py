@@ -27,6 +27,7 @@ from sim.checkers.compaction_record import (
     Pass,
     attempts,
     excused_early,
+    idle_pass,
     is_summary,
     passes,
     scaffolding_tokens,
@@ -117,7 +118,8 @@ def compaction_shape(obs: Observation) -> list[Violation]:
             bad(step, "started a new summary instead of updating the earlier one")
         pre = step.system_tokens + tokens_of(before)
         if pre >= limit and call is not None and pre - _prunable_saving(step, limits) < limit \
-                and excused_early(obs, obs.turns.get((call.session_id, call.turn_id)), call) is None:
+                and excused_early(obs, obs.turns.get((call.session_id, call.turn_id)), call) is None \
+                and not idle_pass(obs, call):
             bad(step, f"summarized {pre} tokens though pruning old tool outputs would have "
                 f"brought them under {limit}")
     return out

@@ -38,8 +38,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_ref.models import Role
+from hermes_ref.models import Message, Role
 from hermes_ref.prologue import compose_api_content
+from hermes_ref.rotation import COMPRESSION
 from hermes_ref.tokens import count_message
 from sim.checkers.base import Observation, Violation, checker
 from sim.checkers.lineage import roots
@@ -238,8 +239,18 @@ def _judge_rewrite(obs: Observation, run: RewriteRun, later: list[TurnRun]) -> l
     row, out = rows[index], []
     carried: set[str] = set()
     called: set[str] = set()
+    summarized: set[str] = set()
+    places: dict[str, int | None] = {run.session_id: index}
     for call in obs.calls:
-        if call.session_id != run.session_id or call.seq <= run.seq:
+        if call.seq <= run.seq:
+            continue
+        if call.session_id not in places:
+            places[call.session_id] = _copy_place(obs, run, row, call.session_id)
+        index = places[call.session_id]
+        if index is None:
+            continue  # not the session, nor a rotated child of it
+        if index < 0:
+            summarized.add(call.turn_id)  # a child whose compaction summarized the row
             continue
         called.add(call.turn_id)
         messages = sent_messages(call)
@@ -261,11 +272,36 @@ def _judge_rewrite(obs: Observation, run: RewriteRun, later: list[TurnRun]) -> l
     said_none = {v.turn_id for v in obs.turns.values() if v.exit is not None and v.exit.api_calls == 0}
     said_none |= {c.turn_id for c in obs.calls if c.session_id == run.session_id and c.seq <= run.seq}
     for turn in later:
+        if turn.turn_id in summarized and turn.turn_id not in called:
+            continue  # it sent the summary of the row, not the row: nothing of it to replay
         if turn.turn_id not in carried and (turn.turn_id in called or turn.turn_id not in said_none):
             out.append(_v2(f"turn {run.session_id}/{turn.turn_id} ran after row #{run.row_id} "
                            "was rewritten and sent it in no request: nothing shows what it "
                            "replays"))
     return out
+
+
+def _copy_place(obs: Observation, run: RewriteRun, row: Message, session_id: str) -> int | None:
+    """Where a rotated child of the rewritten row's session holds the row's copy (CMP-5: a
+    rotation copies the kept rows into the child, so a later turn sends the copy), or None
+    when ``session_id`` is not such a child, -1 when it is one whose compaction summarized
+    the row away (a request without the row replays nothing of it). The copy is the child's
+    row of the same turn and role with the new text."""
+    by_id = {s.id: s for s in obs.record.sessions}
+    current, seen = by_id.get(session_id), {session_id}
+    while current is not None and current.parent_session_id is not None \
+            and current.parent_session_id != run.session_id:
+        parent = by_id.get(current.parent_session_id)
+        if parent is None or parent.end_reason != COMPRESSION or parent.id in seen:
+            return None
+        seen.add(parent.id)
+        current = parent
+    if current is None or current.parent_session_id != run.session_id \
+            or by_id[run.session_id].end_reason != COMPRESSION:
+        return None
+    rows = [m.message for m in obs.record.messages if m.session_id == session_id]
+    return next((i for i, m in enumerate(rows) if m.role is row.role and m.turn_id == row.turn_id
+                 and m.content == run.text), -1)
 
 
 def _v2(message: str) -> Violation:
