@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from hermes_ref.models import EventKind
 from hermes_ref.session import Route
 from sim.checkers.base import Observation, Violation, checker
+from sim.checkers.lineage import roots
 
 _PASS = ("restart_interrupted", "stuck")
 _AFTER_START = (*_PASS, "expiry_finalized", "pruned")  # the start pass, then the watcher
@@ -36,13 +37,19 @@ _AFTER_START = (*_PASS, "expiry_finalized", "pruned")  # the start pass, then th
 
 def _timeline(obs: Observation) -> list[tuple[float, int, int, str, str]]:
     """(at, rank, seq, kind, key): successful turns, cleared counts, stops, running keys,
-    starts."""
-    keys = {r.session_id: r.key for r in obs.record.routes}
+    starts.
+
+    A turn's completion is filed under the session it ended on, which a rotation may have
+    moved to a child no route names yet (CMP-5): it counts for the key whose route names
+    any session of that lineage."""
+    root = roots(obs.record)
+    keys = {root.get(r.session_id, r.session_id): r.key for r in obs.record.routes}
     items: list[tuple[float, int, int, str, str]] = []
     for seq, event in enumerate(obs.record.events):
+        lineage = root.get(event.session_id or "", event.session_id or "")
         if event.kind == EventKind.TURN_COMPLETED and event.data.get("failed") is False \
-                and event.session_id in keys:
-            items.append((event.at or 0.0, 0, seq, "ok", keys[event.session_id]))
+                and lineage in keys:
+            items.append((event.at or 0.0, 0, seq, "ok", keys[lineage]))
     for seq, entry in enumerate(obs.record.lane_log):
         # the lane log's own order among its entries (one rank): it is the order of the writes
         rank = 1 if entry.kind in ("cleared", "stop", "running", "start_clean",

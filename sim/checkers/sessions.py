@@ -163,6 +163,22 @@ def _expected(obs: Observation, p: Route, r: Route, stale: bool, live: bool) -> 
     return "keep", "touch"
 
 
+def _wanted(obs: Observation, p: Route, r: Route, ended: tuple[float | None, str | None],
+            got: str, live: bool) -> tuple[str, str]:
+    """What the order says ``r`` does, with the incarnation stale when its row ended before
+    the message. A reset ends the old row at its own instant with its own reason (SES-2), so
+    that end is no staleness. A row ended at the message's instant for another reason (an
+    agent evicted, ``agent_close``) may have ended just before the message or just after:
+    the record orders neither within one instant, so either reading holds, and the one the
+    lane's action agrees with is taken."""
+    ended_at, why = ended
+    gone = p.expiry_finalized or p.retired
+    readings = [_expected(obs, p, r, gone or (ended_at is not None and ended_at < r.at), live)]
+    if not gone and ended_at == r.at and why != r.auto_reset_reason:
+        readings.append(_expected(obs, p, r, True, live))
+    return next((w for w in readings if w[0] == got), readings[0])
+
+
 @checker("resolution_priority", ("SES-3",),
          "each routed message moved its lane as the priority order says: stale > suspended "
          "> resume_pending > policy > keep (0.19.0: policy and its freshness gate first)")
@@ -172,12 +188,11 @@ def resolution_priority(obs: Observation) -> list[Violation]:
     for p, r in _pairs(obs):
         if p is None or r.cause.value not in _ROUTED:
             continue
-        ended_at = sessions.get(p.session_id, (None, None))[0]
-        stale = p.expiry_finalized or p.retired or (ended_at is not None and ended_at < r.at)
-        want, reason = _expected(obs, p, r, stale, _live_at(spans.get(r.key, []), r.at))
         got = {"reset": "new", "resumed": "resume", "touched": "keep"}[r.cause.value]
         if r.session_id != p.session_id and got != "new":
             got = "new (unmarked)"
+        want, reason = _wanted(obs, p, r, sessions.get(p.session_id, (None, None)), got,
+                               _live_at(spans.get(r.key, []), r.at))
         if got != want:
             out.append(Violation("resolution_priority", "SES-3",
                                  f"{r.key} r{r.revision} ({r.order}): the lane did {got}, the "

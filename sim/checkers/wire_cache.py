@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_ref.models import Message, Role
+from hermes_ref.ports import CompactionRow
 from hermes_ref.prologue import compose_api_content
-from hermes_ref.rotation import COMPRESSION
 from hermes_ref.tokens import count_message
 from sim.checkers.base import Observation, Violation, checker
 from sim.checkers.lineage import roots
@@ -230,78 +230,129 @@ def _judge_rewrite(obs: Observation, run: RewriteRun, later: list[TurnRun]) -> l
     shows what it replays. A turn that made no model call at all (it ended at preflight, say,
     with the context past every compaction) sent no request, so it replays nothing; it is
     excused only when the record shows that: its exit line records no call, or every call
-    it made came before the rewrite (silence is no pass)."""
+    it made came before the rewrite (silence is no pass).
+
+    A rotation moves the conversation to a child session whose first rows are copies of
+    the rows the compaction kept (CMP-5): the row is followed there (``_places``), and a
+    call made on the child carries the copy where the child's record has it. A turn whose
+    every call after the rewrite went to a session the row no longer lives in (a committed
+    compaction summarized it away) is excused too: the record shows it replays a summary."""
     rows = [m.message for m in obs.record.messages if m.session_id == run.session_id]
     index = next((i for i, m in enumerate(rows) if m.row_id == run.row_id), None)
     if index is None or rows[index].content != run.text:
         return [_v2(f"row #{run.row_id} of session {run.session_id} was rewritten, but the "
                     "record does not hold its new content")]
-    row, out = rows[index], []
+    places, gone, out = _places(obs, run, rows[index], index)
     carried: set[str] = set()
-    called: set[str] = set()
-    summarized: set[str] = set()
-    places: dict[str, int | None] = {run.session_id: index}
+    holding: set[str] = set()  # turns that called a session holding the row after the rewrite
+    elsewhere: set[str] = set()  # turns that called a session the row had left
     for call in obs.calls:
-        if call.seq <= run.seq:
+        if call.seq <= run.seq or (call.session_id not in places and call.session_id not in gone):
             continue
-        if call.session_id not in places:
-            places[call.session_id] = _copy_place(obs, run, row, call.session_id)
-        index = places[call.session_id]
-        if index is None:
-            continue  # not the session, nor a rotated child of it
-        if index < 0:
-            summarized.add(call.turn_id)  # a child whose compaction summarized the row
+        if call.session_id in gone:
+            elsewhere.add(call.turn_id)
             continue
-        called.add(call.turn_id)
-        messages = sent_messages(call)
-        if isinstance(messages, str):
-            out.append(_v2(f"call at effect {call.seq}: {messages}"))
+        holding.add(call.turn_id)
+        place, expected = places[call.session_id]
+        sent = sent_messages(call)
+        if isinstance(sent, str):
+            out.append(_v2(f"call at effect {call.seq}: {sent}"))
             continue
-        sent = [m for m in messages if m.get("role") != Role.SYSTEM.value]
-        if index >= len(sent) or sent[index].get("role") != row.role.value:
+        found = _sent_at(sent, place, rows[index].role)
+        if found is _ABSENT:
             continue  # this request does not carry the row where the record has it
         carried.add(call.turn_id)
-        content = sent[index].get("content")
-        if content != run.text and (not isinstance(content, str)
-                                    or sidecar_problem(run.text, content) is not None):
+        if found != expected and (not isinstance(found, str)
+                                  or sidecar_problem(expected, found) is not None):
             out.append(_v2(f"call at effect {call.seq} sent row #{run.row_id}, rewritten to "
-                           f"{run.text[:40]!r}, as {str(content)[:60]!r}: the bytes of its old "
+                           f"{run.text[:40]!r}, as {str(found)[:60]!r}: the bytes of its old "
                            "sidecar"))
-    # a turn excused for sending nothing after the rewrite must show it: its calls all came
-    # before the rewrite, or its exit line records that it made none
-    said_none = {v.turn_id for v in obs.turns.values() if v.exit is not None and v.exit.api_calls == 0}
-    said_none |= {c.turn_id for c in obs.calls if c.session_id == run.session_id and c.seq <= run.seq}
+    excused = _said_none(obs, run) | (elsewhere - holding)
     for turn in later:
-        if turn.turn_id in summarized and turn.turn_id not in called:
-            continue  # it sent the summary of the row, not the row: nothing of it to replay
-        if turn.turn_id not in carried and (turn.turn_id in called or turn.turn_id not in said_none):
+        if turn.turn_id not in carried and (turn.turn_id in holding or turn.turn_id not in excused):
             out.append(_v2(f"turn {run.session_id}/{turn.turn_id} ran after row #{run.row_id} "
                            "was rewritten and sent it in no request: nothing shows what it "
                            "replays"))
     return out
 
 
-def _copy_place(obs: Observation, run: RewriteRun, row: Message, session_id: str) -> int | None:
-    """Where a rotated child of the rewritten row's session holds the row's copy (CMP-5: a
-    rotation copies the kept rows into the child, so a later turn sends the copy), or None
-    when ``session_id`` is not such a child, -1 when it is one whose compaction summarized
-    the row away (a request without the row replays nothing of it). The copy is the child's
-    row of the same turn and role with the new text."""
-    by_id = {s.id: s for s in obs.record.sessions}
-    current, seen = by_id.get(session_id), {session_id}
-    while current is not None and current.parent_session_id is not None \
-            and current.parent_session_id != run.session_id:
-        parent = by_id.get(current.parent_session_id)
-        if parent is None or parent.end_reason != COMPRESSION or parent.id in seen:
-            return None
-        seen.add(parent.id)
-        current = parent
-    if current is None or current.parent_session_id != run.session_id \
-            or by_id[run.session_id].end_reason != COMPRESSION:
-        return None
-    rows = [m.message for m in obs.record.messages if m.session_id == session_id]
-    return next((i for i, m in enumerate(rows) if m.role is row.role and m.turn_id == row.turn_id
-                 and m.content == run.text), -1)
+def _said_none(obs: Observation, run: RewriteRun) -> set[str]:
+    """Turns whose record shows they sent nothing after the rewrite: their exit line records
+    no call, or every call they made came before it."""
+    said = {v.turn_id for v in obs.turns.values() if v.exit is not None and v.exit.api_calls == 0}
+    return said | {c.turn_id for c in obs.calls if c.session_id == run.session_id and c.seq <= run.seq}
+
+
+Place = tuple[int, str]  # where a session's record holds the row (no system row), and its text
+
+
+def _places(obs: Observation, run: RewriteRun, row: Message, index: int
+            ) -> tuple[dict[str, Place], set[str], list[Violation]]:
+    """Each session holding the rewritten row or a rotation's copy of it, with the row's
+    place among that session's rows and the text it must be sent as; the sessions of the
+    lineage a rotation moved on to without a copy (the row was summarized away); and the
+    copies that hold other content than the rewrite."""
+    places: dict[str, Place] = {run.session_id: (index, run.text)}
+    gone: set[str] = set()
+    out: list[Violation] = []
+    session, current = run.session_id, row
+    for done in obs.record.compactions:
+        if done.session_id != session or done.child_id is None:
+            continue
+        session = done.child_id
+        kept = [m.message for m in obs.record.messages if m.session_id == session]
+        copy = _copy_of(current, [m for m in kept if _in_compacted(m, done)])
+        if copy is None:
+            gone.add(session)
+            for later in obs.record.compactions:  # commit order: a child follows its parent
+                if later.session_id in gone and later.child_id is not None:
+                    gone.add(later.child_id)
+            break
+        expected = run.text if _kept_verbatim(copy) else copy.content or ""
+        if copy.content != expected:
+            out.append(_v2(f"row #{run.row_id}, rewritten to {run.text[:40]!r}, was copied into "
+                           f"session {session} as #{copy.row_id} {(copy.content or '')[:40]!r}: "
+                           "the rotation kept what the rewrite replaced"))
+        places[session] = (kept.index(copy), expected)
+        current = copy
+    return places, gone, out
+
+
+def _in_compacted(message: Message, done: CompactionRow) -> bool:
+    return done.first_row_id <= (message.row_id or 0) < done.first_row_id + done.rows_after
+
+
+def _identity(message: Message) -> tuple[Any, ...]:
+    """What a compaction's copy keeps of a row besides its text: role, turn, time, call ids."""
+    return (message.role, message.turn_id, message.created_at, message.tool_call_id,
+            tuple(c.id for c in message.tool_calls))
+
+
+def _copy_of(row: Message, compacted: list[Message]) -> Message | None:
+    """The one row of a compacted set that copies ``row``, or None (summarized away, or no
+    single row it could be)."""
+    same = [m for m in compacted if _identity(m) == _identity(row)]
+    if len(same) > 1:
+        same = [m for m in same if m.content == row.content]
+    return same[0] if len(same) == 1 else None
+
+
+def _kept_verbatim(copy: Message) -> bool:
+    """A compaction rewrites only tool outputs (pruned) and tool calls (orphans repaired):
+    any other kept row is copied with its text as it was."""
+    return copy.role is not Role.TOOL and not copy.tool_calls
+
+
+_ABSENT = object()
+
+
+def _sent_at(sent: list[WireMessage], place: int, role: Role) -> Any:
+    """The content a request sent at the row's place, or ``_ABSENT`` when it has no such row
+    there."""
+    body = [m for m in sent if m.get("role") != Role.SYSTEM.value]
+    if place >= len(body) or body[place].get("role") != role.value:
+        return _ABSENT
+    return body[place].get("content")
 
 
 def _v2(message: str) -> Violation:

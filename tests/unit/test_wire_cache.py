@@ -238,3 +238,36 @@ def test_the_served_simulator_reports_the_prefix_it_has_seen() -> None:
     assert parse_completion({"choices": [{"message": {"role": "assistant", "content": "ok"},
                                           "finish_reason": "stop"}], "usage": again}
                             ).usage.cached_tokens == count_text(json.dumps(first))
+
+
+def _rotated_rewrite(tmp_path: Path) -> tuple[Observation, RewriteRun]:
+    """The shrunk seed 1932: a rewritten row, then a rotation that copies it to a child."""
+    from scenarios.explored_rewrites import rewritten_row_followed_into_the_child
+    story = _story(tmp_path)
+    rewritten_row_followed_into_the_child(story)
+    run = next(r for r in story.world.runs if isinstance(r, RewriteRun))
+    return _observation(story), run
+
+
+def _with_copy(obs: Observation, run: RewriteRun, content: str) -> Observation:
+    """``obs`` with the rotation's copy of the rewritten row holding ``content`` instead."""
+    child = obs.record.compactions[0]
+    rows = list(obs.record.messages)
+    at = next(i for i, m in enumerate(rows) if m.session_id == child.child_id
+              and m.message.created_at is not None and m.message.content == run.text)
+    rows[at] = rows[at].model_copy(update={"message": rows[at].message.model_copy(
+        update={"content": content})})
+    record = obs.record.model_copy(update={"messages": tuple(rows)})
+    return Observation(record=record, ledger=(), calls=obs.calls, crash_seqs=(),
+                       limits=obs.limits, runs=obs.runs)
+
+
+def test_a_rewrite_is_followed_into_the_child_a_rotation_copied_it_to(tmp_path: Path) -> None:
+    """The turn after a rotation sends the child's copy of the rewritten row: no finding; a
+    copy that kept the old text is one."""
+    obs, run = _rotated_rewrite(tmp_path)
+    assert obs.record.compactions and obs.record.compactions[0].child_id is not None
+    assert wire_cache.rewrites_drop_the_sidecar(obs) == []
+    stale = _with_copy(obs, run, "Say hello 2. My card is 4417 2210 9932 0071.")
+    found = [v.message for v in wire_cache.rewrites_drop_the_sidecar(stale)]
+    assert any("the rotation kept what the rewrite replaced" in m for m in found), found
