@@ -20,6 +20,7 @@ from hermes_ref.tool_batch import BatchBounds, is_timed_out
 from hermes_ref.tool_round import batch_bounds
 from hermes_ref.tool_spill import spilled_path
 from sim.checkers.base import Observation, Violation, call_row_of, checker, result_row_of
+from sim.checkers.compaction_record import turn_of
 from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
 
@@ -135,11 +136,13 @@ def batch_deadline_kept(obs: Observation) -> list[Violation]:
                 out.append(Violation("batch_deadline_kept", "TOOL-5",
                                      f"{tag} started {e.at - t0:g}s in, after the deadline"))
             if found is None:
-                if late and _settled(obs, e):
+                if late and _settled(obs, e) and not _stopped_in_time(obs, e, bounds):
                     out.append(Violation("batch_deadline_kept", "TOOL-3",
                                          f"{tag} was cut by the deadline and has no result"))
                 continue
             content = found[1].content
+            if late and content == RECOVERED_CALL_TEXT and _stopped_in_time(obs, e, bounds):
+                continue  # TOOL-10: its process stopped before the deadline could close it
             if late and not is_timed_out(content, bounds):
                 ended = "never ended" if e.ended_at is None else f"ended {e.ended_at - t0:g}s in"
                 out.append(Violation("batch_deadline_kept", "TOOL-5",
@@ -150,6 +153,29 @@ def batch_deadline_kept(obs: Observation) -> list[Violation]:
                                      f"{tag} ended {(e.ended_at or t0) - t0:g}s in, in time, but its result "
                                      "says it timed out"))
     return out
+
+
+def _stopped_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBounds) -> bool:
+    """Did the batch's process stop before the deadline could close the call?
+
+    It stopped when it died after the batch began and before the deadline, or froze in
+    that span and its turn lost the lease meanwhile (a frozen process wakes to find its
+    writes fenced). Then no live holder of the turn reached the deadline: the call stays
+    open until the next turn's prologue closes it as unknown (TOOL-10), which is its right
+    result, not one that counts as its own.
+    """
+    t0 = entry.batch_at or 0.0
+    due = t0 + bounds.deadline_s + EPS
+    if any(pid == entry.pid and t0 <= at <= due for pid, at in obs.deaths):
+        return True
+    if not any(pid == entry.pid and since < due and until > t0 for pid, since, until in obs.stalls):
+        return False
+    found = call_row_of(obs, entry)
+    if obs.lease_log is None or found is None:
+        return obs.lease_log is None
+    session_id, turn_id = found[0]
+    return any(step.what == "refresh_failed" and step.session_id == session_id and step.at >= t0
+               and turn_of(step.holder) == turn_id for step in obs.lease_log)
 
 
 def _settled(obs: Observation, entry: SimLedgerEntry) -> bool:
