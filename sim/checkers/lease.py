@@ -134,11 +134,11 @@ def successive_grants(obs: Observation) -> list[tuple[str, LeaseGrantRow, LeaseG
 
 @dataclass(frozen=True)
 class Asks:
-    """Each asker's first ask (or grant) and last ask of each session, from the lease log,
+    """Each asker's asks (and grant) and last ask of each session, from the lease log,
     with what ends a place in line: leaving it, the asker's death, two polls unasked."""
 
     steps: list[LeaseStep]
-    first: dict[tuple[str, str], LeaseStep]
+    asked: dict[tuple[str, str], list[LeaseStep]]
     last: dict[tuple[str, str], int]
     left: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # seqs it gave up at
     died: dict[int, int] = field(default_factory=dict)  # pid -> effect count at its death
@@ -147,25 +147,33 @@ class Asks:
     @classmethod
     def of(cls, obs: Observation) -> Asks:
         steps = [s for s in obs.lease_log or () if s.what in ("busy", "granted")]
-        first: dict[tuple[str, str], LeaseStep] = {}
+        asked: dict[tuple[str, str], list[LeaseStep]] = defaultdict(list)
         last: dict[tuple[str, str], int] = {}
         for step in steps:
-            first.setdefault((step.session_id, step.holder), step)
+            asked[(step.session_id, step.holder)].append(step)
             last[(step.session_id, step.holder)] = step.seq
         left: dict[tuple[str, str], list[int]] = defaultdict(list)
         for step in _steps(obs, "left"):
             left[(step.session_id, step.holder)].append(step.seq)
-        return cls(steps, first, last, dict(left), dict(obs.death_seqs),
+        return cls(steps, dict(asked), last, dict(left), dict(obs.death_seqs),
                    2 * obs.limits.lease_poll_s)
 
     def someone_ahead(self, ask: LeaseStep) -> bool:
-        """Was another turn still waiting for the session that had first asked before
-        ``ask``'s asker did? It had not given up: it asks again after this one, or it was
-        still in line when this one asked (see ``_still_in_line``)."""
-        mine = self.first.get((ask.session_id, ask.holder), ask).seq
-        return any(step.seq < mine and (self.last[key] > ask.seq or self._still_in_line(key, ask))
-                   for key, step in self.first.items()
+        """Was another turn still waiting for the session whose present place in line came
+        before that of ``ask``'s asker? Places are ranked as LEASE-1's checker ranks them
+        (see ``_place``): an asker that went two polls without asking lost its place and
+        rejoined at the end, so a turn that first asked after it may be ahead of it now.
+        The other had not given up: it asks again after this one, or it was still in line
+        when this one asked (see ``_still_in_line``)."""
+        mine = self.place(ask.session_id, ask.holder, ask.seq)
+        return any(self.place(*key, ask.seq) < mine
+                   and (self.last[key] > ask.seq or self._still_in_line(key, ask))
+                   for key in self.asked
                    if key[0] == ask.session_id and key[1] != ask.holder)
+
+    def place(self, session_id: str, holder: str, seq: int) -> int:
+        """The effect count of the ask that gave ``holder`` its place in line at ``seq``."""
+        return _place(self.asked[(session_id, holder)], seq, self.lapse_s).seq
 
     def _still_in_line(self, key: tuple[str, str], ask: LeaseStep) -> bool:
         """A waiter that never asked again may still have held its place when ``ask`` was
