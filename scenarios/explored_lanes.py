@@ -8,6 +8,7 @@ from __future__ import annotations
 from hermes_ref.session import SessionSource
 from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
+from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, jump_clock
 from sim.harness import Story, scenario
 
@@ -68,4 +69,54 @@ def three_stops_of_one_draining_process(s: Story) -> None:
                                    participant="bob"), "Read build.log.", after_s=2396.1)
     for after_s in (2410.2, 2838.4, 3597.0):
         lanes.restart(0, graceful=True, after_s=after_s)
+    _calm(s)
+
+
+@scenario("An idle pass that leaves as many messages as it found does not stop the threshold "
+          "passes after it (explored seed 3695)",
+          invariants=("CTX-5", "CTX-6"), stage="explore")
+def idle_pass_without_progress_then_a_threshold_pass(s: Story) -> None:
+    """A tool error and a slow build log keep the lanes busy; a turn that begins more than
+    300 s after its session's previous user row compacts idle (down to the tail's budget)
+    and its summary replaces one message with one, more tokens than before. Its request
+    is still over the threshold, so preflight runs its first threshold pass, which does
+    cut the messages. CTX-6 judges progress between threshold passes; its checker chained
+    the idle pass into them and called the threshold pass one run after no progress."""
+    s.seed = 3695  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    s.use_provider(ExploreModel((ReplyFault(call=12, kind=FaultKind.TOOL_ERROR),),
+                                ids=s.world.chooser))
+    s.files({f"notes-{k}.txt": f"note {k} of seed 3695" for k in (1, 2)})
+    s.limits(context_window_tokens=320)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.world.tools.slow("read_file", 60.0, path="t-1-build.log")
+    s.limits(idle_compact_after_s=300.0)
+    for n in (1, 2):
+        s.bind(f"p-{n}", session=f"s-{n}")
+        s.bind(f"op-s-{n}", session=f"s-{n}", role="operator", kind="operator")
+    s.bind("q-1", session="s-1")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-bef598", {"text": "Say hello 2."}, session="s-1", after_s=4.0)
+    s.start_submit(one, "q-1", "r-bef598", {"text": "Say hello bef598 from q-1."}, session="s-1",
+                   after_s=7.0)
+    s.start_submit(one, "p-1", "r-61a1b3", {"text": "Read notes-2.txt and rewrite it as note 71 "
+                                                   "at /workspace/notes-2.txt."},
+                   session="s-1", after_s=7.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=10.0,
+                 injected="memory: the user signs notes as Ana and works from the Lisbon office")
+    s.start_turn("Say hello 2. My card is 4417 2210 9932 0071.", session="t-1", process=one,
+                 after_s=12.0, injected="memory: the build log is long; the user wants only its "
+                 "last line")
+    s.start_drain(one, "s-1", after_s=12.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=13.0)
+    s.start_drain(one, "s-1", after_s=16.0)
+    s.start_submit(one, "p-2", "r-0d7c88", {"text": "Read notes-1.txt."}, session="s-2", after_s=42.0)
+    s.start_drain(one, "s-2", after_s=61.0)
+    s.start_submit(one, "p-2", "r-bef598", {"text": "Write note 2 to s-2-out-2.txt."}, session="s-2",
+                   after_s=84.0)
+    s.start_submit(one, "q-1", "r-cf59df", {"text": "Say hello cf59df from q-1."}, session="s-1",
+                   after_s=90.0)
+    s.start_drain(one, "s-2", after_s=94.0)
+    s.start_drain(one, "s-1", after_s=111.0)
+    s.start_submit(one, "p-2", "r-259dcc", {"text": "Read notes-1.txt."}, session="s-2", after_s=449.0)
     _calm(s)
