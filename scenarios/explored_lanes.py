@@ -120,3 +120,41 @@ def idle_pass_without_progress_then_a_threshold_pass(s: Story) -> None:
     s.start_drain(one, "s-1", after_s=111.0)
     s.start_submit(one, "p-2", "r-259dcc", {"text": "Read notes-1.txt."}, session="s-2", after_s=449.0)
     _calm(s)
+
+
+@scenario("A turn that gave up waiting for the lease of a rotated session wrote no input, and "
+          "none was owed (explored seed 4321)",
+          invariants=("CMP-5", "LEASE-5"), stage="explore")
+def lease_timeout_on_a_rotated_session(s: Story) -> None:
+    """A compression lock holder freezes for 600 s and the clock jumps an hour: the turns
+    queued on t-1 wait past their lease timeout while another rotates t-1 to a child. One
+    of them exits ``session_turn_lease_timeout`` having written nothing, its input handed
+    back (LEASE-5). CMP-5's checker excused a refused lease by the reason "lease_timeout",
+    which no exit carries (the exit reason is "session_turn_lease_timeout"), so it called
+    the turn's missing input lost."""
+    s.seed = 4321  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    dropped = tuple(ReplyFault(call=n, kind=FaultKind.DROPPED_CALL) for n in (6, 7, 8))
+    s.use_provider(ExploreModel((*dropped, ReplyFault(call=10, kind=FaultKind.WIDE_BATCH)),
+                                ids=s.world.chooser))
+    s.files({f"notes-{k}.txt": f"note {k} of seed 4321" for k in (1, 2)})
+    s.limits(context_window_tokens=500)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.world.lock_stalls["t-1"] = 600.0  # its lock's first holder freezes
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one, two = s.main_process(), s.process()
+    ana = "memory: the user signs notes as Ana and works from the Lisbon office"
+    s.start_turn("Read notes-1.txt.", session="t-1", process=two, after_s=72.0)
+    s.start_turn("Say hello 3. My card is 4417 2210 9932 0071.", session="t-1", process=one,
+                 after_s=78.0, injected=ana)
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=95.0,
+                 injected="memory: the build log is long; the user wants only its last line")
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=104.0, injected=ana)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=two, after_s=112.0)
+    s.start_turn("Write note 8 to t-1-out-8.txt.", session="t-1", process=two, after_s=113.0)
+    jump_clock(s, 3600.0, after_s=118.0)
+    s.run_all()
+    s.world.lock_stalls.clear()  # nor a freeze not reached
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
