@@ -23,10 +23,12 @@ from itertools import pairwise
 from sim.checkers import compaction_shape  # noqa: F401  # its checkers register with these
 from sim.checkers.base import Observation, Violation, checker, window_tokens
 from sim.checkers.compaction_record import (
+    Pass,
     attempts,
     compressible,
     excused_early,
     idle_due,
+    idle_pass,
     ineffective_streak,
     lineage_of,
     order_of,
@@ -171,6 +173,17 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
 # ---- CTX-6: passes before the first call ---------------------------------------------------
 
 
+def _threshold_chain(obs: Observation, asked: list[CallRecord], mine: list[Pass]) -> list[Pass]:
+    """The turn's threshold passes, whose progress CTX-6 judges one after another. An idle
+    pass (CTX-5) is the turn's own step before them: it compacts down to the tail's budget
+    and may leave as many messages as it found, yet the threshold passes that follow start
+    afresh, so its lack of progress stops nothing. It is the turn's first compaction when
+    its summary call, the turn's first, succeeded."""
+    if mine and asked and asked[0].error is None and idle_pass(obs, asked[0]):
+        return mine[1:]
+    return mine
+
+
 @checker("passes_bounded", ("CTX-6",),
          "before a turn's first call at most [3] compaction passes run, and a pass runs only "
          "after one that made progress (fewer messages or >= 5 % fewer tokens)")
@@ -196,7 +209,7 @@ def passes_bounded(obs: Observation) -> list[Violation]:
                 out.append(Violation("passes_bounded", "CTX-6",
                                      f"turn {view.key} compacted again at effect {later.seq} "
                                      "after a failed summary (no progress)"))
-        for step in mine[:-1]:
+        for step in _threshold_chain(obs, attempts, mine)[:-1]:
             if not step.progress:
                 out.append(Violation("passes_bounded", "CTX-6",
                                      f"turn {view.key} ran another pass after one that left "

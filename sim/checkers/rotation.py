@@ -39,7 +39,7 @@ from itertools import combinations
 
 from hermes_ref.lease import holder_fields
 from hermes_ref.models import Message, Role
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.rotation import COMPRESSION, ROTATED
 from sim.checkers.base import Observation, Violation, as_written, checker
@@ -174,11 +174,8 @@ def turns_find_the_tip(obs: Observation) -> list[Violation]:
         late = {m.session_id for m in rows if m.session_id == run.session_id
                 and (m.message.row_id or 0) > cut}  # into the parent after its rotation
         wrong = [h for h in homes if root.get(h, h) != lineage] + sorted(late)
-        # refused the lease (LEASE-5), or the store refused its user row (LOOP-3): the input
-        # was handed back and written nowhere
-        refused = any(v.exit is not None and v.exit.reason.value in (
-            "lease_timeout", "session_persistence_failed")
-            for v in obs.turns.values() if v.turn_id == run.turn_id)
+        refused = any(v.exit is not None and v.exit.reason in _HANDED_BACK
+                      for v in obs.turns.values() if v.turn_id == run.turn_id)
         if wrong or (not rows and not refused):
             found = ", ".join(sorted(homes)) or "nowhere"
             out.append(Violation("turns_find_the_tip", "CMP-5",
@@ -187,6 +184,11 @@ def turns_find_the_tip(obs: Observation) -> list[Violation]:
     out.extend(_compacting_turns_go_on(obs, copied))
     out.extend(_routes_follow_the_tip(obs))
     return out
+
+
+# a turn that ends so wrote no input of its own: the lease was refused (LEASE-5) or the store
+# refused its user row (LOOP-3), and the input was handed back
+_HANDED_BACK = frozenset({ExitReason.LEASE_TIMEOUT, ExitReason.PERSISTENCE_FAILED})
 
 
 def _compacting_turns_go_on(obs: Observation, copied: frozenset[int]) -> list[Violation]:

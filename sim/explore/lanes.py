@@ -280,6 +280,7 @@ class LaneWorld:
         self.waiting = 0  # events not yet handed out
         self.actors: list[Actor] = []
         self.routed: dict[int, str] = {}  # id of a message's actor -> its lane's key
+        self.stopping: set[int] = set()  # pids whose graceful stop is under way
         story._processes.waits.append(self.busy)
         story.files({JOB_FILE: "build started\n"})
         story.world.tools.slow("read_file", job_s, path=JOB_FILE)
@@ -380,6 +381,11 @@ class LaneWorld:
             handle.driver.crash_process("restart")
             self._start(slot)
             return
+        if handle.pid in self.stopping:
+            # a process stops once: a second stop request during its drain changes nothing
+            world.timeline.add("lane", f"pid={handle.pid} is already stopping: nothing more")
+            return
+        self.stopping.add(handle.pid)
         running = tuple(sorted({key for actor in self.actors if not actor.done
                                 and actor.pid == handle.pid
                                 for key in [self.routed.get(id(actor))] if key}))
@@ -387,16 +393,19 @@ class LaneWorld:
                            f"{', '.join(running) or 'nothing'}")
         self.actors.append(handle.driver.spawn(router.shutdown(running, not running),
                                                name="stop"))
-        self._at(STOP_GRACE_S, lambda: self._exit(slot))
+        self._at(STOP_GRACE_S, lambda: self._exit(slot, handle))
 
-    def _exit(self, slot: int) -> None:
-        handle, world = self.slots[slot], self.story.world
-        if handle.process.alive:
-            process = handle.process
-            process.alive, process.died_at = False, world.clock.now()
-            process.died_seq = world.effects_performed
-            world.scheduler.drop_process(process.pid, "stop")
-            world.timeline.add("restart", f"pid={process.pid} exits")
+    def _exit(self, slot: int, handle: ProcessHandle) -> None:
+        """The stopping process exits and the next one starts in its slot; if it died during
+        its drain, that death already started its successor, which this stop must not touch."""
+        world, process = self.story.world, handle.process
+        self.stopping.discard(handle.pid)
+        if not process.alive:
+            return
+        process.alive, process.died_at = False, world.clock.now()
+        process.died_seq = world.effects_performed
+        world.scheduler.drop_process(process.pid, "stop")
+        world.timeline.add("restart", f"pid={process.pid} exits")
         self._start(slot)
 
     def _start(self, slot: int) -> None:
