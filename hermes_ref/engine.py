@@ -53,13 +53,15 @@ class Engine:
         """CMP-4: a manual compaction of ``session_id`` before its next turn's first call.
 
         It runs even in the cooldown after a failed summary, and after ineffective passes;
-        only a session this engine has already served can be asked for.
+        only a session this engine has already served can be asked for, or a child a turn of
+        it rotated to (CMP-5), whose compression memory it carries to that child's first turn.
         """
         cache = self.caches.get(session_id)
-        if cache is None:
+        memory = cache.compression if cache is not None else self.carried.get(session_id)
+        if memory is None:
             raise BadInput(f"session {session_id!r} has had no turn in this process: "
                            "there is nothing to compact")
-        cache.compression.manual_pending = True
+        memory.manual_pending = True
 
     async def run_turn(self, inp: TurnInput) -> TurnResult:
         tracker = PhaseTracker(self.phase_observer)

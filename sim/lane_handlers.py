@@ -16,12 +16,10 @@ the incarnation, so a snapshot shows each transition of a lane.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermes_ref import effects as fx
-
-if TYPE_CHECKING:
-    from sim.world import World
+from sim.world import LaneEffect, World
 
 
 class LaneHandlers:
@@ -53,8 +51,6 @@ class LaneHandlers:
 
     def _log_lane(self, what: str, key: str = "", revision: int = 0) -> None:
         """Log a lane effect in world order (SES-7: what a start pass read, and when)."""
-        from sim.world import LaneEffect
-
         world = self.world
         world.lane_effects.append(LaneEffect(what, self.process.pid, world.effects_performed,
                                              key, revision))

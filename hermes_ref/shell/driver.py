@@ -354,13 +354,23 @@ class AsyncDriver:
             await refresh()
         self.log.info("provider credentials refreshed for %s", effect.model)
 
-    def redirect(self, session_id: str, text: str) -> None:
-        """LOOP-4: queue a user's correction for the turn running on ``session_id``; the turn
-        takes it in at the top of its next loop iteration (the call in flight runs on)."""
-        self._corrections.setdefault(session_id, []).append(text)
+    def redirect(self, key: str, text: str) -> None:
+        """LOOP-4: queue a user's correction for the run named ``key`` (the name ``interrupt``
+        takes: the session id the run was started on); the turn takes it in at the top of its
+        next loop iteration (the call in flight runs on). It is the run's, so a turn that
+        rotated its session mid-way (CMP-5) still finds it. With no such run under way it
+        waits for the session's next turn, under ``key`` as a session id."""
+        state = self._running.get(key)
+        if state is not None:
+            state.corrections.append(text)
+        else:
+            self._corrections.setdefault(key, []).append(text)
 
     async def _drain_redirects(self, effect: fx.DrainRedirects) -> tuple[str, ...]:
-        return tuple(self._corrections.pop(effect.session_id, ()))
+        """The corrections queued before the turn began, then those sent to its run."""
+        run = turn_tasks.CURRENT.get().root()
+        sent, run.corrections = run.corrections, []
+        return (*self._corrections.pop(effect.session_id, ()), *sent)
 
     async def _emit(self, effect: fx.Emit) -> None:
         event = self._turn_seqs.stamp(effect.event, self.clock())  # at, turn_seq (DEL-2)

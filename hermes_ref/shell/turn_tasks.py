@@ -43,6 +43,14 @@ class RunState:
     refreshers: dict[int, asyncio.Task[Any]] = field(default_factory=dict)
     lost: set[int] = field(default_factory=set)
     handle: int = 0  # this state's handle in its parent (a refresher's)
+    corrections: list[str] = field(default_factory=list)  # LOOP-4: sent to this run, undrained
+
+    def root(self) -> RunState:
+        """The run a refresher belongs to: the turn, whose corrections and interrupts these are."""
+        state = self
+        while state.parent is not None:
+            state = state.parent
+        return state
 
     def raise_interrupt(self, reason: str) -> None:
         self.interrupt = reason

@@ -591,7 +591,25 @@ def corrections_taken_in(obs: Observation) -> list[Violation]:
                     and view.exit.reason is not ExitReason.INTERRUPTED:
                 out.append(_v4(f"turn {view.key}: a correction cut the call at effect "
                                f"{call.seq} and the turn never took it in"))
+        if not fenced and view.exit is not None and view.exit.reason is not ExitReason.INTERRUPTED:
+            out.extend(_v4(f"turn {view.key}: {p}") for p in _skipped_corrections(obs, view))
         out.extend(_v4(f"turn {view.key}: {p}") for p in _reasoning_stored(view))
+    return out
+
+
+def _skipped_corrections(obs: Observation, view: TurnView) -> list[str]:
+    """A correction sent to the turn before one of its later model calls: the top of that
+    call's iteration drains the queue (a grace call counts as an iteration, LOOP-1), so a
+    turn that made the call and never took the correction in skipped it."""
+    drained = _drained(obs, view)
+    out = []
+    for sent in obs.interventions:
+        if sent.what != "redirect" or sent.turn_id != view.turn_id or sent.text in drained:
+            continue
+        later = [c.seq for c in view.calls if c.seq > sent.seq]
+        if later:
+            out.append(f"the correction {sent.text[:30]!r} was sent before the call at effect "
+                       f"{later[0]} and never taken in")
     return out
 
 

@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hermes_ref.compression import CompressionState
 from hermes_ref.context import IterationBudget, SessionCache, TurnContext, TurnState
 from hermes_ref.effects import Now
+from hermes_ref.engine import Engine
 from hermes_ref.errors import BadInput, IllegalTransition
 from hermes_ref.limits import Limits
 from hermes_ref.loop import cleared_to_send, dropped_call, handle_reply
@@ -21,7 +23,7 @@ from hermes_ref.phases import TRANSITIONS, Phase, PhaseTracker, render_mermaid
 from hermes_ref.prologue import compose_api_content
 from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE
 from hermes_ref.tool_round import plan_segments
-from hermes_ref.tool_specs import TOOLS_BY_NAME
+from hermes_ref.tool_specs import REFERENCE_TOOLS, TOOLS_BY_NAME
 from hermes_ref.transcript import Transcript
 from sim.faults import CrashPoint
 
@@ -399,3 +401,15 @@ def test_a_stored_row_takes_the_place_of_its_newest_twin() -> None:
     t.extend([failed, again])
     t.absorb((again.model_copy(update={"row_id": 7}),))
     assert [m.row_id for m in t] == [None, 7]
+
+
+def test_a_manual_compaction_may_be_asked_for_a_child_the_engine_rotated_to() -> None:
+    """CMP-4 across CMP-5: the engine carries a rotated child's compression memory to the
+    child's first turn, so it may be asked to compact that child; a session it knows
+    nothing of is still refused."""
+    engine = Engine(limits=Limits(), tools=REFERENCE_TOOLS, holder="pid=1:pidns=test")
+    engine.carried["child-1"] = CompressionState()
+    engine.request_compaction("child-1")
+    assert engine.carried["child-1"].manual_pending
+    with pytest.raises(BadInput):
+        engine.request_compaction("stranger")

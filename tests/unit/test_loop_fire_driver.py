@@ -20,7 +20,7 @@ from hermes_ref.shell.sqlite_store import AsyncSqliteStore
 from hermes_ref.shell.workspace_tools import WorkspaceTools
 from hermes_ref.tool_specs import REFERENCE_TOOLS
 from hermes_ref.wire import ProviderRequest
-from sim.provider import ScriptedProvider, text
+from sim.provider import ScriptedProvider, text, tool_calls
 
 FALLBACK = ProviderRoute(model="fallback-model", context_window_tokens=8_000)
 
@@ -109,3 +109,25 @@ async def test_a_queued_correction_becomes_a_user_row(store: AsyncSqliteStore,
     assert result.final_response == "Using b."
     assert [(m.role, m.content, m.hidden) for m in rows[1:3]] == [
         (Role.ASSISTANT, "", True), (Role.USER, "Use b instead.", False)]
+
+
+async def test_a_correction_finds_its_run_by_the_name_it_was_started_on(
+        store: AsyncSqliteStore, tmp_path: Path) -> None:
+    """A correction sent while the turn runs goes to the run named ``key``, as an interrupt
+    does, not to the session id the turn is on now: after a mid-turn rotation (CMP-5) the
+    turn's session is the child, and the user still addresses the id the run began on. The
+    run here is named apart from its session, as a rotated run is."""
+    gate = asyncio.Event()
+    (tmp_path / "a.txt").write_text("a")
+    primary = AsyncFake(tool_calls(("read_file", {"path": "a.txt"})), text("Using b."), gate=gate)
+    driver = _driver(store, tmp_path, primary)
+    engine = Engine(limits=Limits(), tools=REFERENCE_TOOLS, holder="pid=1:pidns=test")
+    running = asyncio.ensure_future(driver.run(
+        engine.run_turn(TurnInput(session_id="s-1", text="Use a.")), key="s-0"))
+    await asyncio.wait_for(primary.called.wait(), 5)
+    driver.redirect("s-0", "Use b instead.")
+    gate.set()
+    await asyncio.wait_for(running, 5)
+    users = [m.content for m in (await store.snapshot()).transcript("s-1") if m.role is Role.USER]
+    assert "Use b instead." in users
+    assert not driver._corrections  # nothing left queued for a later turn
