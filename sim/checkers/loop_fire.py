@@ -366,14 +366,21 @@ def fallback_routes(obs: Observation) -> list[Violation]:
     return out
 
 
+_TRANSIENT = ("ProviderServerError", "ProviderTimeout", "RateLimited")
+
+
 def _spent_without_switch(obs: Observation, view: TurnView, chain: list[str]) -> list[str]:
-    """A route whose retries were spent must hand over to the next one, if there is one."""
+    """A route whose retries were spent must hand over to the next one, if there is one.
+
+    Only the transient failures of a request spend its ``transient_retries_max`` retries
+    (LOOP-5): an auth error before them is answered by a credential renewal, which is no
+    retry, so the request still has all its retries after it."""
     limits = obs.limits
     calls = view.calls
     for n, call in enumerate(calls):
-        if call.error not in ("ProviderServerError", "ProviderTimeout", "RateLimited"):
+        if call.error not in _TRANSIENT:
             continue
-        same = [c for c in calls[:n + 1] if c.request is call.request and c.error is not None]
+        same = [c for c in calls[:n + 1] if c.request is call.request and c.error in _TRANSIENT]
         if len(same) <= limits.transient_retries_max:
             continue
         model = model_of(call)
