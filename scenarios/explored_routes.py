@@ -61,3 +61,38 @@ def failed_write_after_a_rotation_is_the_turns_own(s: Story) -> None:
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A narrated call at the end of the budget is no answer for the gate to hold back: "
+          "the turn stops on its tool result (explored seed 4461)",
+          invariants=("FIN-1", "LOOP-7", "FIN-8"), stage="explore")
+def narrated_call_at_the_budget_is_no_held_answer(s: Story) -> None:
+    """With the verification gate on, a budget of 2 and no grace call, a turn reads
+    notes-2.txt and rewrites it, then its second call says 'Let me read notes-1.txt now.'
+    with finish_reason tool_calls and no call. That is a dropped call with re-prompts
+    left (LOOP-7): the engine re-prompts, the budget is spent, and the turn stops on its
+    tool result (FIN-8). The checker took the narration for an answer the gate held
+    back at the budget's end and wanted it delivered (FIN-1); it now leaves out a
+    dropped call whose re-prompt was due, as the engine's reading of an answer does."""
+    s.seed = 4461  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    s.use_provider(ExploreModel((ReplyFault(call=5, kind=FaultKind.NARRATED_CALL),), ids=s.world.chooser))
+    s.files({f"notes-{k}.txt": f"note {k} of seed 4461" for k in (1, 2)})
+    s.limits(verify_before_answer=True)
+    s.limits(iteration_budget=2, grace_call_enabled=False)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-cd554d",
+                   {"text": "Read notes-2.txt and rewrite it as note 71 at link-notes-2.txt."},
+                   session="s-1", after_s=7.0)
+    s.start_submit(one, "p-1", "r-65f90c", {"text": "Say hello 1."}, session="s-1", after_s=17.0)
+    s.start_submit(one, "p-1", "r-bfbf47",
+                   {"text": "Read notes-2.txt and rewrite it as note 70 at ./notes-2.txt."},
+                   session="s-1", after_s=22.0)
+    s.start_drain(one, "s-1", after_s=27.0)
+    s.start_drain(one, "s-1", after_s=36.0)
+    s.start_drain(one, "s-1", after_s=36.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
