@@ -11,7 +11,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitLine, ExitReason
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
-from sim.checkers import loop_fire
+from sim.checkers import lineage, loop_fire
 from sim.checkers.base import (
     Observation,
     TurnKey,
@@ -247,8 +247,11 @@ def exit_line(obs: Observation) -> list[Violation]:
          "a delivered answer lists the writes of its turn that failed and were not redone")
 def failed_writes_reported(obs: Observation) -> list[Violation]:
     """Each write is placed in the turn it ran in by the record (``call_row_of``), never
-    by its call id alone, which may repeat across turns."""
+    by its call id alone, which may repeat across turns. That reading names the session
+    the call row is in, which after a rotation is a child (CMP-5): the write is filed
+    under the lineage root, as the turn is."""
     out: list[Violation] = []
+    root = lineage.roots(obs.record)
     last: dict[TurnKey, dict[str, str]] = defaultdict(dict)  # turn -> path -> last outcome
     for entry in obs.ledger:
         path = scoped_path(ToolCall(id=entry.call_id, name=entry.name, arguments=entry.arguments))
@@ -256,7 +259,8 @@ def failed_writes_reported(obs: Observation) -> list[Violation]:
         spec = TOOLS_BY_NAME.get(entry.name)
         writer = spec is not None and spec.kind is ToolKind.WRITER
         if writer and path is not None and found is not None:
-            last[found[0]][path] = entry.outcome
+            session_id, turn_id = found[0]
+            last[(root.get(session_id, session_id), turn_id)][path] = entry.outcome
     for key, view in obs.turns.items():
         done = view.completion
         final = done.final_response if done is not None else None

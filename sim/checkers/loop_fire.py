@@ -29,7 +29,12 @@ from hermes_ref.ladder import HOUSEKEEPING_TOOLS, inline_reasoning, reasoning_of
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role, ToolKind
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
-from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
+from hermes_ref.scaffolding import (
+    DROPPED_TOOLCALL_NUDGE,
+    EMPTY_AFTER_TOOLS_NUDGE,
+    EMPTY_SENTINEL,
+    PRE_VERIFY_NUDGE,
+)
 from hermes_ref.tokens import count_wire_messages
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers import lineage
@@ -141,9 +146,25 @@ def _held_at_the_end(obs: Observation, view: TurnView) -> str | None:
     wrote = any(c.reply is not None and round_landed(obs, c) and any(
         t.name in TOOLS_BY_NAME and TOOLS_BY_NAME[t.name].kind is ToolKind.WRITER
         for t in c.reply.tool_calls) for c in calls[:-1])
-    if last is None or last.tool_calls or calls[-1] is not view.calls[-1] or not wrote:
+    if last is None or last.tool_calls or calls[-1] is not view.calls[-1] or not wrote \
+            or _reprompt_due(obs.limits, calls[-1]):
         return None
     return visible_text(last.content) or None
+
+
+def _reprompt_due(limits: Limits, call: CallRecord) -> bool:
+    """The call was a dropped call (``finish_reason=tool_calls``, no call) with re-prompts
+    left: its narration is no answer, and the re-prompt is due (LOOP-7), so the gate held
+    nothing back. Past the re-prompts' bound the engine takes the text as it is."""
+    reply = call.reply
+    if reply is None or reply.finish_reason != "tool_calls" or reply.tool_calls:
+        return False
+    nudges = 0
+    for message in reversed(_messages(call)):
+        if message.get("role") == Role.TOOL.value:
+            break
+        nudges += message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE
+    return nudges < limits.dropped_toolcall_retries_max
 
 
 def recovered_answer(obs: Observation, view: TurnView) -> str | None:
@@ -366,14 +387,21 @@ def fallback_routes(obs: Observation) -> list[Violation]:
     return out
 
 
+_TRANSIENT = ("ProviderServerError", "ProviderTimeout", "RateLimited")
+
+
 def _spent_without_switch(obs: Observation, view: TurnView, chain: list[str]) -> list[str]:
-    """A route whose retries were spent must hand over to the next one, if there is one."""
+    """A route whose retries were spent must hand over to the next one, if there is one.
+
+    Only the transient failures of a request spend its ``transient_retries_max`` retries
+    (LOOP-5): an auth error before them is answered by a credential renewal, which is no
+    retry, so the request still has all its retries after it."""
     limits = obs.limits
     calls = view.calls
     for n, call in enumerate(calls):
-        if call.error not in ("ProviderServerError", "ProviderTimeout", "RateLimited"):
+        if call.error not in _TRANSIENT:
             continue
-        same = [c for c in calls[:n + 1] if c.request is call.request and c.error is not None]
+        same = [c for c in calls[:n + 1] if c.request is call.request and c.error in _TRANSIENT]
         if len(same) <= limits.transient_retries_max:
             continue
         model = model_of(call)
