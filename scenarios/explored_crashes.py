@@ -123,7 +123,8 @@ def waiter_ahead_dies_after_the_ask(s: Story) -> None:
     s.start_turn(f"Say hello 4. {SECRET}", session="t-1", process=one, after_s=25.0,
                  injected=NOTES["log"])
     s.kill(one, after_s=58.0)
-    _calm(s)
+    s.start_turn("Say hello 5.", session="t-1", process=s.process(), after_s=70.0)
+    _calm(s)  # the last turn ends: its ending must be on record
 
 
 @scenario("A huge read whose process dies before its result is stored leaves a recovered "

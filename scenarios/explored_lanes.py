@@ -50,7 +50,9 @@ def two_stops_of_one_draining_process(s: Story) -> None:
                                    participant="carol"), "Read build.log.", after_s=2337.2)
     lanes.restart(0, graceful=True, after_s=2357.0)
     lanes.restart(0, graceful=True, after_s=3175.6)
-    _calm(s)
+    lanes.message(0, SessionSource(platform="discord", chat_type="group", chat_id="guild-123",
+                                   participant="carol"), "Say hello 1.", after_s=6000.0)
+    _calm(s)  # the last message's turn ends: its ending must be on record
 
 
 @scenario("Three stop requests that reach one draining process stop it once (explored seed "
@@ -69,7 +71,9 @@ def three_stops_of_one_draining_process(s: Story) -> None:
                                    participant="bob"), "Read build.log.", after_s=2396.1)
     for after_s in (2410.2, 2838.4, 3597.0):
         lanes.restart(0, graceful=True, after_s=after_s)
-    _calm(s)
+    lanes.message(0, SessionSource(platform="discord", chat_type="group", chat_id="guild-123",
+                                   participant="bob"), "Say hello 1.", after_s=3700.0)
+    _calm(s)  # the last message's turn ends: its ending must be on record
 
 
 @scenario("An idle pass that leaves as many messages as it found does not stop the threshold "
