@@ -7,10 +7,11 @@ from, then the calm phase.
 from __future__ import annotations
 
 from hermes_ref.session import SessionSource
+from scenarios._explored_common import calm as _calm
 from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase, redirect_a_running_turn
+from sim.explore.run import redirect_a_running_turn
 from sim.harness import Story, scenario
 
 
@@ -22,12 +23,6 @@ def _world(s: Story, seed: int, *faults: ReplyFault) -> ExploreModel:
     s.use_provider(model)
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)})
     return model
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("Passes that find nothing to compact are ineffective too, and two of them block "

@@ -8,9 +8,10 @@ explorer's own, so each replays the run it came from, then the calm phase.
 from __future__ import annotations
 
 from hermes_ref.limits import ProviderRoute
+from scenarios._explored_common import calm as _calm
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase, redirect_a_running_turn
+from sim.explore.run import redirect_a_running_turn
 from sim.harness import Story, scenario
 
 
@@ -24,12 +25,6 @@ def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0,
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
             | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
     return model
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("A correction that cuts the grace call is taken in as a user row, and the turn "

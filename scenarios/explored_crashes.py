@@ -6,9 +6,10 @@ own (``sim.explore.run.stage``), so each replays the run it came from, then the 
 
 from __future__ import annotations
 
+from scenarios._explored_common import calm as _calm
 from sim.explore.model import ExploreModel
 from sim.explore.plan import BIG_LOG_TEXT, FaultKind, ReplyFault
-from sim.explore.run import calm_phase, jump_clock
+from sim.explore.run import jump_clock
 from sim.explore.terminal import SECRET, redact_later
 from sim.harness import Story, scenario
 
@@ -31,12 +32,6 @@ def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0) -> ExploreM
 def _door(s: Story, session: str) -> None:
     s.bind(f"p-{session[-1]}", session=session)
     s.bind(f"op-{session}", session=session, role="operator", kind="operator")
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("An operator redacts a card number from a terminal session that compaction has "

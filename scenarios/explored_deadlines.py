@@ -9,6 +9,7 @@ came from, then the calm phase.
 
 from __future__ import annotations
 
+from scenarios._explored_common import calm as _calm
 from sim.explore.model import ExploreModel
 from sim.explore.run import calm_phase
 from sim.harness import Story, scenario
@@ -24,12 +25,6 @@ def _world(s: Story, seed: int) -> ExploreModel:
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)})
     s.world.tools.slow("read_file", 500.0, path="notes-2.txt", start_delay_s=0.0)
     return model
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("A read past the deadline on a process that froze mid-batch and lost its lease is "

@@ -6,10 +6,10 @@ engine may not do, red on the checkers before their fix. The calls are the explo
 
 from __future__ import annotations
 
+from scenarios._explored_common import calm as _calm
 from sim.explore.edges import FlakySummarizer
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase
 from sim.harness import Story, scenario
 
 
@@ -22,12 +22,6 @@ def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0) -> ExploreM
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
             | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
     return model
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("A turn that comes back idle to a conversation too short to compact compacts "

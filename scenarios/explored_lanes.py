@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from hermes_ref.session import SessionSource
+from scenarios._explored_common import calm as _calm
 from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
@@ -21,12 +22,6 @@ def _world(s: Story, seed: int) -> None:
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)})
     s.bind("p-1", session="s-1")
     s.bind("op-s-1", session="s-1", role="operator", kind="operator")
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("Two stop requests that reach one draining process stop it once, and count its "

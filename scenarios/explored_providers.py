@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from hermes_ref.limits import ProviderRoute
 from hermes_ref.session import SessionSource
+from scenarios._explored_common import calm as _calm
 from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase, jump_clock
+from sim.explore.run import jump_clock
 from sim.harness import Story, scenario
 
 
@@ -25,12 +26,6 @@ def _world(s: Story, seed: int, *faults: ReplyFault) -> ExploreModel:
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
             | {"t-1-build.log": "build of t-1: ok"})
     return model
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("A turn that rotated its session renews its credentials there after an auth error, "

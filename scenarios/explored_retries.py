@@ -7,6 +7,7 @@ calm phase.
 
 from __future__ import annotations
 
+from scenarios._explored_common import calm as _calm
 from sim.explore.edges import handed_history
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
@@ -24,12 +25,6 @@ def _world(s: Story, seed: int, *faults: ReplyFault, grace_outages: tuple[int, .
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
             | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
     return model
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("A model that reasons the same words twice is prefilled twice into the same request "

@@ -7,9 +7,10 @@ replays the run it came from, then the calm phase.
 from __future__ import annotations
 
 from hermes_ref.session import SessionSource
+from scenarios._explored_common import calm as _calm
 from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
-from sim.explore.run import calm_phase, jump_clock
+from sim.explore.run import jump_clock
 from sim.explore.terminal import redact_later
 from sim.harness import Story, scenario
 
@@ -25,12 +26,6 @@ def _world(s: Story, seed: int) -> ExploreModel:
     s.use_provider(model)
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)})
     return model
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("A row rewritten before a rotation is sent as its new text from the child session "

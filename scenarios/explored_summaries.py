@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from hermes_ref.limits import ProviderRoute
 from hermes_ref.session import SessionSource
+from scenarios._explored_common import calm as _calm
 from sim.explore.edges import FlakySummarizer
 from sim.explore.lanes import LaneWorld
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase
 from sim.explore.terminal import redact_later
 from sim.harness import Story, scenario
 
@@ -34,12 +34,6 @@ def _member(s: Story, *sessions: str) -> None:
     for session in sessions:
         s.bind(f"p-{session[2:]}", session=session)
         s.bind(f"op-{session}", session=session, role="operator", kind="operator")
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 @scenario("A dropped call's scaffolding at the start of a turn takes no place in the protected "

@@ -7,10 +7,11 @@ so each replays the run it came from, then the calm phase.
 
 from __future__ import annotations
 
+from scenarios._explored_common import calm as _calm
 from sim.explore.edges import FlakySummarizer
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import calm_phase, jump_clock
+from sim.explore.run import jump_clock
 from sim.explore.terminal import redact_later
 from sim.harness import Story, scenario
 
@@ -28,12 +29,6 @@ def _world(s: Story, seed: int, *faults: ReplyFault) -> ExploreModel:
 def _member(s: Story, principal: str, session: str) -> None:
     s.bind(principal, session=session)
     s.bind(f"op-{session}", session=session, role="operator", kind="operator")
-
-
-def _calm(s: Story) -> None:
-    s.run_all()
-    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
-    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
 
 
 # ---- TOOL-5: a frozen process keeps no gate --------------------------------------------------
