@@ -218,6 +218,26 @@ sabotage("corrections_never_taken_in", ("LOOP-4",),
     _never_drained)
 
 
+async def _only_a_cut_drained(ctx: TurnContext) -> None:
+    if ctx.state.cut_partial is not None and not ctx.ended:
+        await redirect.take_redirects(ctx)
+
+
+sabotage("last_round_correction_left_queued", ("LOOP-4",),
+         "leaving the loop at its bound takes in a correction only when one cut the last call, "
+         "so one sent during the last tool round is never taken in")(
+    lambda: [mock.patch.object(loop, "_take_in_a_last_cut", _only_a_cut_drained)])
+
+
+async def _grace_cut_noted_only(ctx: TurnContext) -> None:
+    ctx.ending.detail += "; grace call cut by a correction"
+
+
+sabotage("grace_cut_correction_left_queued", ("LOOP-4",),
+         "a correction that cuts the grace call is noted but never taken in")(
+    lambda: [mock.patch.object(finalizer, "_take_in_a_grace_cut", _grace_cut_noted_only)])
+
+
 # ---- FIN-1: the answer held back for verification ------------------------------------------
 
 
