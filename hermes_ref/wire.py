@@ -47,10 +47,31 @@ class WireBody:
         return self._bytes
 
     def parsed(self) -> Any:
-        """The bytes parsed as JSON (raises ``ValueError`` when they are not JSON); shared."""
+        """The bytes parsed as JSON (raises ``ValueError`` when they are not JSON); shared.
+
+        A body this module built is parsed in two halves: the messages array, and the rest
+        of the object (the model and the tools: most of the bytes, and the same bytes in
+        every request of a route), whose parse is kept by value (``_parse_rest``). The
+        array is one JSON value wherever it stands, so whenever it parses alone this is the
+        parse of the joined bytes (a ``messages`` key in the rest wins, as it does there);
+        any other body is parsed whole, exactly as ``json.loads`` reads it.
+        """
         if self._parsed is None:
-            self._parsed = json.loads(bytes(self))
+            if self.opening == _OPENING and self.closing.startswith(b"],"):
+                self._parsed = self._by_halves()
+            if self._parsed is None:
+                self._parsed = json.loads(bytes(self))
         return self._parsed
+
+    def _by_halves(self) -> Any:
+        try:
+            rest = _parse_rest(self.closing)
+            if not isinstance(rest, dict):
+                return None
+            messages = json.loads(b"[" + b", ".join(self.parts) + b"]")
+        except ValueError:
+            return None
+        return {"messages": messages, **rest}  # a "messages" in the rest wins, as in a parse
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +104,7 @@ class ProviderRequest:
             parts = _wire_parts(self.messages)
         except (TypeError, ValueError) as exc:
             raise ProviderRejected(f"request body cannot be encoded as JSON: {exc}") from exc
-        return WireBody(b'{"messages": [', parts, b"], " + rest[1:])
+        return WireBody(_OPENING, parts, b"], " + rest[1:])
 
     def body(self) -> bytes:
         """The request body as the bytes ``HttpProvider`` posts (``wire_body``, joined)."""
@@ -140,6 +161,20 @@ def _wire_parts(messages: tuple[Message, ...]) -> tuple[bytes, ...]:
         parts = tuple([m.wire_json for m in messages])
     _remember(_PARTS, key, (messages, parts))
     return parts
+
+
+_OPENING = b'{"messages": ['
+_RESTS: dict[bytes, Any] = {}
+
+
+def _parse_rest(closing: bytes) -> Any:
+    """``closing`` (``], "model": …}``) parsed as the object it ends, kept by value: the
+    same bytes parse the same way. Raises ``ValueError`` when they are not JSON."""
+    hit = _RESTS.get(closing)
+    if hit is None:
+        hit = json.loads(b"{" + closing[2:])
+        _remember(_RESTS, closing, hit)
+    return hit
 
 
 def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from sim.explore.plan import FaultMix, generate
 from sim.explore.run import RunReport, Verdict, run_plan
+from sim.explore.sweep import collecting_for_seeds
 
 
 @dataclass
@@ -93,5 +94,6 @@ def hunt_all(names: list[str] | None = None, *, seeds_max: int = 1000,
     from sim.sabotage import SABOTAGES
 
     baseline = Baseline(mix or FaultMix())
-    return [hunt(name, seeds_max=seeds_max, baseline=baseline)
-            for name in (names or sorted(SABOTAGES))]
+    with collecting_for_seeds():
+        return [hunt(name, seeds_max=seeds_max, baseline=baseline)
+                for name in (names or sorted(SABOTAGES))]

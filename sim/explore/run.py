@@ -29,6 +29,7 @@ be compared byte for byte (``determinism``).
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 import traceback
 from dataclasses import dataclass, field
@@ -108,11 +109,17 @@ class RunReport:
                 "admissions": self.admissions, "turns": self.turns, "steps": self.steps}
 
 
+NO_FOLDER = Path(os.devnull) / "hermes-ref-memory-world"
+
+
 def run_plan(plan: WorldPlan, *, store_kind: str = "memory", trace: bool = True,
              workdir: Path | None = None) -> RunReport:
-    """Run ``plan`` on a fresh world of ``store_kind`` and judge it."""
-    if workdir is not None:
-        return _run(plan, store_kind, trace, workdir)
+    """Run ``plan`` on a fresh world of ``store_kind`` and judge it.
+
+    A world on the memory store touches no file, so it gets no folder: its workdir is a
+    path under the null device, where any attempt to write fails loudly."""
+    if workdir is not None or store_kind == "memory":
+        return _run(plan, store_kind, trace, workdir or NO_FOLDER)
     with tempfile.TemporaryDirectory(prefix="hermes-ref-explore-") as tmp:
         return _run(plan, store_kind, trace, Path(tmp))
 

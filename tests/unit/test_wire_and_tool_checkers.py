@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
 from hermes_ref.ports import DurableRecord
+from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest, WireBody
 from sim.checkers import Observation, Violation
 from sim.checkers.wire import no_private_keys_on_wire
@@ -111,3 +115,33 @@ def test_a_racing_batch_of_a_later_turn_is_judged_on_its_own_paths(tmp_path: Pat
     assert ids_of(s.violations, "TOOL-4") == [
         "turn s-1/turn-2 row #7: read_file x.txt ran alongside write_file x.txt, "
         "and both land on x.txt"]
+
+
+# -- a body is read as json.loads reads its bytes, however it was put together ---------------
+def test_a_built_body_parses_as_its_joined_bytes() -> None:
+    """The two-halves parse (messages, then the kept rest) equals a parse of the bytes."""
+    tools = tuple(TOOLS_BY_NAME.values())[:3]
+    request = ProviderRequest(model="m", messages=(Message(role=Role.SYSTEM, content="s"),
+                                                   Message(role=Role.USER, content="hi é")),
+                              tools=tools, prompt_tokens=1, max_tokens=9, stream=True)
+    body = request.wire_body()
+    assert body.parsed() == json.loads(bytes(body))
+    assert request.wire_body().parsed()["tools"] == json.loads(request.body())["tools"]
+
+
+@pytest.mark.parametrize(("parts", "closing"), [
+    ((b'{"role": "user"}', b'1], [2'), b'], "model": "m"}'),   # a part that spills out
+    ((b'{"role": "user"}',), b'], "model": "m", "messages": []}'),  # the rest names messages
+    ((b'{"role": "user"}', b'{"role":'), b'], "model": "m"}'),  # a part that is no JSON
+    ((b'{"a": 1}',), b']}'),  # nothing after the array
+])
+def test_an_odd_body_parses_exactly_as_its_bytes_do(parts: tuple[bytes, ...],
+                                                     closing: bytes) -> None:
+    body = WireBody(b'{"messages": [', parts, closing)
+    try:
+        whole = json.loads(bytes(body))
+    except ValueError:
+        with pytest.raises(ValueError):
+            WireBody(b'{"messages": [', parts, closing).parsed()
+        return
+    assert body.parsed() == whole
