@@ -136,10 +136,11 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         actor.value, actor.error = None, None
         if self.world.fault_state.crashes_planned and self._crash_before(actor, effect):
             return
-        if actor.interrupt is not None and type(effect) in INTERRUPTIBLE:
+        kind = type(effect)
+        if actor.interrupt is not None and kind in INTERRUPTIBLE:
             actor.error = TurnInterrupted(actor.interrupt)  # not performed: the turn stops
             return
-        self._perform(actor, effect, lambda: self._handlers[type(effect)](effect))
+        self._perform(actor, effect, self._handlers[kind], effect)
 
     def resume(self, actor: Actor) -> None:
         """The actor's wait is over: compute its answer (it may wait again)."""
@@ -149,10 +150,12 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         self.world.scheduler.retire(actor)
         self._perform(actor, effect, wait.then)
 
-    def _perform(self, actor: Actor, effect: Any, step: Callable[[], Any]) -> None:
+    def _perform(self, actor: Actor, effect: Any, step: Callable[..., Any], *args: Any) -> None:
+        """``step(*args)`` computes the effect's answer: its handler's (given the effect),
+        or a finished wait's ``then()``."""
         self.current = actor
         try:
-            outcome = step()
+            outcome = step(*args)
         except OperatingError as failure:
             self._complete(actor, effect, None, failure)
             return

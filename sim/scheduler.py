@@ -151,7 +151,7 @@ class Scheduler:
 
     def step(self) -> bool:
         """Advance one actor by one effect (or wake the next parked one); False when idle."""
-        ready = [a for a in self._ready if a.runnable]
+        ready = [a for a in self._ready if not a.done and a.wait is None]  # runnable
         self._ready = ready
         active = [a for a in ready if self._thawed(a)] if self._frozen else ready
         if not active:
