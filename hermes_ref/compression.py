@@ -366,4 +366,5 @@ def repair_orphans(messages: tuple[Message, ...],
 
 
 def tokens_of(messages: tuple[Message, ...]) -> int:
-    return sum(m.tokens for m in messages)
+    """What ``messages`` add to a request (a hidden row adds nothing, ``Message.sent_tokens``)."""
+    return sum(m.sent_tokens for m in messages)

@@ -562,12 +562,16 @@ class PutRoute(Effect[bool]):
     """Write ``route`` if it is its key's next revision; False when another writer won.
 
     With ``end_session_id`` the same transaction ends that session row with
-    ``end_reason`` (first reason wins; a row that does not exist yet is left alone).
+    ``end_reason`` (first reason wins; a row that does not exist is left alone). With
+    ``start`` (a revision that begins an incarnation) it creates that incarnation's session
+    row too, unless it exists: no route names an incarnation that has no row, so a reset
+    that replaces it, however soon, finds the row to end (SES-2).
     """
 
     route: Route
     end_session_id: str | None = None
     end_reason: str | None = None
+    start: SessionRecord | None = None
     kind: ClassVar[str] = "put_route"
 
 

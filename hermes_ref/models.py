@@ -201,6 +201,12 @@ class Message(Frozen):
         return count_message(self.wire)
 
     @property
+    def sent_tokens(self) -> int:
+        """What this message adds to a request: ``tokens``, or none for a hidden row, which
+        stays in the transcript but never goes on the wire (LOOP-4, ``loop.build_request``)."""
+        return 0 if self.hidden else self.tokens
+
+    @property
     def has_visible_text(self) -> bool:
         return bool(self.content and self.content.strip()) and not self.hidden
 

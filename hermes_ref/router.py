@@ -8,7 +8,10 @@ incarnation's session row and the live background processes, and lets the pure
 
 * keep / resume: the same incarnation, touched (and resume_pending cleared);
 * new: a fresh id from the clock and ``RandomBits``; the same transaction ends the old
-  session row with the reason (ended rows stay: SES-2).
+  session row with the reason (ended rows stay: SES-2) and creates the new one's row,
+  with its system prompt (CTX-3, CTX-4), as Hermes creates the session when it routes.
+  An incarnation is never named without its row: a reset that follows at once, before
+  the turn of the message routed to it has run, still finds the row to end.
 
 ``PutRoute`` is a compare-and-set on the key's revision: when another writer got there
 first the router reads again and decides again (``route_attempts_max`` times), so one key
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_ref import lane_restart, rotation, session
+from hermes_ref import lane_restart, prologue, rotation, session
 from hermes_ref.effects import (
     LiveBackground,
     LoadMessages,
@@ -46,7 +49,7 @@ from hermes_ref.effects import (
 from hermes_ref.errors import BadInput, PersistenceError
 from hermes_ref.lane_restart import LaneEntry
 from hermes_ref.limits import Limits
-from hermes_ref.models import Frozen, SessionRecord
+from hermes_ref.models import Frozen, SessionRecord, ToolSpec
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.prologue import TurnInput
 from hermes_ref.session import Action, Cause, Order, ResetMode, ResetPolicy, Route, SessionSource
@@ -89,22 +92,25 @@ def turn_input(routed: Routed, text: str, **extra: Any) -> TurnInput:
                      platform=route.source.platform, injected_context=routed.notice, **extra)
 
 
-async def route(source: SessionSource, limits: Limits) -> Routed:
-    """Resolve ``source`` to its live incarnation, writing one route revision."""
+async def route(source: SessionSource, limits: Limits, tools: tuple[ToolSpec, ...]) -> Routed:
+    """Resolve ``source`` to its live incarnation, writing one route revision; ``tools`` are
+    the engine's, named in the system prompt of an incarnation the route begins."""
     key = session_key(source, limits)
     for _ in range(limits.route_attempts_max):
-        routed = await _route_once(source, key, limits)
+        routed = await _route_once(source, key, limits, tools)
         if routed is not None:
             return routed
     raise PersistenceError(f"route {key!r}: lost the compare-and-set "
                            f"{limits.route_attempts_max} times", cause="route_contention")
 
 
-async def _route_once(source: SessionSource, key: str, limits: Limits) -> Routed | None:
+async def _route_once(source: SessionSource, key: str, limits: Limits,
+                      tools: tuple[ToolSpec, ...]) -> Routed | None:
     now = await Now()
     current = await LoadRoute(key)
     if current is None:
-        return await _begin(None, source, key, limits, now, Cause.CREATED, None, "created")
+        return await _begin(None, source, key, limits, tools, now, Cause.CREATED, None,
+                            "created")
     record = await LoadSession(current.session_id)
     if record is not None and rotation.lease_follows_tip(record.end_reason):  # CMP-5
         current, record = await _tip_of(current, record)
@@ -115,8 +121,8 @@ async def _route_once(source: SessionSource, key: str, limits: Limits) -> Routed
                                   freshness_window_s=limits.resume_freshness_window_s)
     decision = session.resolve(situation, Order(limits.session_resolution_order))
     if decision.action is Action.NEW:
-        return await _begin(current, source, key, limits, now, Cause.RESET, decision.reason,
-                            decision.rule, end=None if ended else decision.reason)
+        return await _begin(current, source, key, limits, tools, now, Cause.RESET,
+                            decision.reason, decision.rule, end=None if ended else decision.reason)
     return await _continue(current, decision, limits, now)
 
 
@@ -139,13 +145,17 @@ async def _fresh_id(now: float) -> str:
 
 
 async def _begin(current: Route | None, source: SessionSource, key: str, limits: Limits,
-                 now: float, cause: Cause, reason: str | None, rule: str,
-                 end: str | None = None) -> Routed | None:
-    """Start an incarnation; the old one's row is ended in the same write."""
+                 tools: tuple[ToolSpec, ...], now: float, cause: Cause, reason: str | None,
+                 rule: str, end: str | None = None) -> Routed | None:
+    """Start an incarnation: its route and its session row, the prompt built first (CTX-4),
+    and the old one's row ended, in one write."""
     new = session.first_route(key, source, await _fresh_id(now), now, previous=current,
                               cause=cause, reason=reason,
                               order=limits.session_resolution_order)
-    if not await PutRoute(new, *ending(current, end)):
+    prompt = prologue.build_system_prompt(key, source.platform, tools, now)
+    row = SessionRecord(id=new.session_id, key=key, platform=source.platform,
+                        chat_type=source.chat_type, system_prompt=prompt, started_at=now)
+    if not await PutRoute(new, *ending(current, end), start=row):
         return None
     notice = session.reset_notice(new) if session.notice_due(new, has_rows=False) else None
     return Routed(route=new, rule=rule, notice=notice)
@@ -179,7 +189,7 @@ async def _continue(current: Route, decision: session.Decision, limits: Limits,
                   notice=session.reset_notice(current) if due else None)
 
 
-async def reset(source: SessionSource, limits: Limits) -> Routed:
+async def reset(source: SessionSource, limits: Limits, tools: tuple[ToolSpec, ...]) -> Routed:
     """A user-requested reset: a new incarnation, ``is_fresh_reset``, no notice (SES-4)."""
     key = session_key(source, limits)
     for _ in range(limits.route_attempts_max):
@@ -189,7 +199,7 @@ async def reset(source: SessionSource, limits: Limits) -> Routed:
             record = await LoadSession(current.session_id)
             if record is not None and rotation.lease_follows_tip(record.end_reason):
                 current, _ = await _tip_of(current, record)
-        routed = await _begin(current, source, key, limits, now,
+        routed = await _begin(current, source, key, limits, tools, now,
                               Cause.USER_RESET if current else Cause.CREATED, None, "user_reset",
                               end=session.USER_RESET_REASON)
         if routed is not None:

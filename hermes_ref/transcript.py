@@ -6,7 +6,10 @@ The working list is what the next request is built from: durable rows (with row 
 the not-yet-persisted final answer and, briefly, scaffolding. It keeps a running token
 total so that building a request costs O(new messages), not O(history): history values
 are frozen, so their token counts never change once added (WIRE-1 makes their wire bytes
-immutable too).
+immutable too). The total is of what a request carries (``Message.sent_tokens``): a
+hidden row (the mark a correction leaves where it cut a reply that showed nothing,
+LOOP-4) stays in the list but never goes on the wire, so it counts for nothing; counted,
+it made preflight refuse a request that fits (CMP-7, LOOP-6).
 
 ``durable_tail`` is the last message that has a row id: the tail of the durable
 transcript, which is what tail closure (FIN-3) inspects.
@@ -63,7 +66,7 @@ class Transcript:
 
     def append(self, message: Message) -> None:
         self._messages.append(message)
-        self._tokens += message.tokens
+        self._tokens += message.sent_tokens
 
     def extend(self, messages: Iterable[Message]) -> None:
         for message in messages:
@@ -81,7 +84,7 @@ class Transcript:
     def replace_last(self, message: Message) -> None:
         old = self._messages[-1]
         self._messages[-1] = message
-        self._tokens += message.tokens - old.tokens
+        self._tokens += message.sent_tokens - old.sent_tokens
 
     def drop_scaffolding(self) -> int:
         """Remove every scaffolding message; returns how many were removed."""
@@ -90,7 +93,7 @@ class Transcript:
         kept = [m for m in tail if m.scaffold is None]
         removed = len(tail) - len(kept)
         if removed:
-            self._tokens -= sum(m.tokens for m in tail if m.scaffold is not None)
+            self._tokens -= sum(m.sent_tokens for m in tail if m.scaffold is not None)
             del self._messages[head:]
             self._messages.extend(kept)
         return removed
@@ -147,7 +150,6 @@ class Transcript:
                 return (message, missing) if missing else (None, [])
             break
         return None, []
-
 
 
 def _twins(row: Message, message: Message) -> bool:

@@ -1,8 +1,9 @@
 """Stories the explorer found about the user's corrections (LOOP-4): a correction that cut
-the grace call, one taken in by a turn whose lease was gone, and one sent to a turn whose
-session rotated mid-way. Each is a shrunk seed (``hermes-ref explore --shrink SEED``, the
-third trimmed by hand to its one session), red before its fix; the calls are the
-explorer's own, so each replays the run it came from, then the calm phase.
+the grace call, one taken in by a turn whose lease was gone, one sent to a turn whose
+session rotated mid-way, and the hidden row a correction left, counted against a
+fallback's window. Each is a shrunk seed (``hermes-ref explore --shrink SEED``, the third
+and the fourth trimmed by hand to their one session), red before its fix; the calls are
+the explorer's own, so each replays the run it came from, then the calm phase.
 """
 
 from __future__ import annotations
@@ -100,4 +101,31 @@ def correction_after_a_rotation(s: Story) -> None:
                    session="s-3", after_s=0.0)
     s.start_drain(one, "s-3", after_s=36.0)
     redirect_a_running_turn(s, "Say hello 18 instead.", after_s=66.0, session="s-3")
+    _calm(s)
+
+
+@scenario("A grace call that falls back after a correction is measured by what it sends: the "
+          "hidden row the correction left costs no tokens (explored seed 3105)",
+          invariants=("LOOP-6", "CMP-7", "LOOP-4"), stage="explore")
+def hidden_row_costs_the_fallback_nothing(s: Story) -> None:
+    """A budget of two: the turn's first call is slow, and the user's correction cuts it
+    before it showed anything, so the cut reply is stored as a hidden row, then the user's
+    row. The second call drops its tool call, and the grace call meets an outage on the
+    primary: four 503s spend its retries and the turn falls back to ``fallback-small``
+    (200 tokens, 160 in the engine's estimate). The request it would send comes to 159;
+    preflight counted 163 and did not send it, for the transcript's running total still
+    held the hidden row that ``build_request`` keeps off the wire. The total now counts
+    only what a request carries, and the fallback sends the summary."""
+    model = _world(s, 3105, ReplyFault(call=1, kind=FaultKind.SLOW_REPLY, seconds=400.0),
+                   ReplyFault(call=2, kind=FaultKind.DROPPED_CALL), grace_outages=(1,))
+    s.limits(fallback_providers=(ProviderRoute(model="fallback-small", context_window_tokens=200,
+                                               token_ratio=1.25),))
+    s.use_provider_for("fallback-small", model.for_fallback())
+    s.limits(iteration_budget=2)
+    s.bind("p-1", session="s-1")
+    one = s.main_process()
+    s.delay_reply(1, 400.0)
+    s.start_submit(one, "p-1", "r-0a0850", {"text": "Read notes-2.txt."}, session="s-1", after_s=24.0)
+    s.start_drain(one, "s-1", after_s=28.0)
+    redirect_a_running_turn(s, "Say hello 59 instead.", after_s=66.0, session="s-1")
     _calm(s)

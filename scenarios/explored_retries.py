@@ -1,12 +1,13 @@
 """Stories the explorer found in the loop under provider faults: empty and reasoning-only
 replies, errors that are retried, the iteration budget and the grace call. Each is a shrunk
-seed (``hermes-ref explore --shrink SEED``), red before its fix. The calls are the
-explorer's own (``sim.explore.run.stage``), so each replays the run it came from, then the
-calm phase.
+seed (``hermes-ref explore --shrink SEED``; seed 4850's cut by hand to its one session),
+red before its fix. The calls are the explorer's own (``sim.explore.run.stage``), so each
+replays the run it came from, then the calm phase.
 """
 
 from __future__ import annotations
 
+from hermes_ref.limits import ProviderRoute
 from scenarios._explored_common import calm as _calm
 from sim.explore.edges import handed_history
 from sim.explore.model import ExploreModel
@@ -176,6 +177,34 @@ def dropped_call_whose_re_prompt_does_not_fit(s: Story) -> None:
     s.start_submit(one, "p-1", "r-76ca79", {"text": "Say hello 99."}, session="s-1", after_s=16.0)
     s.start_turn("Say hello 80.", session="h-1", process=one, after_s=25.0, history=handed_history(3))
     s.start_drain(one, "s-1", after_s=28.0)
+    _calm(s)
+
+
+@scenario("An empty reply after a write round keeps its budget unit when preflight refuses its "
+          "nudge: the nudge is no fallback hop (explored seed 4850)",
+          invariants=("LOOP-2", "LOOP-8"), stage="explore")
+def refused_nudge_after_a_write_keeps_its_unit(s: Story) -> None:
+    """A window of 250 tokens and a fallback route: the third turn writes a note, and the
+    reply after its write round is empty. The ladder's rung due is the nudge after a tool
+    round (LOOP-8), on the same route; the nudged request does not fit and preflight fails
+    the turn closed, two calls made, two units spent (LOOP-2: one unit per model call).
+    LOOP-2's checker took every refused request after an empty reply on a route with a
+    fallback for the ladder's fallback, whose hop gives back the empty call's unit, and
+    counted one unit too many; it now asks the ladder which rung was due."""
+    model = _world(s, 4850, ReplyFault(call=6, kind=FaultKind.EMPTY_REPLY))
+    s.limits(context_window_tokens=250)
+    s.limits(fallback_providers=(ProviderRoute(model="fallback-small", context_window_tokens=200,
+                                               token_ratio=1.25),))
+    s.use_provider_for("fallback-small", model.for_fallback())
+    s.bind("p-1", session="s-1")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-34bf82", {"text": "Read notes-2.txt."}, session="s-1", after_s=4.0)
+    s.start_submit(one, "p-1", "r-022592", {"text": "Write note 5 to s-1-out-5.txt."},
+                   session="s-1", after_s=21.0)
+    s.start_submit(one, "p-1", "r-cd9be7", {"text": "Write note 2 to s-1-out-2.txt."},
+                   session="s-1", after_s=21.0)
+    for after_s in (28.0, 38.0, 42.0):
+        s.start_drain(one, "s-1", after_s=after_s)
     _calm(s)
 
 

@@ -76,6 +76,29 @@ def user_reset_starts_a_fresh_incarnation(s: Story) -> None:
     s.expect(old is not None and old.end_reason == "new_session", "the old row is ended, kept")
 
 
+@scenario("A reset between routing a message and running its turn still ends the old row "
+          "(explored seed 3915)", invariants=("SES-2",), stage="session")
+def reset_before_the_routed_turn_runs(s: Story) -> None:
+    """A new lane's first message is routed, and a new incarnation named for it; before its
+    turn runs, the user asks for a new conversation. The reset ended the old incarnation's
+    row only if it existed, and it did not yet: the turn, routed before the reset, created
+    it afterwards, and nothing ever ended it (SES-2). The route that names an incarnation
+    now creates its row in the same write, so the reset finds it and ends it; the turn
+    runs on the incarnation it was routed to, and the lane's next message goes to the new
+    one."""
+    _answers(s, 2)
+    routed = s.route_message(DM)
+    s.expect(routed is not None, "the message is routed")
+    assert routed is not None
+    first = routed.route.session_id
+    fresh = s.reset_lane(DM)  # the user's /new, before the routed message's turn runs
+    s.run_routed(routed, "Remember the number 7.")
+    old = s.world.store.get_session(first)
+    s.expect(old is not None and old.end_reason == "new_session", "the old row is ended, kept")
+    s.message(DM, "What was the number?")
+    s.expect(_sid(s, DM) == fresh.session_id != first, "the lane has a new incarnation")
+
+
 @scenario("An idle lane expires into a new incarnation whose notice is sent once",
           invariants=("SES-2", "SES-3", "SES-4"), stage="session")
 def idle_lane_expires_with_one_notice(s: Story) -> None:

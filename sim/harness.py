@@ -437,14 +437,24 @@ class Story:
 
     def message(self, source: SessionSource, text: str) -> TurnResult | None:
         """Route a message from ``source`` to its live incarnation and run its turn there."""
+        routed = self.route_message(source)
+        return None if routed is None else self.run_routed(routed, text)
+
+    def route_message(self, source: SessionSource) -> router.Routed | None:
+        """Route a message from ``source`` without running its turn yet (None: the process
+        died routing it); ``run_routed`` runs the turn, so a story can put a step between."""
         try:
-            routed = self.lane_run(router.route(source, self._limits))
+            routed: router.Routed = self.lane_run(router.route(source, self._limits, self._tools))
         except Crashed:
             self._engine = None
             self.check()
             return None
         notice = " +notice" if routed.notice else ""
         self.world.timeline.add("routed", f"{routed.rule} -> {routed.route.session_id}{notice}")
+        return routed
+
+    def run_routed(self, routed: router.Routed, text: str) -> TurnResult | None:
+        """Run the turn of a message ``route_message`` routed, on the incarnation it named."""
         result = self._lane_turn(router.turn_input(routed, text))
         if result is not None:
             self.lane_run(router.after_turn(routed, result))
@@ -472,7 +482,7 @@ class Story:
 
     def reset_lane(self, source: SessionSource) -> Route:
         """The user asks for a new conversation on ``source``'s lane."""
-        routed = self.lane_run(router.reset(source, self._limits))
+        routed = self.lane_run(router.reset(source, self._limits, self._tools))
         self.check()
         return routed.route  # type: ignore[no-any-return]
 

@@ -10,7 +10,8 @@ replay with the seed. ``LiveBackground`` is read from the store's lane log, wher
 world records each background process it starts and ends (``Story.background``).
 
 Every route write is narrated as one ``route`` line: the key, the revision, the cause and
-the incarnation, so a snapshot shows each transition of a lane.
+the incarnation, so a snapshot shows each transition of a lane; a revision that begins
+an incarnation is followed by the creation of its session row, in the same write.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class LaneHandlers:
     def _put_route(self, effect: fx.PutRoute) -> bool:
         route = effect.route
         taken: bool = self._write(self.world.store.put_route, route, effect.end_session_id,
-                                  effect.end_reason)
+                                  effect.end_reason, effect.start)
         if taken:
             self._log_lane("route", route.key, route.revision)
         if self.world.timeline.enabled:
@@ -78,6 +79,8 @@ class LaneHandlers:
                 "route", f"{route.key} r{route.revision} {route.cause.value} -> "
                 f"{route.session_id}{' [' + ','.join(flags) + ']' if flags else ''}"
                 f"{ended}{state}")
+            if taken and effect.start is not None:
+                self.world.timeline.add("write", f"session   {effect.start.id} created")
         return taken
 
     def _write_lane(self, effect: fx.WriteLane) -> None:

@@ -257,8 +257,8 @@ class SqliteStore:
 
     # -- SES: session lanes (hermes_ref/shell/sqlite_routes.py) ------------------------------
     def put_route(self, route: Route, end_session_id: str | None = None,
-                  end_reason: str | None = None) -> bool:
-        return self._write(lanes.put_route, route, end_session_id, end_reason)
+                  end_reason: str | None = None, start: SessionRecord | None = None) -> bool:
+        return self._write(lanes.put_route, route, end_session_id, end_reason, start)
 
     def get_route(self, key: str) -> Route | None:
         return lanes.get_route(self._conn, key)

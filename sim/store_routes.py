@@ -7,7 +7,8 @@ A mixin of ``MemoryStore`` with the same contract as the SQLite stores
 
 * routes are an append-only log of revisions; ``put_route`` takes a revision only if it is
   its key's next one (compare-and-set) and, in the same commit, ends the session row it
-  names (first reason wins, a row not created yet is left alone). Nothing is deleted.
+  names (first reason wins, a missing row is left alone) and creates the row of the
+  incarnation it begins (``start``, unless it exists). Nothing is deleted.
 * markers are a small name -> value map (``clean_exit``, ``restarts:<key>``); ``write_lane``
   sets and drops markers and appends lane-log entries as one commit.
 * ``live_background`` is read from the lane log: a key whose last background entry is a
@@ -19,7 +20,7 @@ Every write commits the pending events, like every other write of the store.
 from __future__ import annotations
 
 from hermes_ref.lane_restart import LaneEntry
-from hermes_ref.models import SessionRecord
+from hermes_ref.models import Message, SessionRecord
 from hermes_ref.ports import DurableRecord
 from hermes_ref.session import Route
 
@@ -28,6 +29,7 @@ class RouteStoreMixin:
     """Route, marker and lane-log state of ``MemoryStore`` (SES)."""
 
     _sessions: dict[str, SessionRecord]
+    _by_session: dict[str, list[Message]]
 
     def _init_routes(self) -> None:
         self._routes: list[Route] = []
@@ -39,7 +41,7 @@ class RouteStoreMixin:
         raise NotImplementedError
 
     def put_route(self, route: Route, end_session_id: str | None = None,
-                  end_reason: str | None = None) -> bool:
+                  end_reason: str | None = None, start: SessionRecord | None = None) -> bool:
         head = self._route_heads.get(route.key)
         if route.revision != (head.revision if head else 0) + 1:
             self._commit_events()
@@ -51,6 +53,9 @@ class RouteStoreMixin:
             if current is not None and current.ended_at is None:
                 self._sessions[end_session_id] = current.model_copy(
                     update={"ended_at": route.at, "end_reason": end_reason})
+        if start is not None and start.id not in self._sessions:
+            self._sessions[start.id] = start
+            self._by_session.setdefault(start.id, [])
         self._commit_events()
         return True
 

@@ -249,7 +249,8 @@ class AsyncDriver:
         return {
             fx.LoadRoute: lambda e: store.get_route(e.key),
             fx.LoadRoutes: lambda e: store.latest_routes(),
-            fx.PutRoute: lambda e: store.put_route(e.route, e.end_session_id, e.end_reason),
+            fx.PutRoute: lambda e: store.put_route(e.route, e.end_session_id, e.end_reason,
+                                                   e.start),
             fx.LoadSession: lambda e: store.get_session(e.session_id),
             fx.ReadMarkers: lambda e: store.read_markers(),
             fx.WriteLane: lambda e: store.write_lane(e.markers, e.log),

@@ -10,7 +10,9 @@ its own transaction). The tables are migration 3 of ``sqlite_schema``:
   is inserted only if it is the key's next one; the check and the insert run under the
   write lock (``BEGIN IMMEDIATE``), and the primary key refuses a duplicate revision even
   so. The same transaction ends the session row the write names (``ended_at IS NULL``
-  rows only: the first reason wins), so a reset and its ending are one commit.
+  rows only: the first reason wins), so a reset and its ending are one commit, and
+  creates the row of the incarnation a revision begins, so no route names an
+  incarnation without one.
 * ``lane_markers``: name -> value; ``write_lane`` upserts and deletes them and appends
   ``lane_log`` entries in one transaction.
 
@@ -27,12 +29,13 @@ from pydantic import ValidationError
 
 from hermes_ref.errors import BadInput
 from hermes_ref.lane_restart import LaneEntry
+from hermes_ref.models import SessionRecord
 from hermes_ref.ports import DurableRecord
 from hermes_ref.session import Route, SessionSource
 from hermes_ref.shell import sqlite_ops as ops
-from hermes_ref.shell.sqlite_codec import EventRow
+from hermes_ref.shell.sqlite_codec import EventRow, session_row
 from hermes_ref.shell.sqlite_connect import StoreConnection
-from hermes_ref.shell.sqlite_ops import _insert_events, _read, _write
+from hermes_ref.shell.sqlite_ops import _INSERT_SESSION_OR_IGNORE, _insert_events, _read, _write
 
 _COLUMNS = (
     "key, revision, session_id, cause, at, platform, chat_type, chat_id, thread_id, "
@@ -101,10 +104,12 @@ def decode_route(row: Sequence[Any]) -> Route:
 
 
 def put_route(conn: StoreConnection, events: Sequence[EventRow], route: Route,
-              end_session_id: str | None = None, end_reason: str | None = None) -> bool:
-    """Insert ``route`` if it is its key's next revision, and end the session row it names;
-    False, with no route written, when another writer has taken that revision. The pending
-    events commit either way (as with every write that runs, so the stores agree)."""
+              end_session_id: str | None = None, end_reason: str | None = None,
+              start: SessionRecord | None = None) -> bool:
+    """Insert ``route`` if it is its key's next revision, end the session row it names and
+    create the row of the incarnation it begins (``start``, unless it exists); False, with
+    nothing written, when another writer has taken that revision. The pending events
+    commit either way (as with every write that runs, so the stores agree)."""
     row = route_row(route)
     with _write(conn):
         head: int = conn.execute(_HEAD_REVISION, (route.key,)).fetchone()[0]
@@ -113,6 +118,8 @@ def put_route(conn: StoreConnection, events: Sequence[EventRow], route: Route,
             conn.execute(_INSERT_ROUTE, row)
             if end_session_id is not None and end_reason is not None:
                 conn.execute(_END_SESSION, (route.at, end_reason, end_session_id))
+            if start is not None:
+                conn.execute(_INSERT_SESSION_OR_IGNORE, session_row(start))
         _insert_events(conn, events)
     return taken
 

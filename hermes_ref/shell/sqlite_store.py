@@ -390,8 +390,9 @@ class AsyncSqliteStore:
 
     # -- SES: session lanes (hermes_ref/shell/sqlite_routes.py) ------------------------------
     async def put_route(self, route: Route, end_session_id: str | None = None,
-                        end_reason: str | None = None) -> bool:
-        return await self._write(lanes.put_route, route, end_session_id, end_reason)
+                        end_reason: str | None = None,
+                        start: SessionRecord | None = None) -> bool:
+        return await self._write(lanes.put_route, route, end_session_id, end_reason, start)
 
     async def get_route(self, key: str) -> Route | None:
         return await self._hop(lanes.get_route, key)

@@ -416,10 +416,11 @@ def as_written(obs: Observation, first_row_id: int) -> Callable[[Message], Messa
 
 
 def record_tokens(obs: Observation, session_id: str, rows: Sequence[Message]) -> int:
-    """A request rebuilt from the record: the session's stored prompt, then ``rows``."""
+    """A request rebuilt from the record: the session's stored prompt, then ``rows`` but the
+    hidden ones, which no request carries (LOOP-4)."""
     prompt = next((s.system_prompt for s in obs.record.sessions if s.id == session_id), "")
     return count_message({"role": "system", "content": prompt}) + \
-        sum(count_message(m.wire) for m in rows)
+        sum(count_message(m.wire) for m in rows if not m.hidden)
 
 
 def window_tokens(limits: Limits, model: str | None = None) -> int:

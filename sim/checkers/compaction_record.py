@@ -85,7 +85,8 @@ def is_summary(message: Message) -> bool:
 
 
 def tokens_of(rows: list[Message]) -> int:
-    return sum(count_message(m.wire) for m in rows)
+    """What ``rows`` add to a request: a hidden row goes on no wire (LOOP-4), so adds nothing."""
+    return sum(count_message(m.wire) for m in rows if not m.hidden)
 
 
 def turn_of(holder: str) -> str | None:

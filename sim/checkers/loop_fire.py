@@ -20,6 +20,7 @@ the limits (liveness).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
@@ -240,6 +241,28 @@ class _Walk:
         elif rung == "fallback":
             self.switches += 1
             self.retries = 0
+
+
+def rung_due_last(obs: Observation, view: TurnView,
+                  to_the_ladder: Callable[[CallRecord], bool]) -> str | None:
+    """The rung the ladder demands after the turn's last budgeted reply, when that reply
+    went to the ladder (``to_the_ladder``: an empty reply, not one LOOP-7 re-prompts); None
+    otherwise. The replies before it are walked as the ladder demands (a turn that strayed
+    from it is ``empty_ladder_in_order``'s finding). Only the ``fallback`` rung moves the
+    turn to another route; the nudge after a tool round, a prefill and a retry ask the same
+    route again (LOOP-8)."""
+    calls = _budgeted(view)
+    if not calls or not to_the_ladder(calls[-1]):
+        return None
+    landed, walk = _landed(obs, calls), _Walk()
+    want: str | None = None
+    for index, call in enumerate(calls):
+        if id(call) in landed and not all_invalid(call):  # a round the tools ran
+            walk.tool_rounds += 1
+        if to_the_ladder(call):
+            want = walk.expected(obs.limits, calls, index, landed)
+            walk.took(want)
+    return want
 
 
 REFUSED = "refused by preflight"

@@ -4,6 +4,7 @@ call, budget accounting, exit reasons, error classification, dropped-call re-pro
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from itertools import pairwise
 
 from hermes_ref.errors import (
@@ -155,7 +156,7 @@ def budget_accounting(obs: Observation) -> list[Violation]:
         sent_graces = sum(1 for r in requests if r.purpose == "grace")
         grace = grace_calls(view.calls)  # one grace call, sent again after a hop counted once
         # a fallback hop's call is refunded (LOOP-2), a hop whose request preflight refused too
-        regular = charged_requests(view.calls) - _refused_hop(obs.limits, view)
+        regular = charged_requests(view.calls) - _refused_hop(obs, view)
         hops = len(requests) - sent_graces - regular
         refunds = refunded_rounds(view)
         tag = f"turn {view.key}"
@@ -189,14 +190,18 @@ _HOPPING_ERRORS = frozenset(t.__name__ for t in (RateLimited, ProviderServerErro
                                                  ProviderTimeout, ProviderAuthError))
 
 
-def _refused_hop(limits: Limits, view: TurnView) -> int:
+def _refused_hop(obs: Observation, view: TurnView) -> int:
     """1 when the turn fell back and its fallback's first request was never sent: its last
     request went unanswered on a route with a fallback after it, and the turn ended without
     calling again (the hop refunded that call). Either preflight refused the rebuilt
     request (a context-pressure exit), or the turn was interrupted before sending it (its
     lease lost while the fallback's preflight compacted, say) after retries the record
-    shows spent, with no call counted that the provider did not see."""
-    line = view.exit
+    shows spent, with no call counted that the provider did not see.
+
+    An empty reply falls back only when the ladder's rung due is the fallback (LOOP-8):
+    after a tool round the nudge comes first, then the prefills and the retries, all on
+    the same route, and a refused nudge is no hop: that reply's unit stands (seed 4850)."""
+    limits, line = obs.limits, view.exit
     budgeted = [c for c in view.calls if c.request.purpose != "grace"]
     if line is None or not budgeted or len(budgeted) < len(view.calls):
         return 0
@@ -211,8 +216,9 @@ def _refused_hop(limits: Limits, view: TurnView) -> int:
                    and line.api_calls == len(distinct_requests(view.calls)))
     if line.reason not in CONTEXT_PRESSURE_EXITS:
         return 0
-    spent = all(c.error in _HOPPING_ERRORS for c in attempts) or all(
-        _walked_the_ladder(limits, c) for c in attempts)
+    spent = all(c.error in _HOPPING_ERRORS for c in attempts) or (
+        all(_walked_the_ladder(limits, c) for c in attempts)
+        and loop_fire.rung_due_last(obs, view, partial(_walked_the_ladder, limits)) == "fallback")
     return int(spent and has_next)
 
 

@@ -27,6 +27,7 @@ from pydantic import Field
 
 from hermes_ref import router
 from hermes_ref.lane_restart import LaneEntry
+from hermes_ref.limits import Limits
 from hermes_ref.models import Frozen
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.session import SessionSource
@@ -315,7 +316,7 @@ class LaneWorld:
         story, box = self.story, list[Actor]()
 
         async def run() -> TurnResult | None:
-            routed = await router.route(source, story._limits)
+            routed = await router.route(source, story._limits, story._tools)
             notice = " +notice" if routed.notice else ""
             story.world.timeline.add("routed", f"{routed.rule} -> {routed.route.session_id}{notice}")
             self.routed[id(box[0])] = routed.route.key
@@ -330,7 +331,11 @@ class LaneWorld:
 
     def reset(self, slot: int, source: SessionSource, *, after_s: float) -> None:
         """``after_s`` from now the user of ``source`` asks for a new conversation."""
-        self._at(after_s, lambda: self._spawn(slot, "reset", router.reset, source))
+        tools = self.story._tools  # named in the prompt of the incarnation the reset begins
+
+        def reset(source: SessionSource, limits: Limits) -> Any:
+            return router.reset(source, limits, tools)
+        self._at(after_s, lambda: self._spawn(slot, "reset", reset, source))
 
     def watch(self, slot: int, *, after_s: float) -> None:
         """``after_s`` from now the slot's process runs one pass of the expiry watcher."""

@@ -138,6 +138,17 @@ sabotage("fallback_called_without_preflight", ("LOOP-6",),
     _switch_without_preflight)
 
 
+def _hidden_row_counted() -> list[AbstractContextManager[Any]]:
+    counted = property(lambda message: message.tokens)  # "every row of the list costs its tokens"
+    return [mock.patch.object(Message, "sent_tokens", counted)]
+
+
+sabotage("hidden_row_counted", ("LOOP-6",),
+         "the request's token estimate counts the hidden row a correction left, which the request "
+         "never carries, so preflight refuses a fallback a request that fits its window")(
+    _hidden_row_counted)
+
+
 # ---- LOOP-5: classification ----------------------------------------------------------------
 
 

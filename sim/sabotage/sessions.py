@@ -1,8 +1,8 @@
-"""Broken session lanes: threads split per user, short ids, an old row left open, the released order in the
-reference's place, a daily reset at midnight, a notice on every message or never, a
-finalized row closed as an eviction, a closed row revived, background processes ignored
-by expiry and by pruning, a restart window read in minutes and a stuck threshold off by
-one (SES-1..SES-7)."""
+"""Broken session lanes: threads split per user, short ids, an old row left open, a new
+row left to the first turn, the released order in the reference's place, a daily reset at
+midnight, a notice on every message or never, a finalized row closed as an eviction, a
+closed row revived, background processes ignored by expiry and by pruning, a restart
+window read in minutes and a stuck threshold off by one (SES-1..SES-7)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 from unittest import mock
 
 from hermes_ref import lane_restart, router, session
+from hermes_ref.effects import PutRoute
+from hermes_ref.models import SessionRecord
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.session import Order, Route, SessionSource, Situation
 from sim.sabotage.base import sabotage
@@ -51,6 +53,18 @@ def _old_row_left_open() -> list[AbstractContextManager[Any]]:
 sabotage("reset_leaves_the_old_row_open", ("SES-2",),
          "a reset writes the new incarnation's route but never ends the old session row")(
     _old_row_left_open)
+
+
+def _row_left_to_the_first_turn() -> list[AbstractContextManager[Any]]:
+    def route_only(route: Route, end_session_id: str | None = None, end_reason: str | None = None,
+                   start: SessionRecord | None = None) -> PutRoute:
+        return PutRoute(route, end_session_id, end_reason)  # "the first turn creates the row"
+    return [mock.patch.object(router, "PutRoute", route_only)]
+
+
+sabotage("route_leaves_the_row_to_the_turn", ("SES-2",),
+         "a route that begins an incarnation writes no session row, leaving it to the first "
+         "turn, so a reset before that turn runs has no row to end")(_row_left_to_the_first_turn)
 
 
 def _released_order_in_reference() -> list[AbstractContextManager[Any]]:

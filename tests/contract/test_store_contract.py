@@ -164,8 +164,8 @@ class SyncFacade:
 
     # SES: session lanes, one for one
     def put_route(self, route: Route, end_session_id: str | None = None,
-                  end_reason: str | None = None) -> bool:
-        return self._run(self.inner.put_route(route, end_session_id, end_reason))  # type: ignore[no-any-return]
+                  end_reason: str | None = None, start: SessionRecord | None = None) -> bool:
+        return self._run(self.inner.put_route(route, end_session_id, end_reason, start))  # type: ignore[no-any-return]
 
     def get_route(self, key: str) -> Route | None:
         return self._run(self.inner.get_route(key))  # type: ignore[no-any-return]
@@ -1059,6 +1059,28 @@ def test_put_route_ends_the_named_row_first_reason_wins(store: Store) -> None:
     row = store.get_session("s1")
     assert row is not None and row.end_reason == "idle" and row.ended_at == 1.0
     assert store.get_session("missing") is None
+
+
+def test_put_route_creates_the_row_of_the_incarnation_it_begins(harness: Harness) -> None:
+    """A revision that begins an incarnation creates its row in the same commit, so a reset
+    right after it finds the row to end (SES-2); an existing row is kept as it is, and a
+    refused revision creates nothing."""
+    store = harness.store
+    assert store.put_route(lane_route(1, sid="s1"), start=session("s1"))
+    assert store.put_route(lane_route(2, sid="s2", cause=Cause.USER_RESET), "s1", "new_session",
+                           start=session("s2"))
+    assert not store.put_route(lane_route(2, sid="s3", cause=Cause.USER_RESET), "s2",
+                               "new_session", start=session("s3"))
+    store.create_session(session("s4"))
+    kept = store.get_session("s4")
+    assert store.put_route(lane_route(1, sid="s4", lane="agent:main:a:dm"),
+                           start=session("s4").model_copy(update={"system_prompt": "other"}))
+    harness.crash_and_recover()
+    store = harness.store
+    first, second = store.get_session("s1"), store.get_session("s2")
+    assert first is not None and first.end_reason == "new_session" and first.ended_at == 2.0
+    assert second is not None and second.ended_at is None
+    assert store.get_session("s3") is None and store.get_session("s4") == kept
 
 
 def test_routes_round_trip_exactly(harness: Harness) -> None:

@@ -133,6 +133,18 @@ def test_transcript_tracks_tokens_and_drops_scaffolding() -> None:
     assert t.tokens == before - nudge.tokens == sum(m.tokens for m in t)
 
 
+def test_a_hidden_row_adds_no_tokens_to_the_request() -> None:
+    """The running total is what a request carries: a hidden row stays off the wire (LOOP-4),
+    so preflight does not count it against the window (CMP-7)."""
+    cut = Message(role=Role.ASSISTANT, content="", hidden=True)
+    correction = Message(role=Role.USER, content="Say hello 59 instead.")
+    t = Transcript([Message(role=Role.USER, content="Read notes-2.txt."), cut, correction])
+    shown = [m for m in t if not m.hidden]
+    assert t.tokens == sum(m.tokens for m in shown) and cut.tokens > 0
+    t.replace_last(cut)
+    assert t.tokens == sum(m.tokens for m in shown[:-1])
+
+
 def test_copy_does_not_share_the_list() -> None:
     """A turn's copy of the history never changes the cached list (CTX-2)."""
     cached = Transcript([Message(role=Role.USER, content="a")])

@@ -13,6 +13,7 @@ from hermes_ref import effects as fx
 from hermes_ref import lane_restart, lane_states, router, session
 from hermes_ref.errors import BadInput, IllegalTransition
 from hermes_ref.limits import Limits
+from hermes_ref.prologue import build_system_prompt
 from hermes_ref.session import (
     Action,
     Cause,
@@ -24,6 +25,7 @@ from hermes_ref.session import (
     SessionSource,
     Situation,
 )
+from hermes_ref.tool_specs import REFERENCE_TOOLS
 from sim.store import MemoryStore
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -296,7 +298,7 @@ def drive(coro: Coroutine[Any, Any, Any], store: MemoryStore, now: float,
         if hook[0] is not None:
             hook.pop()()
             hook.append(None)
-        return store.put_route(e.route, e.end_session_id, e.end_reason)
+        return store.put_route(e.route, e.end_session_id, e.end_reason, e.start)
     handlers[fx.PutRoute] = put
     value: Any = None
     while True:
@@ -312,8 +314,8 @@ def test_two_racing_routers_agree_on_one_incarnation() -> None:
     store, limits = MemoryStore(), Limits()
     source = SessionSource(platform="telegram", chat_id="99")
     winner: list[Any] = []
-    routed = drive(router.route(source, limits), store, 100.0,
-                   before_put=lambda: winner.append(drive(router.route(source, limits), store,
+    routed = drive(router.route(source, limits, ()), store, 100.0,
+                   before_put=lambda: winner.append(drive(router.route(source, limits, ()), store,
                                                           100.0)))
     assert routed.route.session_id == winner[0].route.session_id
     assert [r.cause for r in store.snapshot().routes] == [Cause.CREATED, Cause.TOUCHED]
@@ -331,21 +333,32 @@ def test_an_unknown_or_malformed_lane_is_bad_input_and_writes_nothing() -> None:
 
 
 def test_a_reset_ends_the_old_row_and_a_user_reset_is_fresh() -> None:
-    """A user reset writes a new incarnation with is_fresh_reset and ends the old row."""
+    """A user reset writes a new incarnation with is_fresh_reset and ends the old row, which
+    the route that began it created, though no turn has run there yet (SES-2)."""
     store, limits = MemoryStore(), Limits()
     source = SessionSource(platform="telegram", chat_id="99")
-    first = drive(router.route(source, limits), store, 100.0)
-    store.create_session(session_record(first.route.session_id, first.route.key))
-    fresh = drive(router.reset(source, limits), store, 200.0)
+    first = drive(router.route(source, limits, ()), store, 100.0)
+    fresh = drive(router.reset(source, limits, ()), store, 200.0)
     old = store.get_session(first.route.session_id)
     assert fresh.route.is_fresh_reset and fresh.notice is None
     assert old is not None and old.end_reason == "new_session" and old.ended_at == 200.0
+    new = store.get_session(fresh.route.session_id)
+    assert new is not None and new.ended_at is None and new.started_at == 200.0
 
 
-def session_record(sid: str, lane: str) -> Any:
-    from hermes_ref.models import SessionRecord
-
-    return SessionRecord(id=sid, key=lane, system_prompt="p", started_at=0.0)
+def test_a_route_that_begins_an_incarnation_creates_its_row_with_its_prompt() -> None:
+    """The row is written with the route, the prompt built first and naming the engine's
+    tools (CTX-3, CTX-4); a route that keeps the incarnation writes no row."""
+    store, limits = MemoryStore(), Limits()
+    source = SessionSource(platform="telegram", chat_id="99")
+    first = drive(router.route(source, limits, REFERENCE_TOOLS[:1]), store, 100.0)
+    row = store.get_session(first.route.session_id)
+    assert row is not None and row.key == first.route.key and row.platform == "telegram"
+    assert row.system_prompt == build_system_prompt(row.key, "telegram", REFERENCE_TOOLS[:1],
+                                                    100.0)
+    again = drive(router.route(source, limits, ()), store, 130.0)
+    assert again.route.session_id == row.id and store.get_session(row.id) == row
+    assert len(store.snapshot().sessions) == 1
 
 
 def test_the_asyncio_driver_routes_through_the_sqlite_store(tmp_path: Path) -> None:
@@ -362,9 +375,9 @@ def test_the_asyncio_driver_routes_through_the_sqlite_store(tmp_path: Path) -> N
         driver = AsyncDriver(store=store, provider=None, tools=None,  # type: ignore[arg-type]
                              clock=lambda: next(clock))
         source, limits = SessionSource(platform="telegram", chat_id="99"), Limits()
-        first = await driver.run(router.route(source, limits))
+        first = await driver.run(router.route(source, limits, ()))
         startup = await driver.run(router.start(limits))
-        again = await driver.run(router.route(source, limits))
+        again = await driver.run(router.route(source, limits, ()))
         routes = (await store.snapshot()).routes
         await store.close()
         return first, startup, again, routes
