@@ -27,6 +27,7 @@ from itertools import pairwise
 
 from sim.checkers import compaction_shape  # noqa: F401  # its checkers register with these
 from sim.checkers.base import Observation, Violation, checker, window_tokens
+from sim.checkers.compaction_places import finds_nothing, order_of, working_list
 from sim.checkers.compaction_record import (
     Pass,
     attempts,
@@ -42,13 +43,7 @@ from sim.checkers.compaction_record import (
     tokens_of,
     tokens_sent,
 )
-from sim.checkers.compaction_streak import (
-    early_blocks,
-    finds_nothing,
-    ineffective_streak,
-    order_of,
-    working_list,
-)
+from sim.checkers.compaction_streak import early_blocks, ineffective_streak
 from sim.world import CallRecord
 
 # ---- CMP-1: compaction at the threshold, and only there ------------------------------------

@@ -17,7 +17,8 @@ from hermes_ref.models import Message, Role
 from hermes_ref.ports import DurableRecord, StoredMessage
 from hermes_ref.wire import ProviderRequest
 from sim.checkers.base import Observation
-from sim.checkers.compaction_streak import finds_nothing, verdicts, working_list
+from sim.checkers.compaction_places import finds_nothing, working_list
+from sim.checkers.compaction_streak import verdicts
 from sim.explore.plan import generate
 from sim.explore.run import run_plan
 from sim.harness import Story
