@@ -8,12 +8,17 @@ Everything is read from the world and the store: the request bodies the provider
 (``summary_calls``), the manual compactions the user asked for, the committed compactions
 (``record.compactions``) with the rows each replaced and inserted, and the user rows'
 timestamps. The thresholds are computed here from the settings, by the catalog's
-arithmetic, not asked of the engine.
+arithmetic, not asked of the engine. Whether a pass would have found anything to write is
+the engine's planner's answer over the list the turn held, and the anti-thrash streak is
+the engine's own count, empty passes included (``sim.checkers.compaction_streak``).
 
 Each checker also fails on silence where the record demands an act: a request sent over
 the threshold with nothing blocking compaction, an overflow with neither a smaller retry
 nor a fail-closed exit, a manual compaction asked for and never run, an idle session not
-compacted, a fail-closed exit whose request fit.
+compacted, a fail-closed exit whose request fit. A pass that was due and had something to
+write, where the only block the record could show is a streak of ineffective passes
+shorter than the block takes, is CMP-4's silence (the block came early), not CMP-1's or
+CTX-5's.
 """
 
 from __future__ import annotations
@@ -22,16 +27,14 @@ from itertools import pairwise
 
 from sim.checkers import compaction_shape  # noqa: F401  # its checkers register with these
 from sim.checkers.base import Observation, Violation, checker, window_tokens
+from sim.checkers.compaction_places import finds_nothing, order_of, working_list
 from sim.checkers.compaction_record import (
     Pass,
     attempts,
-    compressible,
     excused_early,
     idle_due,
     idle_pass,
-    ineffective_streak,
     lineage_of,
-    order_of,
     passes,
     pre_tokens,
     same_engine,
@@ -40,6 +43,7 @@ from sim.checkers.compaction_record import (
     tokens_of,
     tokens_sent,
 )
+from sim.checkers.compaction_streak import early_blocks, ineffective_streak
 from sim.world import CallRecord
 
 # ---- CMP-1: compaction at the threshold, and only there ------------------------------------
@@ -71,30 +75,51 @@ def compaction_threshold(obs: Observation) -> list[Violation]:
                                  f"turn {call.turn_id} compacted at {tokens} tokens, under the "
                                  f"threshold of {limit}, though the session was not idle past "
                                  f"{obs.limits.idle_compact_after_s:g} s above the floor"))
-    out.extend(_over_threshold_sent(obs, limit))
-    out.extend(_idle_missed(obs))
+    for call, streak in _over_threshold_sent(obs, limit):
+        if not streak:  # a streak short of the block: CMP-4 judges it (cooldown_respected)
+            out.append(Violation("compaction_threshold", "CMP-1",
+                                 f"turn {call.turn_id} sent {tokens_sent(obs, call)} tokens at "
+                                 f"effect {call.seq}, over the threshold of {limit}, without "
+                                 "trying to compact"))
+    for call, streak in _idle_missed(obs):
+        if not streak:
+            out.append(Violation("compaction_threshold", "CTX-5",
+                                 f"turn {call.turn_id} began after an idle gap past "
+                                 f"{obs.limits.idle_compact_after_s:g} s above the floor and "
+                                 "did not compact"))
     return out
 
 
-def _blocked(obs: Observation, call: CallRecord) -> bool:
-    """Whether the record shows a block on automatic compaction at this call (CMP-4)."""
+def _streak_unblocked(obs: Observation, call: CallRecord) -> int | None:
+    """The ineffective streak at this call when the record shows no block on automatic
+    compaction there (CMP-4: the cooldown, a full streak, the turn's passes spent), or None.
+    Passes that found nothing to compact count as the engine counts them."""
     limits = obs.limits
     if not limits.compression_enabled:
-        return True
+        return None
     lineage = lineage_of(obs)
     root = lineage.get(call.session_id, call.session_id)
     failed = [c.at for c in summary_calls_of(obs) if c.error is not None
               and same_engine(obs, c.turn_id, call.turn_id)
               and lineage.get(c.session_id, c.session_id) == root and c.seq < call.seq]
     if failed and call.at < failed[-1] + limits.compression_cooldown_s:
-        return True
-    if ineffective_streak(obs, root, call.turn_id, order_of(call)) \
-            >= limits.compression_ineffective_max:
-        return True  # passes that found nothing to compact count as the engine counts them
-    return attempts(obs, call.turn_id, before=call) >= limits.compression_passes_max
+        return None
+    streak = ineffective_streak(obs, root, call.turn_id, order_of(call))
+    if streak >= limits.compression_ineffective_max \
+            or attempts(obs, call.turn_id, before=call) >= limits.compression_passes_max:
+        return None
+    return streak
 
 
-def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:
+def _has_work(obs: Observation, call: CallRecord) -> bool:
+    """Whether a pass before ``call`` would have written something (the engine's planner
+    over the list it held): a conversation too short for a middle leaves no record."""
+    return not finds_nothing(working_list(obs, call), obs.limits, call.turn_id)
+
+
+def _over_threshold_sent(obs: Observation, limit: int) -> list[tuple[CallRecord, int]]:
+    """Calls sent over the threshold with no pass of their turn before them, nothing
+    blocking one, and something to compact: each with the ineffective streak there."""
     out = []
     for call in obs.calls:
         tokens = tokens_sent(obs, call)
@@ -102,18 +127,18 @@ def _over_threshold_sent(obs: Observation, limit: int) -> list[Violation]:
             continue  # a fallback route's threshold is its own (LOOP-6)
         if tokens is None or tokens < limit or call.request.purpose != "turn":
             continue
-        tried = attempts(obs, call.turn_id, before=call) > 0
-        if tried or _blocked(obs, call) or not compressible(call.request.messages, obs.limits):
+        if attempts(obs, call.turn_id, before=call) > 0:
             continue
-        out.append(Violation("compaction_threshold", "CMP-1",
-                             f"turn {call.turn_id} sent {tokens} tokens at effect {call.seq}, "
-                             f"over the threshold of {limit}, without trying to compact"))
+        streak = _streak_unblocked(obs, call)
+        if streak is not None and _has_work(obs, call):
+            out.append((call, streak))
     return out
 
 
-def _idle_missed(obs: Observation) -> list[Violation]:
-    """CTX-5's silence: a turn that began idle past the gap, above the floor, compacted
-    (unless its conversation was too short for a pass to leave a record, as for CMP-1)."""
+def _idle_missed(obs: Observation) -> list[tuple[CallRecord, int]]:
+    """CTX-5's silence: the first calls of turns that began idle past the gap, above the
+    floor, with nothing blocking a pass and something to compact, yet no pass before them;
+    each with the ineffective streak there."""
     limits = obs.limits
     if limits.idle_compact_after_s <= 0 or not limits.compression_enabled:
         return []
@@ -122,12 +147,11 @@ def _idle_missed(obs: Observation) -> list[Violation]:
     for call in obs.calls:
         first.setdefault(call.turn_id, call)
     for turn, call in first.items():
-        if idle_due(obs, call) and not _blocked(obs, call) \
-                and compressible(call.request.messages, limits) and not attempts(obs, turn, before=call):
-            out.append(Violation("compaction_threshold", "CTX-5",
-                                 f"turn {turn} began after an idle gap past "
-                                 f"{limits.idle_compact_after_s:g} s above the floor and did "
-                                 "not compact"))
+        if not idle_due(obs, call) or attempts(obs, turn, before=call):
+            continue
+        streak = _streak_unblocked(obs, call)
+        if streak is not None and _has_work(obs, call):
+            out.append((call, streak))
     return out
 
 
@@ -136,7 +160,8 @@ def _idle_missed(obs: Observation) -> list[Violation]:
 
 @checker("cooldown_respected", ("CMP-4",),
          "no summary is asked for within [600 s] of a failed one, nor after [2] ineffective "
-         "passes, unless the user asked for a compaction; one asked for runs at the next turn")
+         "passes, unless the user asked for a compaction; one asked for runs at the next turn; "
+         "fewer ineffective passes do not block a pass that has something to compact")
 def cooldown_respected(obs: Observation) -> list[Violation]:
     limits = obs.limits
     lineage = lineage_of(obs)
@@ -160,6 +185,7 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
             out.append(Violation("cooldown_respected", "CMP-4",
                                  f"turn {call.turn_id} compacted automatically after {streak} "
                                  "ineffective passes"))
+    out.extend(_blocked_early(obs))
     for root_id, seq in manual:
         later = [v for v in obs.turns.values() if v.calls
                  and lineage.get(v.session_id, v.session_id) == root_id and v.calls[0].seq > seq]
@@ -168,6 +194,34 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
                                  f"a manual compaction of {root_id} was asked for and turn "
                                  f"{later[0].turn_id} called the model without running it"))
     return out
+
+
+def _blocked_early(obs: Observation) -> list[Violation]:
+    """CMP-4's silence: a pass was due (over the threshold, no cooldown, passes left, idle
+    past the gap) and had something to compact, the streak of ineffective passes was short
+    of the block, and no pass ran."""
+    most = obs.limits.compression_ineffective_max
+    out = []
+    for point, streak in early_blocks(obs):
+        if streak:
+            where = f"before its call at effect {point.before.seq}" if point.before is not None \
+                else "before failing closed"
+            out.append(Violation("cooldown_respected", "CMP-4",
+                                 f"turn {point.view.turn_id} ran no pass {where}: its request of "
+                                 f"{point.tokens} tokens was over the threshold and had something "
+                                 f"to compact, after only {_passes(streak)} in a row (the block "
+                                 f"takes {most})"))
+    for call, streak in _idle_missed(obs):
+        if streak:
+            out.append(Violation("cooldown_respected", "CMP-4",
+                                 f"turn {call.turn_id} began after an idle gap and did not "
+                                 f"compact, after only {_passes(streak)} in a row (the block "
+                                 f"takes {most})"))
+    return out
+
+
+def _passes(count: int) -> str:
+    return f"{count} ineffective pass" + ("" if count == 1 else "es")
 
 
 # ---- CTX-6: passes before the first call ---------------------------------------------------

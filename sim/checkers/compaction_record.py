@@ -8,13 +8,10 @@ of the engine (``threshold_tokens``: 0.75 under 512K, the window minus ``max_tok
 replaced and the rows it inserted, from the store's own log (a story's own compactions,
 ``sim.rotation_story``, are left out). ``attempts`` counts a turn's summary calls and
 compactions between two of its calls, ordered by the world's effect counter and the
-store's row ids (virtual time does not move within a turn). ``verdicts`` are CMP-4's
-anti-thrash verdicts in the same order: the committed passes, and the passes a preflight
-ran that found nothing to compact, which leave no row and no call but which the engine
-counts as ineffective all the same (they are inferred from a request over the threshold
-with nothing blocking a pass and no middle to summarize). The checkers themselves are
-``sim.checkers.compaction`` (when compaction runs) and ``sim.checkers.compaction_shape``
-(what it may write and send).
+store's row ids (virtual time does not move within a turn). CMP-4's anti-thrash streak,
+with the passes that found nothing to compact, is read in ``sim.checkers.compaction_streak``.
+The checkers themselves are ``sim.checkers.compaction`` (when compaction runs) and
+``sim.checkers.compaction_shape`` (what it may write and send).
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ from dataclasses import dataclass
 from hermes_ref.ladder import inline_reasoning, reasoning_of, visible_text
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
-from hermes_ref.models import EventKind, Message, Role, ScaffoldFlag
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.models import Message, Role, ScaffoldFlag
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL
 from hermes_ref.tokens import count_message, count_wire_messages
@@ -45,8 +41,6 @@ from sim.world import CallRecord
 SUMMARY_PREFIX = "[Summary of the earlier conversation, written when it was compacted]\n"
 PRUNED_PREFIX = "[tool output pruned to save context: "
 STAGED_PREFIX = "[Summary of earlier conversation]"  # sim.rotation_story's own compactions
-# how preflight words a fail-closed exit (compaction.fail_closed via preflight.check)
-PREFLIGHT_REFUSAL = "context_overflow: request of "
 
 
 # ---- the figures, by the catalog's arithmetic ---------------------------------------------
@@ -266,8 +260,15 @@ def scaffolding_tokens(obs: Observation, turn_id: str, seq: int) -> int:
     if not earlier:
         return shown
     last = max(earlier, key=lambda c: c.seq)
-    prefills = sum(1 for c in earlier if _ends_on_prefill(c))
-    return max(shown, tokens_of(_after_reply(obs.limits, last, _scaffolding(last), prefills)))
+    return max(shown, tokens_of(scaffolding_after(obs.limits, calls, last)))
+
+
+def scaffolding_after(limits: Limits, calls: list[CallRecord], last: CallRecord) -> list[Message]:
+    """The scaffolding of the turn's next request once the reply of ``last`` was handled:
+    what ``last`` carried and what its reply called for; ``calls`` are the turn's calls,
+    whose reasoning prefills count toward the ladder's limit."""
+    prefills = sum(1 for c in calls if c.seq <= last.seq and _ends_on_prefill(c))
+    return _after_reply(limits, last, _scaffolding(last), prefills)
 
 
 def _scaffolding(call: CallRecord) -> list[Message]:
@@ -285,7 +286,8 @@ def _after_reply(limits: Limits, call: CallRecord, carried: list[Message],
     ladder's order: a dropped call's re-prompt (LOOP-7, while re-prompts are left), the
     nudge after a tool round (once per round, not for inline reasoning), the reasoning as
     a prefill (while prefills are left; a newer one replaces an older); a retry or a
-    fallback sends the list as it was."""
+    fallback sends the list as it was. Each carries its flag, as the engine's does: it is
+    no message of the conversation (the tail's floor does not count it)."""
     reply = call.reply
     if reply is None or reply.tool_calls:
         return carried
@@ -293,15 +295,17 @@ def _after_reply(limits: Limits, call: CallRecord, carried: list[Message],
         reprompts = sum(1 for m in carried if m.content == DROPPED_TOOLCALL_NUDGE)
         if reprompts >= limits.dropped_toolcall_retries_max:
             return carried
-        return [*carried, Message(role=Role.ASSISTANT, content=reply.content or ""),
-                Message(role=Role.USER, content=DROPPED_TOOLCALL_NUDGE)]
+        flag = ScaffoldFlag.DROPPED_TOOLCALL_NUDGE
+        return [*carried, Message(role=Role.ASSISTANT, content=reply.content or "", scaffold=flag),
+                Message(role=Role.USER, content=DROPPED_TOOLCALL_NUDGE, scaffold=flag)]
     if visible_text(reply.content):
         return carried
     after_tools = bool(call.request.messages) and call.request.messages[-1].role is Role.TOOL
     nudged = any(m.content == EMPTY_AFTER_TOOLS_NUDGE for m in carried)
     if after_tools and not nudged and not inline_reasoning(reply.content):
-        return [*carried, Message(role=Role.ASSISTANT, content=EMPTY_SENTINEL),
-                Message(role=Role.USER, content=EMPTY_AFTER_TOOLS_NUDGE)]
+        flag = ScaffoldFlag.EMPTY_RECOVERY
+        return [*carried, Message(role=Role.ASSISTANT, content=EMPTY_SENTINEL, scaffold=flag),
+                Message(role=Role.USER, content=EMPTY_AFTER_TOOLS_NUDGE, scaffold=flag)]
     thought = reasoning_of(reply)
     if thought and prefills < limits.thinking_prefill_retries_max:
         kept = carried[:-1] if carried and carried[-1].scaffold is ScaffoldFlag.THINKING_PREFILL \
@@ -337,190 +341,3 @@ def summary_of(obs: Observation, step: Pass) -> CallRecord | None:
     made = [c for c in summary_calls_of(obs) if c.turn_id == step.turn and c.reply is not None
             and (c.reply.content or "").strip() in texts]
     return made[-1] if made else None
-
-
-# ---- CMP-4's anti-thrash streak, as one engine counts it -------------------------------------
-
-
-def compressible(messages: tuple[Message, ...] | list[Message], limits: Limits) -> bool:
-    """More messages than the head, the tail floor and a tool group's slack could hold.
-
-    Counted from the request as the engine held it, without its scaffolding (a retry's
-    nudge rides in the tail but is no message of the conversation: the floor is of stored
-    messages, ``compression._tail_start``)."""
-    rest = [m for m in messages if m.role is not Role.SYSTEM
-            and m.scaffold is None and not (m.content or "").startswith(SUMMARY_PREFIX)]
-    if len(rest) <= limits.compression_protect_first + limits.compression_tail_floor_messages + 2:
-        return False
-    # CMP-3 keeps a tool group whole: the head ends past its call's results, the tail starts
-    # at the call, so a wide batch at either end can take the whole middle
-    head = limits.compression_protect_first
-    while head < len(rest) and rest[head].role is Role.TOOL:
-        head += 1
-    tail = len(rest) - limits.compression_tail_floor_messages
-    while tail > 0 and rest[tail].role is Role.TOOL:
-        tail -= 1
-    return tail > head
-
-
-Order = tuple[int, int, int]
-
-
-def order_of(call: CallRecord) -> Order:
-    """A call's place among the verdicts: after every pass committed before it was made
-    (the rows' high-water mark), then by the world's effect counter."""
-    return (call.watermark, 1, 2 * call.seq)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One anti-thrash verdict of an engine (CMP-4), in the record's order: a committed pass,
-    judged by the request it left; or a pass that found nothing to compact and so wrote
-    nothing, which the engine counts as ineffective too (the source notes: "compress also
-    counts an ineffective attempt when there is too little to compress")."""
-
-    root: str            # the compression lineage the session belongs to
-    turn: str | None
-    order: Order
-    ineffective: bool
-    empty: bool = False  # inferred from the record: a pass that left no row and no call
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """A preflight of a turn that the record shows: before one of its calls, or the one that
-    failed it closed after its last call. ``before`` is the call it came before (None at a
-    fail-closed exit), ``after`` the turn's call before it (None before the first)."""
-
-    view: TurnView
-    root: str            # the compression lineage of the session it measured
-    before: CallRecord | None
-    after: CallRecord | None
-    at: float
-    seq: int             # the world's effect count it came at (a bound, at an exit)
-    order: Order
-    messages: tuple[Message, ...]
-
-
-def verdicts(obs: Observation) -> list[Verdict]:
-    """Every anti-thrash verdict of the record, committed passes and empty ones, in order."""
-    sources = (obs.record, obs.calls, obs.summary_calls)
-    return remembered(obs, "anti-thrash verdicts", sources, lambda: _verdicts(obs))
-
-
-def ineffective_streak(obs: Observation, root: str, turn: str | None, order: Order, *,
-                       own: bool = True, among: list[Verdict] | None = None) -> int:
-    """Ineffective passes in a row, before ``order``, in one lineage and one process (the
-    streak is one engine's memory: a restarted process starts without it); ``own`` False
-    leaves out the passes of ``turn`` itself."""
-    streak = 0
-    for verdict in verdicts(obs) if among is None else among:
-        if verdict.order >= order:
-            break
-        if verdict.root != root or not same_engine(obs, verdict.turn, turn) \
-                or (not own and verdict.turn == turn):
-            continue
-        streak = streak + 1 if verdict.ineffective else 0
-    return streak
-
-
-def _verdicts(obs: Observation) -> list[Verdict]:
-    """The committed passes, then the empty passes inferred at each preflight in order
-    (whether one ran depends on the streak the earlier verdicts left)."""
-    lineage, limit = lineage_of(obs), threshold_tokens(obs.limits)
-    out = sorted((Verdict(lineage.get(p.done.session_id, p.done.session_id), p.turn,
-                          (p.done.first_row_id, 0, 0), p.tokens_after >= limit)
-                  for p in passes(obs)), key=lambda v: v.order)
-    if not obs.limits.compression_enabled:
-        return out
-    for point in sorted(_preflights(obs), key=lambda p: p.order):
-        if _left_an_empty_pass(obs, point, out):
-            out.append(Verdict(point.root, point.view.turn_id, point.order, True, empty=True))
-            out.sort(key=lambda v: v.order)
-    return out
-
-
-def _preflights(obs: Observation) -> list[Preflight]:
-    """The preflights that ran the threshold check, on whichever route the request went to
-    (a fallback's passes judged by its own threshold count in the same streak: LOOP-6,
-    CMP-4): before a turn's first call, before each call that follows a reply (a retry of a
-    failed call resends it without one, an overflow's rebuilt request follows its forced
-    pass) or that is the first on a route a fallback hop went to (the iteration starts over
-    for it), and the one that failed the turn closed after a reply. The grace call is
-    measured, never compacted for."""
-    lineage = lineage_of(obs)
-    out = []
-    for view in obs.turns.values():
-        calls = sorted((c for c in view.calls if c.request.purpose == "turn"), key=lambda c: c.seq)
-        for index, call in enumerate(calls):
-            after = calls[index - 1] if index else None
-            if after is not None and after.reply is None and after.cut is None \
-                    and after.request.model == call.request.model:
-                continue
-            root = lineage.get(call.session_id, call.session_id)
-            out.append(Preflight(view, root, call, after, call.at, call.seq,
-                                 (call.watermark, 1, 2 * call.seq - 1), call.request.messages))
-        closed = _closed_after(obs, view, calls[-1]) if calls else None
-        if closed is not None:
-            out.append(closed)
-    return out
-
-
-def _closed_after(obs: Observation, view: TurnView, last: CallRecord) -> Preflight | None:
-    """The preflight that failed the turn closed after the reply of its last call (not the
-    overflow branch, whose forced pass ignores the streak, nor the grace call's), with the
-    request it measured: the last one and the rows the turn wrote since."""
-    line = view.exit
-    if line is None or line.reason is not ExitReason.COMPRESSION_EXHAUSTED \
-            or not line.detail.startswith(PREFLIGHT_REFUSAL) or last.reply is None \
-            or line.budget_used >= line.budget_max or line.api_calls >= line.max_iterations:
-        return None
-    ended = [e.at for e in view.events if e.kind == EventKind.TURN_EXIT and e.at is not None]
-    later = tuple(m for m in view.rows if (m.row_id or 0) > last.watermark)
-    root = lineage_of(obs).get(last.session_id, last.session_id)
-    return Preflight(view, root, None, last, ended[0] if ended else last.at, last.seq + 1,
-                     (last.watermark, 1, 2 * last.seq + 1), (*last.request.messages, *later))
-
-
-def _left_an_empty_pass(obs: Observation, point: Preflight, so_far: list[Verdict]) -> bool:
-    """Whether the engine ran a pass at this preflight that found nothing to compact: the
-    request was over the threshold with nothing blocking a pass, no pass of this preflight
-    is on record (before the first call: the last one made progress, so the passes went
-    on), and the request had no middle to summarize."""
-    limits, turn = obs.limits, point.view.turn_id
-    if point.before is not None:
-        tokens = tokens_sent(obs, point.before)
-        if tokens is None or tokens < threshold_tokens(limits_for(limits, point.before.request.model)):
-            return False
-    if compressible(point.messages, limits) or not _passes_went_on(obs, point):
-        return False
-    lineage, root = lineage_of(obs), point.root
-    failed = [c.at for c in summary_calls_of(obs) if c.error is not None and c.seq < point.seq
-              and lineage.get(c.session_id, c.session_id) == root
-              and same_engine(obs, c.turn_id, turn)]
-    if failed and point.at < failed[-1] + limits.compression_cooldown_s:
-        return False
-    mine = [v for v in so_far if v.turn == turn and v.order < point.order]
-    summaries = [c for c in summary_calls_of(obs) if c.turn_id == turn and c.seq < point.seq]
-    made = max(len(summaries), sum(not v.empty for v in mine)) + sum(v.empty for v in mine)
-    if made >= limits.compression_passes_max:
-        return False
-    streak = ineffective_streak(obs, root, turn, point.order, among=so_far)
-    return streak < limits.compression_ineffective_max
-
-
-def _passes_went_on(obs: Observation, point: Preflight) -> bool:
-    """No pass of this preflight on record, or (before the first call, where the passes
-    go on while each makes progress) the last one committed and made progress."""
-    turn, after = point.view.turn_id, point.after
-    low_seq, low_row = (after.seq, after.watermark) if after is not None else (-1, -1)
-    high_seq, high_row = (point.before.seq, point.before.watermark) if point.before is not None \
-        else (AFTER_EVERY_CALL, AFTER_EVERY_CALL)
-    asked = [c for c in summary_calls_of(obs) if c.turn_id == turn and low_seq < c.seq < high_seq]
-    done = [p for p in passes(obs) if p.turn == turn
-            and low_row < p.done.first_row_id <= high_row]
-    if not asked and not done:
-        return True
-    if after is not None or len(asked) > len(done):
-        return False  # one pass before a later call; a summary that failed or was deferred
-    return done[-1].progress

@@ -101,6 +101,26 @@ sabotage("ineffective_passes_never_block", ("CMP-4",),
          "passes that leave the request over the threshold are not counted, so automatic "
          "compaction never stops thrashing")(_ineffective_never_counted)
 
+
+def _blocked_one_pass_early() -> list[AbstractContextManager[Any]]:
+    def blocked(self: CompressionState, now: float, limits: Limits, *,
+                manual: bool = False) -> str | None:
+        if manual:
+            return None
+        if not limits.compression_enabled:
+            return "compression disabled"
+        if self.cooling(now):
+            return f"summary failure cooldown until {self.cooldown_until:.3f}"
+        if self.ineffective + 1 >= limits.compression_ineffective_max:  # the next pass counted too
+            return f"{self.ineffective} ineffective passes in a row"
+        return None
+    return [mock.patch.object(CompressionState, "blocked", blocked)]
+
+
+sabotage("ineffective_passes_block_after_one", ("CMP-4",),
+         "the block counts the pass it is asked about as already ineffective, so automatic "
+         "compaction stops after one ineffective pass instead of two")(_blocked_one_pass_early)
+
 # ---- CMP-7 and LOOP-5: the overflow branch and preflight ------------------------------------
 
 
