@@ -139,9 +139,10 @@ def finds_nothing(messages: tuple[Message, ...], limits: Limits, turn: str) -> b
 
 
 def _estimate(call: CallRecord, messages: tuple[Message, ...]) -> int:
-    """The engine's estimate of a request: its system prompt and the working list."""
+    """The engine's estimate of a request: its system prompt and the working list (a hidden
+    row in it counts nothing, as in the engine's total: ``Message.sent_tokens``)."""
     system = sum(m.tokens for m in call.request.messages if m.role is Role.SYSTEM)
-    return system + sum(m.tokens for m in messages)
+    return system + sum(m.sent_tokens for m in messages)
 
 
 # ---- the places the record shows ----------------------------------------------------------
@@ -259,7 +260,7 @@ def _closed_at_once(obs: Observation, view: TurnView) -> Preflight | None:
             return None
         session, rows = found, _live_rows(obs, found, mark)
     prompt = next((r.system_prompt for r in obs.record.sessions if r.id == session), "")
-    tokens = count_message({"role": "system", "content": prompt}) + sum(m.tokens for m in rows)
+    tokens = count_message({"role": "system", "content": prompt}) + sum(m.sent_tokens for m in rows)
     root = lineage_of(obs).get(session, session)
     return Preflight(view, "first", root, None, None, _exit_at(view, 0.0), released[0],
                      (mark, 1, 2 * released[0] - 1, 1), rows, tokens, obs.limits)
