@@ -52,12 +52,14 @@ class WireBody:
         A body this module built is parsed in two halves: the messages array, and the rest
         of the object (the model and the tools: most of the bytes, and the same bytes in
         every request of a route), whose parse is kept by value (``_parse_rest``). The
-        array is one JSON value wherever it stands, so whenever it parses alone this is the
-        parse of the joined bytes (a ``messages`` key in the rest wins, as it does there);
-        any other body is parsed whole, exactly as ``json.loads`` reads it.
+        array is one JSON value wherever it stands, and the rest begins with a key, so
+        whenever both halves parse alone this is the parse of the joined bytes (a
+        ``messages`` key in the rest wins, as it does there); any other body is parsed
+        whole, exactly as ``json.loads`` reads it. The parse is shared by every reader, and
+        the rest's values by every body of the route: readers must not change them.
         """
         if self._parsed is None:
-            if self.opening == _OPENING and self.closing.startswith(b"],"):
+            if self.opening == _OPENING and self.closing.startswith(b'], "'):
                 self._parsed = self._by_halves()
             if self._parsed is None:
                 self._parsed = json.loads(bytes(self))
@@ -68,7 +70,7 @@ class WireBody:
             rest = _parse_rest(self.closing)
             if not isinstance(rest, dict):
                 return None
-            messages = json.loads(b"[" + b", ".join(self.parts) + b"]")
+            messages = json.loads("[" + b", ".join(self.parts).decode("utf-8") + "]")
         except ValueError:
             return None
         return {"messages": messages, **rest}  # a "messages" in the rest wins, as in a parse
@@ -169,10 +171,12 @@ _RESTS: dict[bytes, Any] = {}
 
 def _parse_rest(closing: bytes) -> Any:
     """``closing`` (``], "model": …}``) parsed as the object it ends, kept by value: the
-    same bytes parse the same way. Raises ``ValueError`` when they are not JSON."""
+    same bytes parse the same way. Both halves are read as UTF-8, as ``json.loads`` reads
+    a whole body that opens with ``_OPENING``: its encoding is never guessed from a half.
+    Raises ``ValueError`` when they are not JSON."""
     hit = _RESTS.get(closing)
     if hit is None:
-        hit = json.loads(b"{" + closing[2:])
+        hit = json.loads("{" + closing[2:].decode("utf-8"))
         _remember(_RESTS, closing, hit)
     return hit
 

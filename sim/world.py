@@ -64,7 +64,8 @@ class CallRecord:
     def sent(self) -> Any:
         """The recorded bytes parsed: what the wire checkers judge, never the request object.
 
-        Parsed once per record (checkers run after every step); the value is shared, so
+        Parsed once per record (checkers run after every step); the value is shared, and
+        the model and tools in it with every call of the route (``WireBody.parsed``), so
         readers must not change it. Raises ``ValueError`` when the bytes are not JSON.
         """
         return self.wire_body.parsed()

@@ -134,6 +134,13 @@ def test_a_built_body_parses_as_its_joined_bytes() -> None:
     ((b'{"role": "user"}',), b'], "model": "m", "messages": []}'),  # the rest names messages
     ((b'{"role": "user"}', b'{"role":'), b'], "model": "m"}'),  # a part that is no JSON
     ((b'{"a": 1}',), b']}'),  # nothing after the array
+    ((b'{"a": 1}',), b'], }'),  # an empty rest: a trailing comma in the whole
+    ((), b'], }'),
+    ((b'{"a": 1}',), b'], "m": 1, }'),  # a trailing comma after the rest's last key
+    ((b'{"a": 1}',), b'],\x00"\x00m\x00"\x00:\x001\x00}\x00'),  # a half that reads as UTF-16
+    ((b'{"a": "\xff"}',), b'], "m": 1}'),  # bytes that are not UTF-8
+    ((b' ',), b'], "m": 1}'),  # a part that is only blank
+    ((b'1', b''), b'], "m": 1}'),  # an empty part
 ])
 def test_an_odd_body_parses_exactly_as_its_bytes_do(parts: tuple[bytes, ...],
                                                      closing: bytes) -> None:
