@@ -93,7 +93,8 @@ def own_index(rows: tuple[Message, ...], text: str | None) -> int | None:
     users = [i for i, m in enumerate(rows)
              if m.role is Role.USER and m.scaffold is None and not is_summary(m)]
     matching = [i for i in users if text is not None and rows[i].content == text]
-    return (matching or users or [None])[-1]
+    found = matching or users
+    return found[-1] if found else None
 
 
 def middle(rows: tuple[Message, ...], limits: Limits, text: str | None) -> list[Message]:

@@ -217,7 +217,9 @@ def _add(out: list[Verdict], point: Preflight, ineffective: bool, step: int,
     if has_work(point.messages, point.limits, turn):
         where = f"before its call at effect {point.before.seq}" if point.before is not None \
             else "before failing closed"
-        if point.kind == "overflow":
+        if step == 0:
+            where = f"{where} (its idle pass)"
+        elif point.kind == "overflow":
             where = f"forced after the overflow at effect {point.after.seq}" \
                 if point.after is not None else where
         left = middle(point.messages, point.limits, own_text(point.messages, turn))
