@@ -47,6 +47,7 @@ from sim.checkers.compaction_record import (
     AFTER_EVERY_CALL,
     Pass,
     idle_pass,
+    is_summary,
     limits_for,
     lineage_of,
     passes,
@@ -178,8 +179,10 @@ def _pruned_only(obs: Observation, views: dict[str, TurnView]) -> list[Blind]:
     spec's arithmetic finds one in the pruned list."""
     out = []
     for step in passes(obs):
-        if step.turn is None or len(step.after) < len(step.before):
-            continue
+        earlier = {m.content for m in step.before if is_summary(m)}
+        if step.turn is None or any(is_summary(m) and m.content not in earlier
+                                    for m in step.after):
+            continue  # it wrote a summary (a middle of one message leaves as many rows)
         limits = _route_of(obs, views.get(step.turn), step)
         if step.tokens_after < threshold_tokens(limits):
             continue
