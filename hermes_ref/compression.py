@@ -241,13 +241,15 @@ class Shape:
 def _tail_start(messages: tuple[Message, ...], tail_tokens: int, floor: int) -> int:
     """Walk back from the end until the budget is spent, keeping at least ``floor`` messages
     of the conversation: a retry's scaffolding in the working list (a nudge, a prefill) is
-    kept too but does not count toward the floor, since it is never stored."""
+    kept too but does not count toward the floor, since it is never stored. The budget is
+    of request tokens: a hidden row is kept where it lies but costs nothing, as in
+    preflight's measure (``Message.sent_tokens``)."""
     start, spent, kept = len(messages), 0, 0
     while start > 0:
         message = messages[start - 1]
-        if kept >= floor and spent + message.tokens > tail_tokens:
+        if kept >= floor and spent + message.sent_tokens > tail_tokens:
             break
-        spent += message.tokens
+        spent += message.sent_tokens
         kept += message.scaffold is None
         start -= 1
     return start

@@ -15,7 +15,9 @@ asks the engine's own planner whether a pass over that list writes anything: pru
 rewrites no tool output and no middle is left to summarize. The planner and the figures
 it plans by are asked as the engine runs them, so a sabotaged planner is the one the
 sabotaged engine used; what it plans is judged on every committed pass by CMP-2's and
-CMP-3's checkers.
+CMP-3's checkers. ``has_work`` asks the same question of the spec's own arithmetic
+(``sim.checkers.compaction_split``), so that a planner that finds nothing where there is
+a middle is seen (CMP-2) rather than read as a pass with nothing to do.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import EventKind, Message, Role
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.tokens import count_message
+from sim.checkers import compaction_split
 from sim.checkers.base import Observation, TurnView, as_written, remembered
 from sim.checkers.compaction_record import (
     is_summary,
@@ -36,6 +39,7 @@ from sim.checkers.compaction_record import (
     lineage_of,
     passes,
     scaffolding_after,
+    tokens_of,
     turn_of,
 )
 from sim.world import CallRecord
@@ -138,11 +142,18 @@ def finds_nothing(messages: tuple[Message, ...], limits: Limits, turn: str) -> b
     return compression.plan(messages, figures, limits, own_text(messages, turn)) is None
 
 
+def has_work(messages: tuple[Message, ...], limits: Limits, turn: str) -> bool:
+    """Whether a pass over ``messages`` must write something, by the spec's arithmetic
+    (``compaction_split``), not the engine's planner: where the planner finds nothing and
+    this finds work, the planner is wrong (CMP-2)."""
+    return compaction_split.has_work(messages, limits, own_text(messages, turn))
+
+
 def _estimate(call: CallRecord, messages: tuple[Message, ...]) -> int:
     """The engine's estimate of a request: its system prompt and the working list (a hidden
-    row in it counts nothing, as in the engine's total: ``Message.sent_tokens``)."""
-    system = sum(m.tokens for m in call.request.messages if m.role is Role.SYSTEM)
-    return system + sum(m.sent_tokens for m in messages)
+    row in it goes on no wire and counts nothing, LOOP-4)."""
+    system = sum(count_message(m.wire) for m in call.request.messages if m.role is Role.SYSTEM)
+    return system + tokens_of(list(messages))
 
 
 # ---- the places the record shows ----------------------------------------------------------
@@ -260,7 +271,7 @@ def _closed_at_once(obs: Observation, view: TurnView) -> Preflight | None:
             return None
         session, rows = found, _live_rows(obs, found, mark)
     prompt = next((r.system_prompt for r in obs.record.sessions if r.id == session), "")
-    tokens = count_message({"role": "system", "content": prompt}) + sum(m.sent_tokens for m in rows)
+    tokens = count_message({"role": "system", "content": prompt}) + tokens_of(list(rows))
     root = lineage_of(obs).get(session, session)
     return Preflight(view, "first", root, None, None, _exit_at(view, 0.0), released[0],
                      (mark, 1, 2 * released[0] - 1, 1), rows, tokens, obs.limits)

@@ -22,7 +22,6 @@ from sim.checkers.base import (
 )
 from sim.checkers.compaction_record import (
     AFTER_EVERY_CALL,
-    PRUNED_PREFIX,
     SUMMARY_PREFIX,
     Pass,
     attempts,
@@ -33,11 +32,12 @@ from sim.checkers.compaction_record import (
     scaffolding_tokens,
     smallest_window,
     summary_of,
-    tail_tokens,
     threshold_tokens,
     tokens_of,
     tokens_sent,
 )
+from sim.checkers.compaction_split import prunable
+from sim.checkers.compaction_streak import blind_passes
 from sim.checkers.loop_fire import interrupted
 from sim.checkers.wire import sent_messages
 
@@ -49,42 +49,18 @@ def _key(m: Message) -> tuple[object, ...]:
 
 
 
-def _tail_start(rows: list[Message], budget: int, floor: int) -> int:
-    start, spent = len(rows), 0
-    while start > 0:
-        cost = count_message(rows[start - 1].wire)
-        if len(rows) - start >= floor and spent + cost > budget:
-            break
-        spent += cost
-        start -= 1
-    return start
-
-
 def _prunable_saving(step: Pass, limits: Limits) -> int:
     """Tokens pruning old tool outputs (after the head, before the tail, neither splitting a
-    tool group) would have saved, each replaced by its placeholder."""
-    rows = step.before
-    head = 0 if any(is_summary(m) for m in rows) else min(limits.compression_protect_first,
-                                                           len(rows))
-    while head < len(rows) and rows[head].role is Role.TOOL:
-        head += 1
-    start = _tail_start(rows, tail_tokens(limits), limits.compression_tail_floor_messages)
-    while 0 < start < len(rows) and rows[start].role is Role.TOOL:
-        start -= 1
-    saved = 0
-    for row in rows[head:start]:
-        text = row.content or ""
-        placeholder = f"{PRUNED_PREFIX}{len(text)} characters]"
-        if row.role is Role.TOOL and len(text) > len(placeholder) \
-                and not text.startswith(PRUNED_PREFIX):
-            saved += count_message(row.wire) - count_message({**row.wire, "content": placeholder})
-    return saved
+    tool group: ``compaction_split``) would have saved, each replaced by its placeholder."""
+    return sum(count_message(row.wire) - count_message({**row.wire, "content": text})
+               for row, text in prunable(tuple(step.before), limits))
 
 
 @checker("compaction_shape", ("CMP-2",),
          "a compaction keeps the protected head and a tail of at least [8] messages, replaces "
          "the middle with one summary the auxiliary model wrote (updating an earlier one), and "
-         "summarizes only when pruning old tool outputs would not have been enough")
+         "summarizes only when pruning old tool outputs would not have been enough; a pass "
+         "whose list has a middle past the head and the tail's budget summarizes it")
 def compaction_shape(obs: Observation) -> list[Violation]:
     limits, limit = obs.limits, threshold_tokens(obs.limits)
     out: list[Violation] = []
@@ -122,6 +98,12 @@ def compaction_shape(obs: Observation) -> list[Violation]:
                 and not idle_pass(obs, call):
             bad(step, f"summarized {pre} tokens though pruning old tool outputs would have "
                 f"brought them under {limit}")
+    for missed in blind_passes(obs):
+        out.append(Violation("compaction_shape", "CMP-2",
+                             f"turn {missed.turn}'s pass {missed.where}: its planner found no "
+                             f"middle, though past the protected head and the tail's budget "
+                             f"{missed.middle} of its {missed.rows} messages were left to "
+                             "summarize"))
     return out
 
 

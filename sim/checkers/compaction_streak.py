@@ -37,6 +37,8 @@ from sim.checkers.compaction_places import (
     Order,
     Preflight,
     finds_nothing,
+    has_work,
+    own_text,
     preflights,
     refused_at_preflight,
     refusing_route,
@@ -45,6 +47,7 @@ from sim.checkers.compaction_record import (
     AFTER_EVERY_CALL,
     Pass,
     idle_pass,
+    is_summary,
     limits_for,
     lineage_of,
     passes,
@@ -54,6 +57,7 @@ from sim.checkers.compaction_record import (
     threshold_tokens,
     turn_of,
 )
+from sim.checkers.compaction_split import middle, prunable
 from sim.world import CallRecord
 
 
@@ -74,9 +78,22 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Blind:
+    """A pass the engine's planner judged to have nothing (more) to summarize where the
+    spec's arithmetic finds a middle (``compaction_split``): a pass counted empty, or a
+    committed one that only pruned and left the request over the threshold (CMP-2)."""
+
+    turn: str
+    where: str
+    rows: int      # the list the pass planned over
+    middle: int    # the messages the spec says it had to summarize
+
+
+@dataclass(frozen=True)
 class Reading:
     verdicts: list[Verdict]
     early: list[tuple[Preflight, int]]  # a due pass with something to write, none on record
+    blind: list[Blind]                  # a pass whose planner missed the middle
 
 
 def verdicts(obs: Observation) -> list[Verdict]:
@@ -89,6 +106,13 @@ def early_blocks(obs: Observation) -> list[tuple[Preflight, int]]:
     planner finds something to write, and the record shows no pass: each with the
     ineffective streak the record shows there, short of ``compression_ineffective_max``."""
     return _reading(obs).early
+
+
+def blind_passes(obs: Observation) -> list[Blind]:
+    """The passes the engine counted empty, or committed having only pruned while still
+    over the threshold, though the spec's arithmetic finds a middle to summarize: each
+    still counts in the streak as the engine judged it, and CMP-2 reports it."""
+    return _reading(obs).blind
 
 
 def ineffective_streak(obs: Observation, root: str, turn: str | None, order: Order, *,
@@ -108,7 +132,8 @@ def ineffective_streak(obs: Observation, root: str, turn: str | None, order: Ord
 
 
 def _reading(obs: Observation) -> Reading:
-    sources = (obs.record, obs.calls, obs.summary_calls)
+    sources = (obs.record, obs.calls, obs.summary_calls, obs.lease_log, obs.runs,
+               obs.manual_compactions)
     return remembered(obs, "anti-thrash verdicts", sources, lambda: _read(obs))
 
 
@@ -124,27 +149,49 @@ def _read(obs: Observation) -> Reading:
                           p.tokens_after >= threshold_tokens(_route_of(obs, views.get(p.turn or ""), p)))
                   for p in passes(obs)), key=lambda v: v.order)
     early: list[tuple[Preflight, int]] = []
+    blind = _pruned_only(obs, views)
     if not obs.limits.compression_enabled:
-        return Reading(out, early)
+        return Reading(out, early, blind)
     unplaced = _unplaced_attempts(obs)
     for point in sorted(preflights(obs), key=lambda p: p.order):
         turn, over = point.view.turn_id, point.tokens >= threshold_tokens(point.limits)
         if point.kind == "overflow":
             if _forced_pass_found_nothing(obs, point):
-                _add(out, point, over, 1)
+                _add(out, point, over, 1, blind)
             continue
         if point.kind == "first" and _idle_ran(obs, point, out):
             if not finds_nothing(point.messages, point.limits, turn):
                 continue  # an idle pass with something to write left no record: _idle_missed
-            _add(out, point, over, 0)
+            _add(out, point, over, 0, blind)
         streak = _streak_if_due(obs, point, out)
         if streak is None or streak >= point.limits.compression_ineffective_max:
             continue
         if finds_nothing(point.messages, point.limits, turn):
-            _add(out, point, True, 1)
+            _add(out, point, True, 1, blind)
         elif turn not in unplaced:
             early.append((point, streak))
-    return Reading(out, early)
+    return Reading(out, early, blind)
+
+
+def _pruned_only(obs: Observation, views: dict[str, TurnView]) -> list[Blind]:
+    """Committed passes that only pruned and left the request at or over the threshold of
+    their route, so the engine planned a summary and its planner found no middle, where the
+    spec's arithmetic finds one in the pruned list."""
+    out = []
+    for step in passes(obs):
+        earlier = {m.content for m in step.before if is_summary(m)}
+        if step.turn is None or any(is_summary(m) and m.content not in earlier
+                                    for m in step.after):
+            continue  # it wrote a summary (a middle of one message leaves as many rows)
+        limits = _route_of(obs, views.get(step.turn), step)
+        if step.tokens_after < threshold_tokens(limits):
+            continue
+        left = middle(tuple(step.after), limits, own_text(tuple(step.before), step.turn))
+        if left:
+            out.append(Blind(step.turn, f"in its compaction of {step.done.session_id}, which "
+                             f"only pruned and left {step.tokens_after} tokens",
+                             len(step.after), len(left)))
+    return out
 
 
 def _route_of(obs: Observation, view: TurnView | None, step: Pass) -> Limits:
@@ -160,12 +207,29 @@ def _route_of(obs: Observation, view: TurnView | None, step: Pass) -> Limits:
     return limits_for(obs.limits, calls[-1].request.model) if calls else obs.limits
 
 
-def _add(out: list[Verdict], point: Preflight, ineffective: bool, step: int) -> None:
+def _add(out: list[Verdict], point: Preflight, ineffective: bool, step: int,
+         blind: list[Blind]) -> None:
     """An empty pass at ``point``: ``step`` 0 is its manual or idle pass, 1 its threshold
-    or forced pass. Judged like any: still over the threshold is ineffective."""
+    or forced pass. Judged like any: still over the threshold is ineffective. Where the
+    spec's arithmetic finds work in the list, the planner was blind to it: the verdict
+    stands as the engine counted it, and the pass is listed for CMP-2."""
     order = (*point.order[:3], step)
     out.append(Verdict(point.root, point.view.turn_id, order, ineffective, empty=True))
     out.sort(key=lambda v: v.order)
+    turn = point.view.turn_id
+    if has_work(point.messages, point.limits, turn):
+        where = f"before its call at effect {point.before.seq}" if point.before is not None \
+            else "before failing closed"
+        if step == 0:
+            where = f"{where} (its idle pass)"
+        elif point.kind == "overflow":
+            where = f"forced after the overflow at effect {point.after.seq}" \
+                if point.after is not None else where
+        left = middle(point.messages, point.limits, own_text(point.messages, turn))
+        out_of = len(prunable(point.messages, point.limits))
+        blind.append(Blind(turn, f"{where}, judged to have nothing to compact"
+                           + (f" ({out_of} tool outputs to prune)" if out_of else ""),
+                           len(point.messages), len(left)))
 
 
 def _cooling(obs: Observation, point: Preflight) -> bool:

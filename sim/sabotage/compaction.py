@@ -61,6 +61,15 @@ def _never_prune() -> list[AbstractContextManager[Any]]:
 sabotage("tool_outputs_never_pruned", ("CMP-2",),
          "old tool outputs are never pruned, so every pass pays for a summary call")(_never_prune)
 
+
+def _no_middle() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(compression, "plan", lambda *args, **kwargs: None)]
+
+
+sabotage("planner_finds_no_middle", ("CMP-2",),
+         "the planner never finds a middle to summarize, so a pass only prunes or is judged "
+         "empty, and two such passes block compaction")(_no_middle)
+
 # ---- CMP-3: the tail starts inside a tool group -------------------------------------------
 
 
