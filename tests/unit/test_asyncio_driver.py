@@ -346,14 +346,36 @@ def short_lease(rig: Rig) -> None:
     rig.engine = Engine(tools=REFERENCE_TOOLS, limits=Limits(lease_refresh_s=0.05))
 
 
+class TasksMade:
+    """The tasks created on the running loop while the block runs (a task factory)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[Any]] = []
+        self._loop = asyncio.get_running_loop()
+        self._before = self._loop.get_task_factory()
+
+    def __enter__(self) -> TasksMade:
+        def count(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            task = asyncio.Task(coro, loop=loop, **kwargs)
+            self.tasks.append(task)
+            return task
+
+        self._loop.set_task_factory(count)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.set_task_factory(self._before)
+
+
 async def test_a_turn_longer_than_the_refresh_interval_refreshes_its_lease(rig: Rig) -> None:
     """The refresher's first sleep ends during a slow model call: the lease is extended."""
     short_lease(rig)
-    result = await rig.turn("hello", provider=SlowModel(0.3))
+    with TasksMade() as made:
+        result = await rig.turn("hello", provider=SlowModel(0.3))
     assert result.final_response == "done" and result.completed
     [grant] = (await rig.store.snapshot()).lease_grants
     assert grant.expires_at > grant.acquired_at + rig.engine.limits.lease_ttl_s
-    assert asyncio.all_tasks() == {asyncio.current_task()}  # nothing outlives the turn
+    assert made.tasks and all(t.done() for t in made.tasks)  # nothing outlives the turn
 
 
 async def test_a_refresher_that_loses_the_lease_interrupts_the_model_call(rig: Rig) -> None:
@@ -368,25 +390,13 @@ async def test_a_refresher_that_loses_the_lease_interrupts_the_model_call(rig: R
 
 
 async def test_a_turn_shorter_than_the_refresh_interval_leaves_no_refresher(rig: Rig) -> None:
-    """The refresher never got past its first sleep: no task was made and none is left."""
+    """The refresher never got past its first sleep: no task was made for it."""
     rig.script.add(text("Quick."))
-    made: list[asyncio.Task[Any]] = []
-    loop = asyncio.get_running_loop()
-    factory = loop.get_task_factory()
-
-    def count(loop_: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        task = asyncio.Task(coro, loop=loop_, **kwargs)
-        made.append(task)
-        return task
-
-    loop.set_task_factory(count)
-    try:
+    with TasksMade() as made:
         result = await rig.turn("hello")
-    finally:
-        loop.set_task_factory(factory)
     assert result.final_response == "Quick."
-    assert not [t for t in made if "keep_lease" in repr(t.get_coro())]
-    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert not [t for t in made.tasks if "keep_lease" in repr(t.get_coro())]
+    assert all(t.done() for t in made.tasks)
 
 
 async def test_open_runtime_runs_a_turn(tmp_path: Path) -> None:

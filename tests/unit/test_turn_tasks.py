@@ -61,7 +61,8 @@ async def test_work_that_ends_without_waiting_is_not_interruptible_meanwhile() -
 
 
 class Drive:
-    """A stand-in for the driver's run: answers ``Now`` with 1.0 and ``Sleep`` with None."""
+    """A stand-in for the driver's run: answers ``Now`` with 1.0 and ``Sleep`` with None;
+    cancelled, it closes the coroutine, as ``AsyncDriver._step`` does."""
 
     def __init__(self) -> None:
         self.effects: list[Any] = []
@@ -75,7 +76,11 @@ class Drive:
                 return stop.value
             self.effects.append(effect)
             if isinstance(effect, Sleep):
-                await asyncio.sleep(effect.seconds)
+                try:
+                    await asyncio.sleep(effect.seconds)
+                except BaseException:  # cancelled: the coroutine is dropped, as the driver does
+                    coro.close()
+                    raise
             value = 1.0 if isinstance(effect, Now) else None
 
 
@@ -85,27 +90,40 @@ async def keeper(beats: list[float]) -> None:
         beats.append(await Now())
 
 
+class Drives(Drive):
+    """A ``Drive`` that also keeps the coroutines it was asked to drive (one per task)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[Coroutine[Any, Any, Any]] = []
+
+    async def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        self.started.append(coro)
+        return await super().run(coro)
+
+
 async def test_a_refresher_is_a_timer_until_its_first_sleep_ends() -> None:
     """No task while the first sleep lasts; at its end the driver goes on with the keeper."""
     beats: list[float] = []
-    drive = Drive()
+    drive = Drives()
     refresher = Refresher(keeper(beats), drive.run)
-    assert asyncio.all_tasks() == {asyncio.current_task()} and drive.effects == []
+    await asyncio.sleep(0)
+    assert drive.started == [] and drive.effects == []
     await asyncio.sleep(0.05)
-    assert beats and len(asyncio.all_tasks()) == 2
+    assert beats and len(drive.started) == 1
     await refresher.stop()
-    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert drive.started[0].cr_frame is None  # its task ended with it
 
 
 async def test_a_refresher_stopped_in_its_first_sleep_never_runs() -> None:
     """Stopping it cancels the timer and closes the keeper where it waits."""
     beats: list[float] = []
     coro = keeper(beats)
-    refresher = Refresher(coro, Drive().run)
+    drive = Drives()
+    refresher = Refresher(coro, drive.run)
     await refresher.stop()
     await asyncio.sleep(0.03)
-    assert beats == [] and coro.cr_frame is None
-    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert beats == [] and coro.cr_frame is None and drive.started == []
 
 
 async def test_a_keeper_that_does_not_begin_with_a_sleep_is_driven_at_once() -> None:
