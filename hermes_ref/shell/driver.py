@@ -157,7 +157,8 @@ class AsyncDriver:
         }
 
     def _lease_handlers(self) -> dict[type[Any], Awaited]:
-        """LEASE: refresh through the store; the refresher is a task beside the turn."""
+        """LEASE: refresh through the store; the refresher runs beside the turn (a timer
+        through its first sleep, then a task: ``turn_tasks.Refresher``)."""
         store = self.store
         return {
             fx.RefreshLease: lambda e: store.refresh_lease(e.lease, e.now, e.ttl_s),
@@ -215,7 +216,8 @@ class AsyncDriver:
         parent = turn_tasks.CURRENT.get()
         child = turn_tasks.RunState(parent=parent, handle=turn_tasks.next_handle())
         keeper = lease_rules.keep_lease(effect.lease, effect.interval_s, effect.ttl_s)
-        parent.refreshers[child.handle] = asyncio.create_task(self._run(keeper, child))
+        parent.refreshers[child.handle] = turn_tasks.Refresher(
+            keeper, lambda coro: self._run(coro, child))
         return child.handle
 
     async def _interrupt_turn(self, effect: fx.InterruptTurn) -> None:

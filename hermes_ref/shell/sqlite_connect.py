@@ -97,9 +97,16 @@ from hermes_ref.shell.sqlite_schema import (
 
 
 class StoreConnection(sqlite3.Connection):
-    """A sqlite3 connection that counts the write transactions it committed."""
+    """A sqlite3 connection that counts the write transactions it committed.
+
+    ``bare`` and ``spoiled`` belong to the group commit's first pass over a batch
+    (``group_commit.run_batch``): while ``bare``, a write inside the open transaction takes
+    no savepoint, and one that fails marks the transaction ``spoiled``.
+    """
 
     commits: int = 0
+    bare: bool = False
+    spoiled: bool = False
 
 
 class Verdict(enum.Enum):

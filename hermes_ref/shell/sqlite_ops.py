@@ -65,8 +65,17 @@ def _write(conn: StoreConnection) -> Iterator[None]:
 
     Inside a transaction already open (a group commit's batch, ``group_commit``) the write
     is a SAVEPOINT of it instead: an error rolls back this write only, and the batch commits.
+    In the batch's first pass (``conn.bare``) it takes no savepoint: an error marks the
+    transaction spoiled, and the batch is rolled back and applied again with savepoints.
     """
     if conn.in_transaction:
+        if conn.bare:
+            try:
+                yield
+            except BaseException:
+                conn.spoiled = True
+                raise
+            return
         with _savepoint(conn):
             yield
         return

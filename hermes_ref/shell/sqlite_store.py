@@ -8,7 +8,8 @@ that each do a whole transaction (``BEGIN IMMEDIATE`` … ``COMMIT``); ``_hop`` 
 them on the worker, so every store method is one thread hop and at most one transaction.
 Writes go through a group commit (``group_commit``): a write that arrives while another
 batch is committing waits for the next one, and each batch is one hop, one transaction and
-one COMMIT, each op in its own savepoint. A caller resumes only after the commit that holds
+one COMMIT, each op as if in its own savepoint (applied bare first, with savepoints only if
+one fails: ``group_commit.run_batch``). A caller resumes only after the commit that holds
 its write; a lone writer gets a batch of one, exactly the op's own transaction.
 Opening first runs ``sqlite_connect.ready`` in a thread: the same classification as the
 simulator's ``SqliteStore`` (a file that is not ours, or newer, is refused before a byte

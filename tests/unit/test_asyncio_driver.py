@@ -314,6 +314,91 @@ async def test_cancelling_a_turn_drops_the_coroutine(rig: Rig) -> None:
     assert "turn.exit" not in {e.kind for e in (await rig.store.snapshot()).events}
 
 
+class SlowModel:
+    """Answers "done" after ``delay_s`` of real time; ``sent`` counts the calls."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.sent = 0
+
+    async def complete(self, request: ProviderRequest) -> ProviderReply:
+        self.sent += 1
+        await asyncio.sleep(self.delay_s)
+        return ProviderReply(content="done", finish_reason="stop")
+
+
+class FailingRefreshStore:
+    """An AsyncStore whose lease refreshes fail (the store no longer vouches for the turn)."""
+
+    def __init__(self, inner: AsyncSqliteStore) -> None:
+        self.inner = inner
+        self.refreshes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def refresh_lease(self, lease: Any, now: float, ttl_s: float) -> Any:
+        self.refreshes += 1
+        raise PersistenceError("disk gone at the refresh", cause="injected_io_error")
+
+
+def short_lease(rig: Rig) -> None:
+    rig.engine = Engine(tools=REFERENCE_TOOLS, limits=Limits(lease_refresh_s=0.05))
+
+
+class TasksMade:
+    """The tasks created on the running loop while the block runs (a task factory)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[Any]] = []
+        self._loop = asyncio.get_running_loop()
+        self._before = self._loop.get_task_factory()
+
+    def __enter__(self) -> TasksMade:
+        def count(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+            task = asyncio.Task(coro, loop=loop, **kwargs)
+            self.tasks.append(task)
+            return task
+
+        self._loop.set_task_factory(count)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.set_task_factory(self._before)
+
+
+async def test_a_turn_longer_than_the_refresh_interval_refreshes_its_lease(rig: Rig) -> None:
+    """The refresher's first sleep ends during a slow model call: the lease is extended."""
+    short_lease(rig)
+    with TasksMade() as made:
+        result = await rig.turn("hello", provider=SlowModel(0.3))
+    assert result.final_response == "done" and result.completed
+    [grant] = (await rig.store.snapshot()).lease_grants
+    assert grant.expires_at > grant.acquired_at + rig.engine.limits.lease_ttl_s
+    assert made.tasks and all(t.done() for t in made.tasks)  # nothing outlives the turn
+
+
+async def test_a_refresher_that_loses_the_lease_interrupts_the_model_call(rig: Rig) -> None:
+    """A failed refresh stops the turn at once: the pending call is cancelled, not awaited."""
+    short_lease(rig)
+    store, model = FailingRefreshStore(rig.store), SlowModel(10.0)
+    started = time.monotonic()
+    result = await rig.turn("hello", provider=model, store=store)
+    assert time.monotonic() - started < 5.0 and store.refreshes == 1 and model.sent == 1
+    assert result.exit_reason is ExitReason.INTERRUPTED
+    assert "session turn lease lost" in (result.exit_detail or "")
+
+
+async def test_a_turn_shorter_than_the_refresh_interval_leaves_no_refresher(rig: Rig) -> None:
+    """The refresher never got past its first sleep: no task was made for it."""
+    rig.script.add(text("Quick."))
+    with TasksMade() as made:
+        result = await rig.turn("hello")
+    assert result.final_response == "Quick."
+    assert not [t for t in made.tasks if "keep_lease" in repr(t.get_coro())]
+    assert all(t.done() for t in made.tasks)
+
+
 async def test_open_runtime_runs_a_turn(tmp_path: Path) -> None:
     """open_runtime wires store, provider, tools, engine and driver; aclose closes them."""
     root = tmp_path / "ws"

@@ -261,6 +261,23 @@ def abandon(conn: StoreConnection, events: Sequence[Any]) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
 
+def put_then_fail(conn: StoreConnection, events: Sequence[Any], row: int) -> None:
+    """A write op that inserts a row and then fails (as a fence checked late would)."""
+    with sqlite_ops._write(conn):
+        conn.execute("INSERT INTO parent(id) VALUES (?)", (row,))
+        raise LeaseLost("refused after a row was written")
+
+
+def put_or_give_up(conn: StoreConnection, events: Sequence[Any], row: int) -> int | None:
+    """A write op that inserts a row, gives up and swallows its own error (as ``_Busy`` is)."""
+    try:
+        with sqlite_ops._write(conn):
+            conn.execute("INSERT INTO parent(id) VALUES (?)", (row,))
+            raise sqlite_ops._Busy
+    except sqlite_ops._Busy:
+        return None
+
+
 def parents(conn: StoreConnection) -> list[int]:
     return [r[0] for r in conn.execute("SELECT id FROM parent ORDER BY id")]
 
@@ -272,6 +289,35 @@ def test_a_batch_is_one_transaction_and_a_failing_op_rolls_back_alone(
     assert [o.value for o in outcomes] == [1, None, 2]
     assert isinstance(outcomes[1].error, PersistenceError)
     assert parents(conn) == [1, 2] and conn.commits == 1 and not conn.in_transaction
+
+
+def test_a_batch_without_failures_commits_without_savepoints(conn: StoreConnection) -> None:
+    """The first pass runs the ops bare: no SAVEPOINT reaches SQLite, and one COMMIT."""
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    outcomes = run_batch(conn, [Write(put, (), (1,)), Write(put, (), (2,)), Write(put, (), (3,))])
+    conn.set_trace_callback(None)
+    assert [o.value for o in outcomes] == [1, 2, 3]
+    assert not any("SAVEPOINT" in s for s in statements)
+    assert parents(conn) == [1, 2, 3] and conn.commits == 1 and not conn.bare
+
+
+def test_an_op_failing_after_a_write_leaves_none_of_its_rows(conn: StoreConnection) -> None:
+    """The bare pass is rolled back whole; the batch again with savepoints keeps the others."""
+    outcomes = run_batch(conn, [Write(put, (), (1,)), Write(put_then_fail, (), (7,)),
+                                Write(put, (), (2,))])
+    assert [o.value for o in outcomes] == [1, None, 2]
+    assert isinstance(outcomes[1].error, LeaseLost)
+    assert parents(conn) == [1, 2] and conn.commits == 1 and not conn.in_transaction
+
+
+def test_an_op_that_swallows_its_own_failure_still_rolls_back_alone(
+        conn: StoreConnection) -> None:
+    """An op whose write failed inside it but returned normally leaves no row behind."""
+    outcomes = run_batch(conn, [Write(put, (), (1,)), Write(put_or_give_up, (), (7,)),
+                                Write(put, (), (2,))])
+    assert [o.value for o in outcomes] == [1, None, 2] and all(o.error is None for o in outcomes)
+    assert parents(conn) == [1, 2] and conn.commits == 1 and not conn.spoiled
 
 
 def test_a_batch_of_one_is_the_op_alone(conn: StoreConnection) -> None:

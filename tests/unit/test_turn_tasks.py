@@ -1,0 +1,145 @@
+"""The asyncio driver's per-run bookkeeping: interruptible waits and lazy lease refreshers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from hermes_ref.effects import Now, Sleep
+from hermes_ref.errors import TurnInterrupted
+from hermes_ref.shell import turn_tasks
+from hermes_ref.shell.turn_tasks import Refresher, RunState, interruptible
+
+
+async def test_an_interrupt_ends_the_wait_in_the_waiting_task_itself() -> None:
+    """The work is cancelled in the caller's task and the caller gets TurnInterrupted."""
+    state, seen = RunState(), []
+
+    async def work() -> str:
+        seen.append(asyncio.current_task())
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    async def turn() -> str:
+        return await interruptible(state, work())
+
+    task = asyncio.create_task(turn())
+    await asyncio.sleep(0)
+    state.raise_interrupt("interrupted_by_user")
+    with pytest.raises(TurnInterrupted, match="interrupted_by_user"):
+        await task
+    assert seen == [task] and task.cancelling() == 0 and not state.waiting
+
+
+async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
+    """Cancelled by its owner as well as interrupted: the task ends cancelled."""
+    state = RunState()
+    task = asyncio.create_task(interruptible(state, asyncio.Event().wait()))
+    await asyncio.sleep(0)
+    state.raise_interrupt("lost")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_work_that_ends_without_waiting_is_not_interruptible_meanwhile() -> None:
+    """A coroutine that never suspends returns its value; an interrupt before it refuses it."""
+    state = RunState()
+
+    async def answer() -> int:
+        return 42
+
+    assert await interruptible(state, answer()) == 42
+    state.raise_interrupt("lost")
+    refused = answer()
+    with pytest.raises(TurnInterrupted):
+        await interruptible(state, refused)
+    assert refused.cr_frame is None  # closed, never run
+
+
+class Drive:
+    """A stand-in for the driver's run: answers ``Now`` with 1.0 and ``Sleep`` with None;
+    cancelled, it closes the coroutine, as ``AsyncDriver._step`` does."""
+
+    def __init__(self) -> None:
+        self.effects: list[Any] = []
+
+    async def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        value: Any = None
+        while True:
+            try:
+                effect = coro.send(value)
+            except StopIteration as stop:
+                return stop.value
+            self.effects.append(effect)
+            if isinstance(effect, Sleep):
+                try:
+                    await asyncio.sleep(effect.seconds)
+                except BaseException:  # cancelled: the coroutine is dropped, as the driver does
+                    coro.close()
+                    raise
+            value = 1.0 if isinstance(effect, Now) else None
+
+
+async def keeper(beats: list[float]) -> None:
+    while True:
+        await Sleep(0.01)
+        beats.append(await Now())
+
+
+class Drives(Drive):
+    """A ``Drive`` that also keeps the coroutines it was asked to drive (one per task)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[Coroutine[Any, Any, Any]] = []
+
+    async def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        self.started.append(coro)
+        return await super().run(coro)
+
+
+async def test_a_refresher_is_a_timer_until_its_first_sleep_ends() -> None:
+    """No task while the first sleep lasts; at its end the driver goes on with the keeper."""
+    beats: list[float] = []
+    drive = Drives()
+    refresher = Refresher(keeper(beats), drive.run)
+    await asyncio.sleep(0)
+    assert drive.started == [] and drive.effects == []
+    await asyncio.sleep(0.05)
+    assert beats and len(drive.started) == 1
+    await refresher.stop()
+    assert drive.started[0].cr_frame is None  # its task ended with it
+
+
+async def test_a_refresher_stopped_in_its_first_sleep_never_runs() -> None:
+    """Stopping it cancels the timer and closes the keeper where it waits."""
+    beats: list[float] = []
+    coro = keeper(beats)
+    drive = Drives()
+    refresher = Refresher(coro, drive.run)
+    await refresher.stop()
+    await asyncio.sleep(0.03)
+    assert beats == [] and coro.cr_frame is None and drive.started == []
+
+
+async def test_a_keeper_that_does_not_begin_with_a_sleep_is_driven_at_once() -> None:
+    """Any other first effect goes to the driver, which performs it and goes on."""
+    async def eager(beats: list[float]) -> None:
+        beats.append(await Now())
+        await keeper(beats)
+
+    beats: list[float] = []
+    drive = Drive()
+    refresher = Refresher(eager(beats), drive.run)
+    await asyncio.sleep(0.03)
+    assert beats[:2] == [1.0, 1.0] and isinstance(drive.effects[0], Now)
+    await refresher.stop()
+
+
+def test_handles_are_distinct() -> None:
+    """Each refresher gets a handle of its own."""
+    assert turn_tasks.next_handle() != turn_tasks.next_handle()
