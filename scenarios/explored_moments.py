@@ -1,0 +1,90 @@
+"""Stories the explorer found once the user could correct a turn at any moment of it (LOOP-4):
+during a tool round, during the grace call, during a call that prepares a tool call. Each
+was a checker reading the record too narrowly, red before its fix; the calls are the
+explorer's own (``correct_at_a_moment``), the first and third from shrunk seeds
+(``hermes-ref explore --shrink SEED``), the second written from its seed by hand.
+"""
+
+from __future__ import annotations
+
+from scenarios._explored_common import calm as _calm
+from sim.explore.model import ExploreModel
+from sim.explore.plan import FaultKind, ReplyFault
+from sim.harness import Story, scenario
+from sim.interventions import correct_at_a_moment
+
+
+def _world(s: Story, seed: int, *faults: ReplyFault,
+           grace_outages: tuple[int, ...] = ()) -> ExploreModel:
+    """The explored world of ``seed``: its seeded ids, its model and its notes files."""
+    s.seed = seed  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel(faults, ids=s.world.chooser, grace_outages=grace_outages)
+    s.use_provider(model)
+    s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)})
+    return model
+
+
+@scenario("A correction taken in at the loop's bound leaves the user's word at the tail: a "
+          "grace call that fails then ends the turn unanswered, not pending_tool_result "
+          "(explored seed 162)", invariants=("FIN-8", "LOOP-4", "FIN-5"), stage="explore")
+def correction_at_the_bound_then_no_grace_answer(s: Story) -> None:
+    """``max_iterations`` 1: the turn's one call reads both notes, and the user corrects the
+    turn while they are read. Leaving the loop at its bound, the turn takes the correction
+    in (a hidden row for the work under way, then the user's row), and its grace call
+    meets an outage with no route to fall back to. The turn ends ``max_iterations_reached``
+    with its boundary row, which is right: FIN-8's pending_tool_result is for a turn whose
+    tail is a tool result, and this one's tail is the user's word. FIN-8's checker looked
+    only at the last budgeted reply (a landed tool round) and called the stop silent."""
+    _world(s, 162, grace_outages=(1,))
+    s.limits(max_iterations=1)
+    s.bind("p-1", session="s-1")
+    one = s.main_process()
+    correct_at_a_moment(s, "Say hello 47 instead.", after_s=149.0, session="s-1",
+                        during="tools", calls=1)
+    s.start_submit(one, "p-1", "r-cab239", {"text": "Read notes-1.txt and notes-2.txt."},
+                   session="s-1", after_s=169.0)
+    s.start_drain(one, "s-1", after_s=192.0)
+    _calm(s)
+
+
+@scenario("Two corrections sent during one tool round are taken in as one user row, which "
+          "is no second opening of the turn (explored seed 622)",
+          invariants=("CTX-8", "LOOP-4"), stage="explore")
+def two_corrections_in_one_row(s: Story) -> None:
+    """The turn reads a note and rewrites it in one round; the planner runs the two calls
+    one after the other, and the user corrects the turn during each. The next iteration
+    drains both and stores them as one user row, the two texts joined. CTX-8's checker
+    excused a correction only when a row held exactly one, so it counted two user rows."""
+    _world(s, 622)
+    s.bind("p-1", session="s-1")
+    one = s.main_process()
+    correct_at_a_moment(s, "Say hello 49 instead.", after_s=0.0, session="s-1", during="tools")
+    correct_at_a_moment(s, "Say hello 56 instead.", after_s=0.0, session="s-1", during="tools")
+    s.start_submit(one, "p-1", "r-1", {"text": "Read notes-2.txt and rewrite it as note 70 "
+                                               "at notes-2.txt."}, session="s-1", after_s=2.0)
+    s.start_drain(one, "s-1", after_s=4.0)
+    _calm(s)
+
+
+@scenario("A reply the engine could not process, cut by a correction before it arrived, "
+          "never reached the loop (explored seed 960)", invariants=("LOOP-5", "LOOP-4"),
+          stage="explore")
+def correction_cuts_an_unprocessable_reply(s: Story) -> None:
+    """The user corrects the turn twice, each time while a slow call prepares a tool call:
+    the first cut leaves a hidden row and the correction; the second call answers with
+    arguments nested past the parser's limit, and the second correction cuts it before it
+    arrived. The loop never got that reply, only the correction, which it takes in and
+    answers. LOOP-5's checker took every reply in the world's log for one the loop
+    received, so it said the local bug did not end the turn at once."""
+    _world(s, 960, ReplyFault(call=2, kind=FaultKind.DEEP_ARGUMENTS))
+    s.bind("p-1", session="s-1")
+    one = s.main_process()
+    correct_at_a_moment(s, "Say hello 84 instead.", after_s=52.0, session="s-1", during="call",
+                        slow_s=30.0)
+    s.start_submit(one, "p-1", "r-b0172fx", {"text": "Read notes-2.txt.", "role": "operator"},
+                   session="s-1", after_s=88.0)
+    s.start_drain(one, "s-1", after_s=99.0)
+    correct_at_a_moment(s, "Say hello 80 instead.", after_s=103.0, session="s-1", during="call",
+                        slow_s=5.0)
+    _calm(s)
