@@ -145,7 +145,7 @@ class Moment:
     text: str
     slow_s: float = 0.0
     from_s: float = 0.0  # the virtual time the user begins to watch
-    calls: int = 0  # tools: the model calls the turn has made before the round
+    calls: int = 0  # tools: the model calls the turn has made before the round (requests)
 
     def reached(self, world: World, actor: Actor | None, effect: Any,
                 reply: ProviderReply | None) -> float | None:
@@ -173,9 +173,11 @@ class Moment:
         return self.slow_s
 
     def _calls_made(self, world: World, actor: Actor) -> int:
+        """The turn's model calls so far, a request sent again after a failure counted once."""
         if not self.calls:
             return 0  # any round will do: nothing to count
-        return sum(1 for c in world.calls if c.turn_id == actor.turn_id)
+        return len({id(c.request) for c in world.calls
+                    if c.turn_id == actor.turn_id and c.request.purpose == "turn"})
 
     def _cut(self, world: World, actor: Actor, effect: Any) -> None:
         if actor.done or actor.wait is None or actor.pending is not effect:
