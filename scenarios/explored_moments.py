@@ -88,3 +88,22 @@ def correction_cuts_an_unprocessable_reply(s: Story) -> None:
     correct_at_a_moment(s, "Say hello 80 instead.", after_s=103.0, session="s-1", during="call",
                         slow_s=5.0)
     _calm(s)
+
+
+@scenario("A turn the user stops while an unprocessable reply is on its way ends interrupted "
+          "(explored seed 3843)", invariants=("LOOP-5", "FIN-4"), stage="explore")
+def interrupt_before_an_unprocessable_reply_arrives(s: Story) -> None:
+    """The turn's call is slow to answer with arguments nested past the parser's limit, and
+    the user stops the turn before the reply arrived. The turn ends interrupted, with no
+    later call and no tool run; it never got the reply. LOOP-5's checker demanded
+    local_processing_error of every turn whose last call the world logged as unprocessable,
+    though the loop only ends that way on a reply it received."""
+    _world(s, 3843, ReplyFault(call=1, kind=FaultKind.DEEP_ARGUMENTS))
+    s.bind("p-1", session="s-1")
+    one = s.main_process()
+    correct_at_a_moment(s, "Say hello 92 instead.", after_s=0.0, session="s-1", during="call",
+                        slow_s=90.0)
+    s.start_submit(one, "p-1", "r-1", {"text": "Read notes-2.txt."}, session="s-1", after_s=2.0)
+    s.start_drain(one, "s-1", after_s=4.0)
+    s.interrupt(after_s=10.0, session="s-1")
+    _calm(s)

@@ -552,6 +552,8 @@ def local_bug_stops_at_once(obs: Observation) -> list[Violation]:
         bad = [c for c in view.calls if c.cut is None and unprocessable(c.reply)]
         line = view.exit
         reason = line.reason if line is not None else None
+        if bad and bad[0] is view.calls[-1] and reason is ExitReason.INTERRUPTED:
+            continue  # stopped while that reply was on its way: nothing after it either (FIN-4)
         if bad and (bad[0] is not view.calls[-1] or reason is not ExitReason.LOCAL_PROCESSING_ERROR):
             later = len(view.calls) - view.calls.index(bad[0]) - 1
             shown = reason.value if reason is not None else None
