@@ -107,3 +107,29 @@ def interrupt_before_an_unprocessable_reply_arrives(s: Story) -> None:
     s.start_drain(one, "s-1", after_s=4.0)
     s.interrupt(after_s=10.0, session="s-1")
     _calm(s)
+
+
+@scenario("A model call the user's interrupt stops before it is sent costs no call and no "
+          "budget unit (explored seed 2125)", invariants=("LOOP-1", "LOOP-2", "FIN-4"),
+          stage="explore")
+def interrupt_before_the_call_is_sent(s: Story) -> None:
+    """A chore's first call is slow, and its process freezes for 200 s. Meanwhile the user
+    corrects the turn, which cuts the call, then stops the turn. When the process wakes,
+    the turn takes the correction in and goes on to its next call, which the interrupt
+    stops before it is sent. The engine had counted that call and spent its budget unit
+    already: the exit line said two calls and two units where the provider saw one
+    request (LOOP-1, LOOP-2: a request never sent costs nothing). A call stopped before
+    it went out is now given back, as a request preflight refused is."""
+    _world(s, 2125)
+    s.files({f"part-{k}.txt": f"part {k} of seed 2125: in order" for k in range(1, 10)})
+    s.bind("p-2", session="s-2")
+    s.main_process()  # the story's own process, idle: the turn runs on the second
+    two = s.process()
+    correct_at_a_moment(s, "Say hello 83 instead.", after_s=0.0, session="s-2", during="call",
+                        slow_s=30.0)
+    s.start_submit(two, "p-2", "r-4c066d", {"text": "Go through part-1.txt to part-9.txt in "
+                                                    "order."}, session="s-2", after_s=9.0)
+    s.start_drain(two, "s-2", after_s=23.0)
+    s.stall(two, 200.0, after_s=30.0)
+    s.interrupt(after_s=115.0, session="s-2")
+    _calm(s)

@@ -138,7 +138,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             return
         kind = type(effect)
         if actor.interrupt is not None and kind in INTERRUPTIBLE:
-            actor.error = TurnInterrupted(actor.interrupt)  # not performed: the turn stops
+            actor.error = TurnInterrupted(actor.interrupt, unsent=True)  # not performed: the turn stops
             return
         self._perform(actor, effect, self._handlers[kind], effect)
 
@@ -305,7 +305,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         if lease_token and not self.world.store.lease_holds(session_id, lease_token):
             self.world.timeline.add("FENCED", f"{what} with token {lease_token} refused: "
                                     "the lease is gone")
-            raise TurnInterrupted(f"{LOST_REASON} (gone before the {what})")
+            raise TurnInterrupted(f"{LOST_REASON} (gone before the {what})", unsent=True)
 
     def _call_provider(self, effect: fx.CallProvider) -> Any:
         self._vouch("model call", effect.session_id, effect.lease_token)

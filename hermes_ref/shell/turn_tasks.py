@@ -89,7 +89,7 @@ async def interruptible(state: RunState, work: Awaitable[T]) -> T:
     if state.interrupt is not None:
         if asyncio.iscoroutine(work):
             work.close()
-        raise TurnInterrupted(state.interrupt)
+        raise TurnInterrupted(state.interrupt, unsent=True)
     task = asyncio.ensure_future(work)
     gate: asyncio.Future[None] = task.get_loop().create_future()
     task.add_done_callback(lambda _: _open(gate))
