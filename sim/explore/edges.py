@@ -51,6 +51,7 @@ from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
 from hermes_ref.wire import ProviderRequest
 from sim.explore.plan import (
+    BURST_FAULTS,
     Drain,
     FaultKind,
     Handover,
@@ -165,7 +166,8 @@ def _corrections(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps:
     ``max_iterations`` of 1-3, so turns end at the loop's bound with a grace call still to
     come (a budget's end drains corrections at the top of the iteration that finds it
     spent; the loop's bound leaves the loop first), unless it has a small window or the
-    gate (as for the grace outages). In a world
+    gate (as for the grace outages), or a burst of one reply fault, whose run a tight bound
+    would cut short. In a world
     with a correction of a call and the grace call on, every grace call of the faulty
     phase meets an outage and falls back to a route of 150-260 tokens, where a grace
     request of a few turns lies, with the hidden row in its session's history (LOOP-4,
@@ -177,7 +179,7 @@ def _corrections(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps:
         return out
     iterations = plan.max_iterations
     if budget is None and iterations is None and plan.context_window is None \
-            and grace and not gate and not plan.verify_before_answer:
+            and grace and not gate and not plan.verify_before_answer and not _burst(plan):
         iterations = out["max_iterations"] = rng.choice((1, 2, 3))
     bound = min(n for n in (budget, iterations, 99) if n is not None)
     moments: list[str] = []
@@ -195,6 +197,15 @@ def _corrections(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps:
         out["grace_outages"] = tuple(range(1, 9))
         out["fallback_window"] = rng.randint(150, 260)
     return out
+
+
+def _burst(plan: WorldPlan) -> bool:
+    """Whether the plan holds a burst: one reply fault four calls in a row, drawn so that a
+    turn meets the loop's bounds on runs of it (LOOP-7, LOOP-8), which a tight bound
+    would cut short."""
+    kinds = {r.call: r.kind for r in plan.replies}
+    return any(all(kinds.get(call + k) is kind for k in range(1, 4))
+               for call, kind in kinds.items() if kind in BURST_FAULTS)
 
 
 def _aliases(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> dict[str, str]:
