@@ -36,7 +36,12 @@
   tokens, and the first holder granted the session's compression lock freezes right after,
   for 400 or 600 s (``lock_stall_s``), under a lock that lasts 900 s
   (``compression_lock_ttl_s``): its lease lapses, the next turn in line takes the session,
-  compacts too and must be refused the lock (CMP-6).
+  compacts too and must be refused the lock (CMP-6);
+* ``corrections``: in a world in four, two to four corrections sent at a moment of a turn
+  (``Redirect.during``): during a tool round (the last one the bound allows), during the
+  grace call, or during a call preparing a tool call, cut before it showed anything; a
+  world with no bound gets a ``max_iterations`` of 1-3, and one with a correction of a
+  call, outages at every grace call and a fallback route of 150-260 tokens (LOOP-4, LOOP-6).
 """
 
 from __future__ import annotations
