@@ -122,11 +122,15 @@ class LeaseLost(PersistenceError):
 
 
 class TurnInterrupted(OperatingError):
-    """A hard interrupt of the running turn; ``reason`` says why (LEASE-4, or the user)."""
+    """A hard interrupt of the running turn; ``reason`` says why (LEASE-4, or the user).
 
-    def __init__(self, reason: str) -> None:
+    ``unsent``: the effect it stopped was never begun (the interrupt, or the loss of the
+    lease, was known before it), so a model call it stopped never went out (LOOP-2)."""
+
+    def __init__(self, reason: str, *, unsent: bool = False) -> None:
         super().__init__(f"turn interrupted: {reason}")
         self.reason = reason
+        self.unsent = unsent
 
 
 class LocalProcessingError(OperatingError):

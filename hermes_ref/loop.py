@@ -117,10 +117,15 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
     """
     attempt = 0
     auth_refreshes = 0
+    sent = False  # whether this request went out once (a retry of it costs nothing more)
     while True:
         failure: ProviderError | None = None
         try:
             reply = await CallProvider(request, ctx.session_id, ctx.turn_id, ctx.token)
+        except TurnInterrupted as stop:
+            if stop.unsent and not sent:
+                _never_sent(ctx, request)
+            raise
         except StreamCut as broken:  # FIN-2: a stream that already held a whole answer is kept
             recovered = streaming.recover(broken)
             failure = broken if recovered is None else None
@@ -130,6 +135,7 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
         except Redirected as cut:  # LOOP-4: the loop takes the correction in at its top
             ctx.state.cut_partial = cut.partial
             return None
+        sent = True
         if failure is None:  # every reply, grace summary included: text the store can keep,
             reply = reply_intake.admit_reply(reply)  # an id per call; then its deltas (DEL-1)
             await streaming.publish(ctx.session_id, ctx.turn_id, ctx.state.api_calls, reply)
@@ -213,6 +219,16 @@ async def _take_in_a_last_cut(ctx: TurnContext) -> None:
     grace_to_come = ctx.limits.grace_call_enabled and state.withheld_answer is None
     if not ctx.ended and (state.cut_partial is not None or grace_to_come):
         await redirect.take_redirects(ctx)
+
+
+def _never_sent(ctx: TurnContext, request: ProviderRequest) -> None:
+    """LOOP-2: the turn was stopped before ``request`` went out (the user's interrupt, or
+    the loss of the lease, was known before the call), so it costs nothing: its call is
+    not counted, and the unit it was charged is given back, as for a request preflight
+    refused. A grace call was charged no unit (LOOP-1 counts it past the bound)."""
+    ctx.state.api_calls -= 1
+    if request.purpose != "grace":
+        ctx.state.budget.refund()
 
 
 async def cleared_to_send(ctx: TurnContext) -> bool:

@@ -485,3 +485,30 @@ def redacted_row_in_a_lane_that_sends_nothing(s: Story) -> None:
     s.run_all()
     stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
     s.expect(not stuck, f"every admission reached a terminal state: {stuck}")
+
+
+@scenario("A waiter silent for exactly two polls has lost its place in line, as the stores "
+          "say (explored seed 4570)", invariants=("LEASE-1",), stage="explore")
+def waiter_silent_for_two_polls_lost_its_place(s: Story) -> None:
+    """A clock jump brings three terminal turns of ``t-1`` due at one instant: one takes the
+    session, two wait in line, and the first of those freezes for 30 s. Its last ask was
+    at 403 s, so its place was good until 405 s; at 405 s the second waiter asks, the
+    store drops the silent one (a place lasts two polls, ``valid_until <= now``) and grants
+    the lease. LEASE-1's checker counted the frozen waiter still in line at exactly two
+    polls, though its own ranking (``_place``) and both stores drop it there."""
+    s.seed = 4570  # the world's seed: it draws the interleaving of the explored run
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    s.use_provider(ExploreModel((), ids=s.world.chooser))
+    s.files({"notes-1.txt": "note 1 of seed 4570", "notes-2.txt": "note 2 of seed 4570",
+             "t-1-build.log": "build of t-1: ok"})
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one, two, three = s.main_process(), s.process(), s.process()
+    jump_clock(s, 400.0, after_s=3.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=three, after_s=5.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=8.0)
+    s.start_turn("Write note 6 to t-1-out-6.txt.", session="t-1", process=two, after_s=15.0)
+    s.stall(one, 30.0, after_s=101.0)
+    s.run_all()
+    stuck = calm_phase(s)  # faults off: recover, reconcile, drain until done
+    s.expect(not stuck, f"every admission reached a terminal state: {stuck}")

@@ -1,7 +1,7 @@
 """Stories from an independent review of the correction path at the loop's bound, each red
 on the checkers before its fix. The calls are the explorer's own (``sim.explore.run``), so
 each runs the explorer's world with its calm phase; the correction is sent while a tool
-runs, which a user may do though the explored world sends corrections only during a call.
+runs, which a user may do, and the explored world now does too (its `corrections` part).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from hermes_ref.errors import (
     TurnInterrupted,
 )
 from hermes_ref.lease import LOST_REASON
-from hermes_ref.models import Closed, Event, EventKind, Lease, LeaseGrant
+from hermes_ref.models import Closed, Event, EventKind, Lease, LeaseGrant, ProviderReply
 from hermes_ref.outcomes import ExitLine
 from sim.compaction_handlers import CompactionHandlers  # CMP-5, CMP-6
 from sim.door_handlers import AdmissionHandlers
@@ -138,7 +138,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             return
         kind = type(effect)
         if actor.interrupt is not None and kind in INTERRUPTIBLE:
-            actor.error = TurnInterrupted(actor.interrupt)  # not performed: the turn stops
+            actor.error = TurnInterrupted(actor.interrupt, unsent=True)  # not performed: the turn stops
             return
         self._perform(actor, effect, self._handlers[kind], effect)
 
@@ -305,7 +305,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         if lease_token and not self.world.store.lease_holds(session_id, lease_token):
             self.world.timeline.add("FENCED", f"{what} with token {lease_token} refused: "
                                     "the lease is gone")
-            raise TurnInterrupted(f"{LOST_REASON} (gone before the {what})")
+            raise TurnInterrupted(f"{LOST_REASON} (gone before the {what})", unsent=True)
 
     def _call_provider(self, effect: fx.CallProvider) -> Any:
         self._vouch("model call", effect.session_id, effect.lease_token)
@@ -342,12 +342,24 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
                     "call", f"{label} -> {reply.finish_reason} {_short(reply.content)}"
                 )
         delay_s = world.provider_delays_s.get(len(world.calls), 0.0)
+        if world.moments:  # LOOP-4: the user corrects the turn at this call
+            delay_s = max(delay_s, self._moment(effect, reply))
         if delay_s <= 0:
             return reply
         actor = self.current
         if actor is not None:  # a slow reply streams meanwhile: a correction may cut it (LOOP-4)
             world.streaming[actor.seq] = reply
         return Wait(delay_s, lambda: reply)
+
+    def _moment(self, effect: Any, reply: ProviderReply | None) -> float:
+        """The first correction the user holds for this moment of the turn is sent
+        (``sim.interventions.Moment``); returns how long the reply then streams."""
+        for moment in self.world.moments:
+            slow_s = moment.reached(self.world, self.current, effect, reply)
+            if slow_s is not None:
+                self.world.moments.remove(moment)
+                return float(slow_s)
+        return 0.0
 
     def _call_summarizer(self, effect: fx.CallProvider) -> Any:
         """A compaction summary request: the provider's summarizer answers, and the world
@@ -423,6 +435,8 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         refresher) get their turns while a long batch is in flight.
         """
         self._vouch("tool run", effect.session_id, effect.lease_token)
+        if self.world.moments:  # LOOP-4: the user corrects the turn during this round
+            self._moment(effect, None)
         return run_segment(self.world, effect, hung_s=self.world.tool_batch_deadline_s,
                            pid=self.process.pid)
 

@@ -19,6 +19,11 @@ world's own account that the checkers read.
   stream is cut: the turn gets ``Redirected`` carrying the raw text streamed so far (the
   scripted reply stands for a stream that delivered its reasoning, as a think block, and
   its text, then stalled), and the world's call record is marked cut.
+* A correction may also be held for a **moment** of a turn rather than sent at a time
+  (``correct_at_a_moment``, ``Moment``, ``World.moments``): the driver asks at each tool
+  round and model call whether it is the moment, so the correction arrives during a tool
+  round, during the grace call, or during a call that prepares a tool call, which a timer
+  would rarely hit.
 
 ``script_for`` gives a model of its own a scripted fake (``World.providers``): a fallback
 route (LOOP-6) answers from its own script while the primary fails from the story's.
@@ -27,7 +32,7 @@ route (LOOP-6) answers from its own script while the primary fails from the stor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hermes_ref import effects as fx
@@ -99,16 +104,102 @@ def redirect(story: Story, text: str, after_s: float, session: str,
         world.timeline.add("redirect", f"the user says {text!r}")
         if actor is None or actor.turn_id is None:
             return  # no turn runs: a correction of nothing (a new message is the user's way)
-        world.redirects.setdefault(actor.turn_id, []).append((session, text))
-        if actor.wait is None or not isinstance(actor.pending, fx.CallProvider):
-            return
-        reply = world.streaming.pop(actor.seq, None)
-        for index in range(len(world.calls) - 1, -1, -1):  # the call it waits on was the last
-            if world.calls[index].turn_id == actor.turn_id:
-                world.calls[index] = replace(world.calls[index], cut="redirect")
-                break
-        _cut(world, actor, Redirected(raw_partial(reply)))
+        _deliver(world, actor, session, text)
     world.scheduler.at(world.clock.now() + after_s, fire)
+
+
+def _deliver(world: World, actor: Actor, session: str, text: str) -> None:
+    """Queue ``text`` for the turn ``actor`` runs and cut the model call it waits on, if any."""
+    assert actor.turn_id is not None
+    world.redirects.setdefault(actor.turn_id, []).append((session, text))
+    if actor.wait is None or not isinstance(actor.pending, fx.CallProvider):
+        return
+    reply = world.streaming.pop(actor.seq, None)
+    for index in range(len(world.calls) - 1, -1, -1):  # the call it waits on was the last
+        if world.calls[index].turn_id == actor.turn_id:
+            world.calls[index] = replace(world.calls[index], cut="redirect")
+            break
+    _cut(world, actor, Redirected(raw_partial(reply)))
+
+
+MOMENTS = ("tools", "grace", "call")
+
+
+@dataclass
+class Moment:
+    """A correction the user sends at a moment of a turn of ``session`` rather than at a
+    time: the first such moment after the user began to watch (``correct_at_a_moment``).
+
+    * ``tools``: the turn begins a tool round after its ``calls``-th model call (any
+      round, with 0); the correction waits in the turn's queue while the tools run
+      (nothing is cut), as a correction typed during a long read;
+    * ``grace``: the turn sends its grace call, whose reply streams for ``slow_s``; the
+      user corrects the turn halfway, which cuts the grace call;
+    * ``call``: the turn sends a model call whose reply is a tool call with no text; it
+      streams for ``slow_s`` and the user cuts it halfway, before it showed anything (the
+      cut reply is stored hidden, LOOP-4).
+    """
+
+    session: str
+    during: str
+    text: str
+    slow_s: float = 0.0
+    from_s: float = 0.0  # the virtual time the user begins to watch
+    calls: int = 0  # tools: the model calls the turn has made before the round (requests)
+
+    def reached(self, world: World, actor: Actor | None, effect: Any,
+                reply: ProviderReply | None) -> float | None:
+        """The reply's delay if ``effect`` of ``actor`` is this moment, else None."""
+        if actor is None or actor.parent is not None or actor.turn_id is None \
+                or getattr(effect, "session_id", None) != self.session \
+                or world.clock.now() < self.from_s:
+            return None
+        if self.during == "tools":
+            if not isinstance(effect, fx.ExecuteTools) or self._calls_made(world, actor) < self.calls:
+                return None
+            _note(world, "redirect", self.session, actor, self.text)
+            world.timeline.add("redirect", f"the user says {self.text!r} during the tool round")
+            _deliver(world, actor, self.session, self.text)
+            return 0.0
+        if not isinstance(effect, fx.CallProvider) or reply is None:
+            return None
+        purpose = effect.request.purpose
+        if self.during == "grace" and purpose != "grace":
+            return None
+        if self.during == "call" and (purpose != "turn" or not reply.tool_calls
+                                      or (reply.content or "").strip()):
+            return None
+        world.scheduler.at(world.clock.now() + self.slow_s / 2, lambda: self._cut(world, actor, effect))
+        return self.slow_s
+
+    def _calls_made(self, world: World, actor: Actor) -> int:
+        """The turn's model calls so far, a request sent again after a failure counted once."""
+        if not self.calls:
+            return 0  # any round will do: nothing to count
+        return len({id(c.request) for c in world.calls
+                    if c.turn_id == actor.turn_id and c.request.purpose == "turn"})
+
+    def _cut(self, world: World, actor: Actor, effect: Any) -> None:
+        if actor.done or actor.wait is None or actor.pending is not effect:
+            world.timeline.add("redirect", f"nothing sent: the model call of {self.session} "
+                               "ended first")
+            return
+        _note(world, "redirect", self.session, actor, self.text)
+        world.timeline.add("redirect", f"the user says {self.text!r} during the {self.during} call"
+                           if self.during == "grace" else f"the user says {self.text!r}")
+        _deliver(world, actor, self.session, self.text)
+
+
+def correct_at_a_moment(story: Story, text: str, *, after_s: float, session: str,
+                        during: str, slow_s: float = 0.0, calls: int = 0) -> None:
+    """``after_s`` from now the user watches ``session`` and corrects its turn at the next
+    moment ``during`` names (``Moment``); a moment the faulty phase does not reach is
+    disarmed with the other faults (``World.moments``)."""
+    if during not in MOMENTS:
+        raise ValueError(f"unknown moment {during!r} (known: {', '.join(MOMENTS)})")
+    world = story.world
+    world.moments.append(Moment(session, during, text, slow_s, world.clock.now() + after_s,
+                                calls))
 
 
 def _cut(world: World, actor: Actor, error: BaseException) -> None:

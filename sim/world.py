@@ -288,6 +288,10 @@ class World:
     # the user addressed; they live in the turn's process and go when the turn ends
     redirects: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     interventions: list[Intervention] = field(default_factory=list)  # LOOP-4/5, FIN-4
+    # LOOP-4: corrections the user holds for a moment of a turn (a tool round, the grace
+    # call, a call preparing a tool call), each taken by the first such moment of its
+    # session (``sim.interventions.Moment``)
+    moments: list[Any] = field(default_factory=list)
     lane_effects: list[LaneEffect] = field(default_factory=list)  # SES-7: starts, reads, routes
     streaming: dict[int, ProviderReply] = field(default_factory=dict)  # actor seq -> reply in flight
 

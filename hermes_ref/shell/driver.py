@@ -345,7 +345,8 @@ class AsyncDriver:
         if lease_token and not await self.store.lease_holds(session_id, lease_token):
             self.log.warning("%s with lease token %s refused: the lease of %s is gone",
                              what, lease_token, session_id)
-            raise TurnInterrupted(f"{lease_rules.LOST_REASON} (gone before the {what})")
+            raise TurnInterrupted(f"{lease_rules.LOST_REASON} (gone before the {what})",
+                                  unsent=True)
         return await act()
 
     async def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:

@@ -100,7 +100,7 @@ async def interruptible(state: RunState, work: Awaitable[T]) -> T:
     if state.interrupt is not None:
         if asyncio.iscoroutine(work):
             work.close()
-        raise TurnInterrupted(state.interrupt)
+        raise TurnInterrupted(state.interrupt, unsent=True)
     task = asyncio.current_task()
     if task is None:  # not in a task: nothing to cancel, so nothing can interrupt it
         return await work

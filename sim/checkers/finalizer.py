@@ -123,8 +123,8 @@ LOUD_FAILURES = FAILED_EXITS - {ExitReason.PENDING_TOOL_RESULT}
 
 @checker("no_silent_stop", ("FIN-8",),
          "a turn whose last budgeted reply was a landed tool round and that got no text after it "
-         "(no grace summary either) fails pending_tool_result with an explanatory answer, "
-         "unless the loop already failed it")
+         "(no grace summary either) and took no correction in after it fails "
+         "pending_tool_result with an explanatory answer, unless the loop already failed it")
 def no_silent_stop(obs: Observation) -> list[Violation]:
     out = []
     lost = loop_fire.interrupted(obs)  # FIN-8 spares an interrupted turn: a lost lease, the user
@@ -142,6 +142,8 @@ def no_silent_stop(obs: Observation) -> list[Violation]:
             continue
         if grace_texts(view):
             continue  # the grace summary answered (FIN-2: a whole streamed one too): not silent
+        if loop_fire.took_in_after(obs, view, last.seq):
+            continue  # a correction taken in after the round: the tail is the user's word
         done, line = view.completion, view.exit
         reason = line.reason if line is not None else None
         failed = done is not None and done.failed

@@ -483,11 +483,13 @@ def _refreshers_left_running(obs: Observation, started: set[tuple[str, int]],
 
 def _in_line_at(steps: list[LeaseStep], session_id: str, holder: str, grant: LeaseStep,
                 lapse_s: float) -> bool:
-    """Was ``holder`` still in line when ``grant`` was made: had it asked within the lapse
-    before it? (A waiter stalled past two polls has lost its place, as the stores say.)"""
+    """Was ``holder`` still in line when ``grant`` was made: had it asked less than the
+    lapse before it? (A waiter silent for two polls has lost its place, as the stores
+    say: a place asked at t is gone at t + lapse, ``valid_until <= now``; ``_place``
+    reads the lapse the same way.)"""
     before = [s.at for s in steps if s.session_id == session_id and s.holder == holder
               and s.seq < grant.seq]
-    return bool(before) and grant.at - before[-1] < lapse_s + EPSILON_S
+    return bool(before) and grant.at - before[-1] < lapse_s - EPSILON_S
 
 
 @checker("waiters_served_in_order", ("LEASE-1",),

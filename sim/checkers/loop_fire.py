@@ -78,6 +78,14 @@ def _drained(obs: Observation, view: TurnView) -> list[str]:
             if i.what == "drained" and (i.session_id, i.turn_id) == (view.session_id, view.turn_id)]
 
 
+def took_in_after(obs: Observation, view: TurnView, seq: int) -> bool:
+    """Whether the turn took a correction in after the effect ``seq``: its user row then
+    stands after whatever that effect left (LOOP-4)."""
+    return any(i.what == "drained" and i.seq > seq
+               and (i.session_id, i.turn_id) == (view.session_id, view.turn_id)
+               for i in obs.interventions)
+
+
 def _is_empty(reply: ProviderReply | None) -> bool:
     return reply is not None and not reply.tool_calls and not visible_text(reply.content)
 
@@ -540,9 +548,12 @@ def unprocessable(reply: ProviderReply | None) -> bool:
 def local_bug_stops_at_once(obs: Observation) -> list[Violation]:
     out = []
     for view in obs.ended_turns():
-        bad = [c for c in view.calls if unprocessable(c.reply)]
+        # a reply a correction cut never reached the loop, which got the correction (LOOP-4)
+        bad = [c for c in view.calls if c.cut is None and unprocessable(c.reply)]
         line = view.exit
         reason = line.reason if line is not None else None
+        if bad and bad[0] is view.calls[-1] and reason is ExitReason.INTERRUPTED:
+            continue  # stopped while that reply was on its way: nothing after it either (FIN-4)
         if bad and (bad[0] is not view.calls[-1] or reason is not ExitReason.LOCAL_PROCESSING_ERROR):
             later = len(view.calls) - view.calls.index(bad[0]) - 1
             shown = reason.value if reason is not None else None

@@ -126,8 +126,7 @@ def user_row_before_call(obs: Observation) -> list[Violation]:
     for call in obs.calls:
         first_call.setdefault(call.turn_id, call)
     for turn_id, call in first_call.items():
-        corrections = {i.text for i in obs.interventions if i.what == "drained"
-                       and i.turn_id == turn_id}  # LOOP-4: a correction is a later user row
+        corrections = _correction_rows(obs, turn_id)  # LOOP-4: a correction is a later user row
         users = [m for m in obs.rows_of_turn(turn_id) if m.role is Role.USER
                  and not (m.content in corrections and (m.row_id or 0) > call.watermark)]
         if len(users) != 1:
@@ -138,6 +137,16 @@ def user_row_before_call(obs: Observation) -> list[Violation]:
                                  f"turn {turn_id} called the model before its user row "
                                  f"#{users[0].row_id} was committed"))
     return out
+
+
+def _correction_rows(obs: Observation, turn_id: str) -> set[str]:
+    """The texts of the user rows the turn's corrections became: the corrections one drain
+    took in are one row, their texts joined (``redirect.take_redirects``)."""
+    drains: dict[int, list[str]] = defaultdict(list)
+    for i in obs.interventions:
+        if i.what == "drained" and i.turn_id == turn_id:
+            drains[i.seq].append(i.text)
+    return {text for texts in drains.values() for text in (*texts, "\n\n".join(texts))}
 
 
 # ---- loop accounting ---------------------------------------------------------------------

@@ -36,7 +36,12 @@
   tokens, and the first holder granted the session's compression lock freezes right after,
   for 400 or 600 s (``lock_stall_s``), under a lock that lasts 900 s
   (``compression_lock_ttl_s``): its lease lapses, the next turn in line takes the session,
-  compacts too and must be refused the lock (CMP-6).
+  compacts too and must be refused the lock (CMP-6);
+* ``corrections``: in a world in four, two to four corrections sent at a moment of a turn
+  (``Redirect.during``): during a tool round (the last one the bound allows), during the
+  grace call, or during a call preparing a tool call, cut before it showed anything; a
+  world with no bound gets a ``max_iterations`` of 1-3, and one with a correction of a
+  call, outages at every grace call and a fallback route of 150-260 tokens (LOOP-4, LOOP-6).
 """
 
 from __future__ import annotations
@@ -50,7 +55,17 @@ from hermes_ref.errors import ProviderServerError
 from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
 from hermes_ref.wire import ProviderRequest
-from sim.explore.plan import Drain, FaultKind, Handover, ReplyFault, Step, Submit, WorldPlan
+from sim.explore.plan import (
+    BURST_FAULTS,
+    Drain,
+    FaultKind,
+    Handover,
+    Redirect,
+    ReplyFault,
+    Step,
+    Submit,
+    WorldPlan,
+)
 from sim.explore.terminal import Direct, turn_text
 from sim.summarizer import Summarizer
 from sim.tools import SIM_ROOT
@@ -90,11 +105,12 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     budget, grace, gate = _budgets(seed, plan)
     budget, outages = _graces(seed, kinds, plan, budget)
     idle, failures = _pressure(seed, kinds, plan)
+    corrected = _corrections(seed, kinds, plan, steps, budget, grace, gate, outages)
     return plan.model_copy(update={
         "steps": tuple(steps), "replies": _refused_writes(seed, kinds, plan),
         "iteration_budget": budget, "grace_call": grace, "verify_before_answer": gate,
         "symlinks": links, "files": files, "idle_compact_after_s": idle,
-        "summary_failures": failures, "grace_outages": outages})
+        "summary_failures": failures, "grace_outages": outages, **corrected})
 
 
 def _turn(rng: random.Random, plan: WorldPlan, steps: list[Step], taken: set[str],
@@ -141,6 +157,60 @@ def _graces(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan,
     if budget is None and plan.max_iterations is None:
         return budget, ()
     return budget, (rng.randint(1, 2),)
+
+
+def _corrections(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps: list[Step],
+                 budget: int | None, grace: bool, gate: bool,
+                 outages: tuple[int, ...]) -> dict[str, Any]:
+    """In a world in four, two to four corrections the user sends at a moment of a turn of
+    a session, watching from a time before one of its drain claims ("corrections"):
+    during a tool round (in a world with a tight bound, the round after as many calls as
+    the bound allows, the last one), during its next grace call (slow to stream, cut
+    halfway), or during its next call preparing a tool call (slow, cut before it showed
+    anything, so the cut reply is stored hidden). A world with neither bound tight gets a
+    ``max_iterations`` of 1-3, so turns end at the loop's bound with a grace call still to
+    come (a budget's end drains corrections at the top of the iteration that finds it
+    spent; the loop's bound leaves the loop first), unless it has a small window or the
+    gate (as for the grace outages), or a burst of one reply fault, whose run a tight bound
+    would cut short. In a world
+    with a correction of a call and the grace call on, every grace call of the faulty
+    phase meets an outage and falls back to a route of 150-260 tokens, where a grace
+    request of a few turns lies, with the hidden row in its session's history (LOOP-4,
+    LOOP-6). Returns the plan fields it sets."""
+    rng = _rng(seed, "corrections")
+    drains = [s for s in steps if isinstance(s, Drain)]
+    out: dict[str, Any] = {"iteration_budget": budget, "grace_outages": outages}
+    if FaultKind.REDIRECT not in kinds or not drains or rng.random() >= 0.25:
+        return out
+    iterations = plan.max_iterations
+    if budget is None and iterations is None and plan.context_window is None \
+            and grace and not gate and not plan.verify_before_answer and not _burst(plan):
+        iterations = out["max_iterations"] = rng.choice((1, 2, 3))
+    bound = min(n for n in (budget, iterations, 99) if n is not None)
+    moments: list[str] = []
+    for _ in range(rng.randint(2, 4)):
+        drain, during = rng.choice(drains), rng.choice(("tools", "grace", "call"))
+        moments.append(during)
+        steps.append(Redirect(
+            at_s=round(rng.uniform(0.0, drain.at_s), 1), session=drain.session,
+            during=during, text=f"Say hello {rng.randint(10, 99)} instead.",
+            slow_s=float(rng.choice((5, 30, 90))) if during != "tools" else 0.0,
+            calls=bound if during == "tools" and bound < 99 else 0))
+    steps.sort(key=lambda s: s.at_s)
+    if "call" in moments and grace and bound < 99 \
+            and {FaultKind.OUTAGE, FaultKind.FALLBACK} <= kinds:
+        out["grace_outages"] = tuple(range(1, 9))
+        out["fallback_window"] = rng.randint(150, 260)
+    return out
+
+
+def _burst(plan: WorldPlan) -> bool:
+    """Whether the plan holds a burst: one reply fault four calls in a row, drawn so that a
+    turn meets the loop's bounds on runs of it (LOOP-7, LOOP-8), which a tight bound
+    would cut short."""
+    kinds = {r.call: r.kind for r in plan.replies}
+    return any(all(kinds.get(call + k) is kind for k in range(1, 4))
+               for call, kind in kinds.items() if kind in BURST_FAULTS)
 
 
 def _aliases(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field
 
 from hermes_ref import router
+from hermes_ref.effects import Sleep
 from hermes_ref.lane_restart import LaneEntry
 from hermes_ref.limits import Limits
 from hermes_ref.models import Frozen
@@ -39,18 +40,22 @@ if TYPE_CHECKING:
 
 JOB_FILE = "build.log"  # a lane's long job reads it; reading it takes ``LanePlan.job_s``
 JOB_TEXT = "Read build.log."
+SETUP_S = 0.05  # from a message's routing to its turn, when a /new arrives meanwhile
 STOP_GRACE_S = 1.0  # a graceful stop's shutdown pass has this long before the process exits
 LANE_CHANCE = 0.4  # the share of worlds with a chat gateway
 
 
 class LaneMessage(Frozen):
-    """A message from ``source``, routed to its lane's incarnation and run there as a turn."""
+    """A message from ``source``, routed to its lane's incarnation and run there as a turn;
+    with ``reset_too``, the user's request for a new conversation arrives in the same
+    instant, between the message's routing and its turn, and runs beside the turn."""
 
     op: Literal["lane_message"] = "lane_message"
     at_s: float = Field(ge=0)
     process: int = Field(ge=0)
     source: SessionSource
     text: str
+    reset_too: bool = False
 
 
 class LaneReset(Frozen):
@@ -209,7 +214,24 @@ def draw_lanes(seed: int, processes: int, restarts: bool) -> LanePlan | None:
     if restarts:
         events += _restarts(random.Random(f"{seed}:lane_restarts"), bursts, events, processes,
                             plan, n)
+    _races(random.Random(f"{seed}:lane_races"), events)
     return plan.model_copy(update={"events": tuple(sorted(events, key=lambda e: e.at_s))})
+
+
+def _races(rng: random.Random, events: list[LaneEvent]) -> None:
+    """In a third of the worlds, the user of one or two lanes asks for a new conversation
+    in the very instant their first message is routed (``reset_too``): the reset runs
+    while the gateway sets the message's turn up (``SETUP_S``), between the routing, which
+    begins the lane's first incarnation, and the turn, which runs on the incarnation it
+    was routed to (SES-2)."""
+    if rng.random() >= 1 / 3:
+        return
+    firsts: dict[SessionSource, int] = {}
+    for index, event in enumerate(events):
+        if isinstance(event, LaneMessage):
+            firsts.setdefault(event.source, index)
+    for index in rng.sample(sorted(firsts.values()), min(len(firsts), rng.randint(1, 2))):
+        events[index] = events[index].model_copy(update={"reset_too": True})
 
 
 def _lane_world(rng: random.Random, bursts: list[tuple[float, float, list[SessionSource]]],
@@ -305,11 +327,14 @@ class LaneWorld:
         self.story.world.timeline.add(what, f"pid={handle.pid} is dead: nothing handed to it")
         return None
 
-    def message(self, slot: int, source: SessionSource, text: str, *, after_s: float) -> None:
-        """``after_s`` from now a message from ``source`` arrives at the slot's process."""
-        self._at(after_s, lambda: self._message(slot, source, text))
+    def message(self, slot: int, source: SessionSource, text: str, *, after_s: float,
+                reset_too: bool = False) -> None:
+        """``after_s`` from now a message from ``source`` arrives at the slot's process; with
+        ``reset_too``, the user's request for a new conversation arrives in the same instant,
+        once the message is routed and before its turn begins, and runs beside the turn."""
+        self._at(after_s, lambda: self._message(slot, source, text, reset_too))
 
-    def _message(self, slot: int, source: SessionSource, text: str) -> None:
+    def _message(self, slot: int, source: SessionSource, text: str, reset_too: bool) -> None:
         handle = self._live(slot, "lane")
         if handle is None:
             return
@@ -320,6 +345,9 @@ class LaneWorld:
             notice = " +notice" if routed.notice else ""
             story.world.timeline.add("routed", f"{routed.rule} -> {routed.route.session_id}{notice}")
             self.routed[id(box[0])] = routed.route.key
+            if reset_too:  # the user's /new arrives while the gateway sets the turn up
+                self._spawn(slot, "reset", self._reset_of(), source)
+                await Sleep(SETUP_S)
             story._processes.pending.append(TurnHandle(routed.route.session_id, text, box[0]))
             result = await handle.engine.run_turn(router.turn_input(routed, text))
             await router.after_turn(routed, result)
@@ -329,12 +357,16 @@ class LaneWorld:
         box.append(handle.driver.spawn(run(), name="lane"))
         self.actors.append(box[0])
 
-    def reset(self, slot: int, source: SessionSource, *, after_s: float) -> None:
-        """``after_s`` from now the user of ``source`` asks for a new conversation."""
+    def _reset_of(self) -> Callable[..., Any]:
         tools = self.story._tools  # named in the prompt of the incarnation the reset begins
 
         def reset(source: SessionSource, limits: Limits) -> Any:
             return router.reset(source, limits, tools)
+        return reset
+
+    def reset(self, slot: int, source: SessionSource, *, after_s: float) -> None:
+        """``after_s`` from now the user of ``source`` asks for a new conversation."""
+        reset = self._reset_of()
         self._at(after_s, lambda: self._spawn(slot, "reset", reset, source))
 
     def watch(self, slot: int, *, after_s: float) -> None:
@@ -434,7 +466,8 @@ def stage(story: Story, plan: LanePlan, handles: list[ProcessHandle]) -> LaneWor
     lanes = LaneWorld(story, handles, job_s=plan.job_s)
     for event in plan.events:
         if isinstance(event, LaneMessage):
-            lanes.message(event.process, event.source, event.text, after_s=event.at_s)
+            lanes.message(event.process, event.source, event.text, after_s=event.at_s,
+                          reset_too=event.reset_too)
         elif isinstance(event, LaneReset):
             lanes.reset(event.process, event.source, after_s=event.at_s)
         elif isinstance(event, Background):
@@ -462,7 +495,7 @@ def render_lanes(plan: LanePlan, names: tuple[str, ...]) -> list[str]:
     for e in plan.events:
         if isinstance(e, LaneMessage):
             lines.append(f"lanes.message({e.process}, {_source(e.source)}, {e.text!r}, "
-                         f"after_s={e.at_s!r})")
+                         f"after_s={e.at_s!r}" + (", reset_too=True)" if e.reset_too else ")"))
         elif isinstance(e, LaneReset):
             lines.append(f"lanes.reset({e.process}, {_source(e.source)}, after_s={e.at_s!r})")
         elif isinstance(e, Background):

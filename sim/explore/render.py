@@ -112,6 +112,8 @@ def _disarmed(plan: WorldPlan) -> list[str]:
         lines.append("s.world.stream_cuts.clear()  # a cut not reached is no fault of the calm")
     if plan.lock_stall_s is not None:
         lines.append("s.world.lock_stalls.clear()  # nor a freeze not reached")
+    if any(isinstance(s, Redirect) and s.during is not None for s in plan.steps):
+        lines.append("s.world.moments.clear()  # nor a correction held for a moment not reached")
     return lines
 
 
@@ -164,7 +166,10 @@ def _more_imports(plan: WorldPlan) -> tuple[list[str], list[str]]:
     ops = {step.op for step in plan.steps}
     before = (["from sim.explore.terminal import redact_later"] if "redact" in ops else []) + (
         ["from sim.explore.watch import recover_later"] if "recover" in ops else [])
-    return before, ["from sim.stream_client import SimClient"] if plan.clients else []
+    moments = any(isinstance(s, Redirect) and s.during is not None for s in plan.steps)
+    after = (["from sim.interventions import correct_at_a_moment"] if moments else []) + (
+        ["from sim.stream_client import SimClient"] if plan.clients else [])
+    return before, after
 
 
 def _step(step: object, names: tuple[str, ...]) -> str:
@@ -183,6 +188,10 @@ def _step(step: object, names: tuple[str, ...]) -> str:
         return f"jump_clock(s, {step.seconds!r}, after_s={step.at_s!r})"
     if isinstance(step, Interrupt):
         return f"s.interrupt(after_s={step.at_s!r}, session={step.session!r})"
+    if isinstance(step, Redirect) and step.during is not None:
+        return (f"correct_at_a_moment(s, {step.text!r}, after_s={step.at_s!r}, "
+                f"session={step.session!r}, during={step.during!r}, slow_s={step.slow_s!r}"
+                + (f", calls={step.calls})" if step.calls else ")"))
     if isinstance(step, Redirect):
         return (f"redirect_a_running_turn(s, {step.text!r}, after_s={step.at_s!r}, "
                 f"session={step.session!r})")

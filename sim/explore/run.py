@@ -62,7 +62,7 @@ from sim.explore.plan import (
     WorldPlan,
 )
 from sim.harness import Story
-from sim.interventions import running_turn
+from sim.interventions import correct_at_a_moment, running_turn
 from sim.processes import ProcessHandle
 from sim.world import RaisedRun, TurnRun, World
 
@@ -244,6 +244,7 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
     story.run_all()
     world.on_crash = None
     world.stream_cuts.clear()  # a cut the faulty phase did not reach is no fault of the calm
+    world.moments.clear()  # nor a correction held for a moment it did not reach
     fired |= _fired_in_the_world(world, plan)
     if any(point == "SIGKILL" for _, point in world.death_points):
         fired.add(FaultKind.KILL)  # a scheduled kill landed on a live process
@@ -321,6 +322,9 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
             jump_clock(story, step.seconds, after_s=step.at_s)
         elif isinstance(step, Interrupt):
             story.interrupt(after_s=step.at_s, session=step.session)
+        elif isinstance(step, Redirect) and step.during is not None:
+            correct_at_a_moment(story, step.text, after_s=step.at_s, session=step.session,
+                                during=step.during, slow_s=step.slow_s, calls=step.calls)
         elif isinstance(step, Redirect):
             redirect_a_running_turn(story, step.text, after_s=step.at_s, session=step.session)
         elif isinstance(step, Handover):
