@@ -4,6 +4,7 @@ gap ignored, passes that ignore progress, the wrong user message kept."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
@@ -112,17 +113,12 @@ sabotage("ineffective_passes_never_block", ("CMP-4",),
 
 
 def _blocked_one_pass_early() -> list[AbstractContextManager[Any]]:
+    original = CompressionState.blocked
+
     def blocked(self: CompressionState, now: float, limits: Limits, *,
                 manual: bool = False) -> str | None:
-        if manual:
-            return None
-        if not limits.compression_enabled:
-            return "compression disabled"
-        if self.cooling(now):
-            return f"summary failure cooldown until {self.cooldown_until:.3f}"
-        if self.ineffective + 1 >= limits.compression_ineffective_max:  # the next pass counted too
-            return f"{self.ineffective} ineffective passes in a row"
-        return None
+        ahead = dataclasses.replace(self, ineffective=self.ineffective + 1)  # the next pass counted too
+        return original(ahead, now, limits, manual=manual)
     return [mock.patch.object(CompressionState, "blocked", blocked)]
 
 
