@@ -144,7 +144,7 @@ async def call_with_retries(ctx: TurnContext, request: ProviderRequest) -> Provi
             rebuilt = await compaction.after_overflow(ctx, request, failure)
             if rebuilt is None:  # failed closed: the refused request is never sent again
                 return None
-            request, attempt = rebuilt, 0
+            request, attempt, sent = rebuilt, 0, False  # a new request, charged anew
             continue
         kind = type(failure).__name__
         ctx.state.provider_errors += 1
