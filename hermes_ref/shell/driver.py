@@ -332,22 +332,25 @@ class AsyncDriver:
     # -- handlers -------------------------------------------------------------------------
     def _call_provider(self, effect: fx.CallProvider) -> Awaitable[Any]:
         provider = self.providers.get(effect.request.model, self.provider)  # LOOP-6
-        return turn_tasks.interruptible(turn_tasks.CURRENT.get(), self._vouched(
-            "model call", effect.session_id, effect.lease_token,
-            lambda: provider.complete(effect.request)))
+        return self._vouched("model call", effect.session_id, effect.lease_token,
+                             lambda: provider.complete(effect.request))
 
     async def _vouched(self, what: str, session_id: str, lease_token: int,
                        act: Callable[[], Awaitable[T]]) -> T:
         """LEASE-4 for acts the store cannot fence: ask the store first whether a write with
         the turn's token would be accepted; if not (the lease expired while this process
         was stalled, or another holder took it), the act is refused and the turn stops.
-        ``act`` is only called once the store has vouched, so nothing of it has begun."""
+        ``act`` is only called once the store has vouched, so nothing of it has begun.
+
+        The act, not the check, is interruptible: an interrupt that comes while the store
+        is asked is met by ``interruptible``'s first look, before the act begins, and so
+        the turn is told truly that nothing went out (``unsent``)."""
         if lease_token and not await self.store.lease_holds(session_id, lease_token):
             self.log.warning("%s with lease token %s refused: the lease of %s is gone",
                              what, lease_token, session_id)
             raise TurnInterrupted(f"{lease_rules.LOST_REASON} (gone before the {what})",
                                   unsent=True)
-        return await act()
+        return await turn_tasks.interruptible(turn_tasks.CURRENT.get(), act())
 
     async def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:
         """LOOP-5: a provider that can renew its credentials does (``refresh_credentials``);
@@ -426,8 +429,8 @@ class AsyncDriver:
         return tuple(None for _ in effect.paths)
 
     async def _execute_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
-        return await turn_tasks.interruptible(turn_tasks.CURRENT.get(), self._vouched(
-            "tool run", effect.session_id, effect.lease_token, lambda: self._run_tools(effect)))
+        return await self._vouched("tool run", effect.session_id, effect.lease_token,
+                                   lambda: self._run_tools(effect))
 
     async def _run_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
         """TOOL-5 in ``hermes_ref.shell.tool_pool``: the turn's bounds, tightened by this

@@ -111,6 +111,10 @@ async def interruptible(state: RunState, work: Awaitable[T]) -> T:
         if not _ours(state, task):
             raise
         raise TurnInterrupted(state.interrupt or "interrupted") from None
+    except Exception as failure:  # the work turned our cancellation into an error of its own
+        if not _ours(state, task):
+            raise
+        raise TurnInterrupted(state.interrupt or "interrupted") from failure
     finally:
         state.waiting.discard(task)
     _ours(state, task)  # interrupted, but the work swallowed the cancellation and ended: keep it

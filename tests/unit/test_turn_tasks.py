@@ -34,6 +34,34 @@ async def test_an_interrupt_ends_the_wait_in_the_waiting_task_itself() -> None:
     assert seen == [task] and task.cancelling() == 0 and not state.waiting
 
 
+async def test_work_that_turns_the_interrupt_into_its_own_error_is_interrupted() -> None:
+    """A client library may answer the cancellation with an error of its own: the turn is
+    still told it was interrupted, and the task keeps no cancellation of ours."""
+    state = RunState()
+
+    async def work() -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("connection torn down") from None
+        return "unreachable"
+
+    async def turn() -> tuple[str, int, bool]:
+        try:
+            await interruptible(state, work())
+        except TurnInterrupted as stop:
+            me = asyncio.current_task()
+            assert me is not None
+            return str(stop), me.cancelling(), me in state.cancelled
+        return "not interrupted", 0, False
+
+    task = asyncio.create_task(turn())
+    await asyncio.sleep(0)
+    state.raise_interrupt("interrupted_by_user")
+    reason, cancelling, kept = await task
+    assert "interrupted_by_user" in reason and cancelling == 0 and not kept
+
+
 async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
     """Cancelled by its owner as well as interrupted: the task ends cancelled."""
     state = RunState()
