@@ -32,7 +32,6 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Frozen
 from hermes_ref.outcomes import TurnResult
 from hermes_ref.session import SessionSource
-from sim.checkers import lineage  # the lease of a rotated lane lives on its root (CMP-5)
 from sim.processes import ProcessHandle, TurnHandle, start
 from sim.scheduler import Actor
 
@@ -393,32 +392,16 @@ class LaneWorld:
         self._at(after_s, registry)
 
     def evict(self, source: SessionSource, *, after_s: float) -> None:
-        """``after_s`` from now the lane's agent is evicted, if it is idle: its row is closed
-        elsewhere. An agent with a turn running (its lineage's lease held by a live holder)
-        is not evicted, as a gateway evicts only idle agents."""
+        """``after_s`` from now the lane's agent is evicted: its row is closed elsewhere."""
         def close() -> None:
             world = self.story.world
             route = world.store.get_route(router.session_key(source, self.story._limits))
             record = world.store.get_session(route.session_id) if route is not None else None
             if route is None or record is None or record.ended_at is not None:
                 return
-            if self._running(route.session_id):
-                world.timeline.add("world", f"agent of {route.key} busy: not evicted")
-                return
             world.store.end_session(route.session_id, "agent_close", world.clock.now())
             world.timeline.add("world", f"agent of {route.key} evicted: {route.session_id} closed")
         self._at(after_s, close)
-
-    def _running(self, session_id: str) -> bool:
-        """A turn runs in ``session_id``'s lineage: its lease is held, unexpired, by a live
-        holder."""
-        world = self.story.world
-        record = world.store.snapshot()
-        root = lineage.roots(record).get(session_id, session_id)
-        now = world.clock.now()
-        return any(lease.session_id in (root, session_id) and lease.holder is not None
-                   and lease.expires_at > now and world.holder_alive(lease.holder)
-                   for lease in record.leases)
 
     def restart(self, slot: int, *, graceful: bool, after_s: float) -> None:
         """``after_s`` from now the slot's process stops or dies and a new one starts."""

@@ -104,17 +104,3 @@ def test_the_shrinker_edits_the_lanes() -> None:
     assert all(getattr(e, "process", 0) == 0 for e in moved.lanes.events)  # type: ignore[union-attr]
     assert PLAN.size[2] == 1 + LANES.messages
     assert load_plan(PLAN.model_dump_json()) == PLAN  # a plan file keeps its lanes
-
-
-def test_an_agent_with_a_turn_running_is_not_evicted() -> None:
-    """Eviction closes only an idle agent's row: during the lane's long job (240 s) the
-    agent is busy and keeps its session; once the job is done, an eviction closes it."""
-    events = (LaneMessage(at_s=600.0, process=0, source=DM, text=JOB_TEXT),
-              Evict(at_s=700.0, source=DM),  # the job reads build.log until about 840 s
-              Evict(at_s=2000.0, source=DM))
-    lanes = LANES.model_copy(update={"events": events})
-    report = run_plan(PLAN.model_copy(update={"lanes": lanes}))
-    assert report.verdict is Verdict.PASSED, report.violations
-    timeline = report.timeline
-    busy = timeline.index("agent of agent:main:telegram:dm:99 busy: not evicted")
-    assert timeline.index("agent of agent:main:telegram:dm:99 evicted") > busy
