@@ -81,6 +81,22 @@ def stop_on_tool_result_is_explained(s: Story) -> None:
     s.expect(s.transcript()[-1].role is Role.ASSISTANT, "an engine boundary row closes the tail")
 
 
+@scenario("A turn whose budget runs out on a tool result says so too, whatever bound stopped it",
+          invariants=("FIN-8", "FIN-5", "LOOP-1", "LOOP-3"), stage="finalizer")
+def budget_stop_on_tool_result_is_explained(s: Story) -> None:
+    """The iteration budget (1) ends the loop well before ``max_iterations`` (5), with the
+    grace call off: the guard names the stop ``pending_tool_result`` here as well, not
+    only when the call cap is what stopped the loop."""
+    s.limits(max_iterations=5, iteration_budget=1, grace_call_enabled=False)
+    s.files({"a.txt": "1"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})))
+    result = s.turn("Read a.txt.")
+    s.expect(result is not None and result.exit_reason is ExitReason.PENDING_TOOL_RESULT,
+             "exit reason pending_tool_result")
+    s.expect(len(s.world.calls) == 1, "one model call: the budget, not the cap, stopped it")
+    s.expect(s.transcript()[-1].role is Role.ASSISTANT, "an engine boundary row closes the tail")
+
+
 @scenario("With the grace call on, a summary that comes back empty still ends the turn loudly",
           invariants=("FIN-8", "FIN-1", "FIN-5", "LOOP-3"), stage="finalizer")
 def empty_grace_summary_after_tools_is_explained(s: Story) -> None:
