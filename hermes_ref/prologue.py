@@ -154,8 +154,15 @@ def compose_api_content(text: str, injected: str | None) -> str | None:
 def session_record(inp: TurnInput, tools: tuple[ToolSpec, ...], now: float) -> SessionRecord:
     """The row a new session gets. The prompt is built first, so a row never lacks it
     (CTX-4); if the row already exists, its stored prompt is the one replayed (CTX-3)."""
-    prompt = build_system_prompt(inp.session_key, inp.platform, tools, now)
-    return SessionRecord(id=inp.session_id, key=inp.session_key, platform=inp.platform,
+    return new_session_row(inp.session_id, inp.session_key, inp.platform, tools, now)
+
+
+def new_session_row(session_id: str, key: str, platform: str, tools: tuple[ToolSpec, ...],
+                    now: float, chat_type: str = "dm") -> SessionRecord:
+    """A session's row with its system prompt, built before the row (CTX-4): the one
+    maker of new rows, for a turn's first ask and for a route that begins an incarnation."""
+    prompt = build_system_prompt(key, platform, tools, now)
+    return SessionRecord(id=session_id, key=key, platform=platform, chat_type=chat_type,
                          system_prompt=prompt, started_at=now)
 
 

@@ -152,9 +152,8 @@ async def _begin(current: Route | None, source: SessionSource, key: str, limits:
     new = session.first_route(key, source, await _fresh_id(now), now, previous=current,
                               cause=cause, reason=reason,
                               order=limits.session_resolution_order)
-    prompt = prologue.build_system_prompt(key, source.platform, tools, now)
-    row = SessionRecord(id=new.session_id, key=key, platform=source.platform,
-                        chat_type=source.chat_type, system_prompt=prompt, started_at=now)
+    row = prologue.new_session_row(new.session_id, key, source.platform, tools, now,
+                                   source.chat_type)
     if not await PutRoute(new, *ending(current, end), start=row):
         return None
     notice = session.reset_notice(new) if session.notice_due(new, has_rows=False) else None
