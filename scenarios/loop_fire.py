@@ -250,7 +250,7 @@ def outer_error_cap_ends_the_turn(s: Story) -> None:
 
 
 @scenario("The user interrupts a slow model call: the turn ends interrupted, nothing delivered",
-          invariants=("FIN-4", "TOOL-3", "LOOP-3", "FIN-5"), stage="loop_fire")
+          invariants=("FIN-4", "TOOL-3", "LOOP-3", "FIN-5", "LOOP-2"), stage="loop_fire")
 def user_interrupts_a_model_call(s: Story) -> None:
     s.limits(stream_replies=False)
     s.script(text("Too late."))

@@ -10,7 +10,7 @@ from unittest import mock
 
 from hermes_ref import context, loop, preflight, wire
 from hermes_ref.context import TurnContext
-from hermes_ref.errors import ProviderError, ProviderServerError
+from hermes_ref.errors import ProviderError, ProviderServerError, TurnInterrupted
 from hermes_ref.models import Message, ProviderReply
 from sim.sabotage.base import sabotage
 
@@ -158,6 +158,23 @@ def _narration_answers() -> list[AbstractContextManager[Any]]:
 sabotage("narrated_dropped_call_answers", ("LOOP-7",),
          "only an empty finish_reason=tool_calls reply counts as a dropped call, so one that "
          "narrates the call it meant to make is returned as the final answer")(_narration_answers)
+
+
+# ---- LOOP-2: an interrupted call that went out is given back as if it never had ------------
+
+
+def _interrupts_all_unsent() -> list[AbstractContextManager[Any]]:
+    told = TurnInterrupted.__init__
+
+    def unsent(self: TurnInterrupted, reason: str, *, unsent: bool = False) -> None:
+        told(self, reason, unsent=True)  # every interrupt taken as known before the call
+    return [mock.patch.object(TurnInterrupted, "__init__", unsent)]
+
+
+sabotage("interrupted_call_given_back", ("LOOP-2",),
+         "every interrupt is told as one that came before its call went out, so a model call "
+         "the provider received and the user then stopped costs no call and no unit")(
+    _interrupts_all_unsent)
 
 
 # ---- LOOP-2: a request preflight refuses is charged as if it were sent ---------------------
