@@ -28,7 +28,6 @@ cancellation and the closing of a coroutine that never ran past its first ``Slee
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -79,8 +78,16 @@ class RunState:
         return lost
 
     async def close(self) -> None:
+        """Stop every refresher left. A cancellation of the caller that comes meanwhile is
+        raised once the last one has ended: none is left running because of it."""
+        cancelled: BaseException | None = None
         for handle in list(self.refreshers):
-            await self.stop(handle)
+            try:
+                await self.stop(handle)
+            except asyncio.CancelledError as error:
+                cancelled = cancelled or error
+        if cancelled is not None:
+            raise cancelled
 
 
 CURRENT: ContextVar[RunState] = ContextVar("hermes_ref_run_state")
@@ -160,15 +167,23 @@ class Refresher:
         self._task = asyncio.get_running_loop().create_task(self._drive(self._keeper))
 
     async def stop(self) -> None:
-        """Cancel it and wait for its end (an error it ended with is raised here)."""
+        """Cancel it and wait for its end (an error it ended with is raised here).
+
+        The cancellation it ends with is ours and is taken in; one of the caller's own (its
+        task was cancelled from outside while it waited here) is raised, after the
+        refresher has ended all the same."""
         if self._timer is not None:  # still in its first sleep: nothing runs yet
             self._timer.cancel()
             self._timer = None
             self._keeper.close()
         elif self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                caller = asyncio.current_task()
+                if caller is not None and caller.cancelling():
+                    raise
 
 
 class _Resumed(Generic[T]):

@@ -168,6 +168,39 @@ async def test_a_keeper_that_does_not_begin_with_a_sleep_is_driven_at_once() -> 
     await refresher.stop()
 
 
+async def test_a_cancel_of_the_caller_while_it_stops_a_refresher_stays_a_cancel() -> None:
+    """The refresher's own cancellation is taken in; one of the stopping task's is not,
+    and the refresher has ended by the time it is raised (stop, then join)."""
+    beats: list[float] = []
+    drive = Drives()
+    refresher = Refresher(keeper(beats), drive.run)
+    await asyncio.sleep(0.03)  # past its first sleep: a task now
+    assert len(drive.started) == 1
+    stopper = asyncio.create_task(refresher.stop())
+    await asyncio.sleep(0)  # the stopper has cancelled the refresher and waits for its end
+    stopper.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopper
+    assert drive.started[0].cr_frame is None
+
+
+async def test_a_run_cancelled_while_closing_stops_every_refresher_first() -> None:
+    """``RunState.close`` goes on to the last refresher before it raises the cancel."""
+    state = RunState()
+    drive = Drives()
+    for _ in range(3):
+        state.refreshers[turn_tasks.next_handle()] = Refresher(keeper([]), drive.run)
+    await asyncio.sleep(0.03)
+    assert len(drive.started) == 3
+    closer = asyncio.create_task(state.close())
+    await asyncio.sleep(0)
+    closer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closer
+    assert state.refreshers == {}
+    assert all(coro.cr_frame is None for coro in drive.started)
+
+
 def test_handles_are_distinct() -> None:
     """Each refresher gets a handle of its own."""
     assert turn_tasks.next_handle() != turn_tasks.next_handle()
