@@ -9,7 +9,9 @@ are frozen, so their token counts never change once added (WIRE-1 makes their wi
 immutable too). The total is of what a request carries (``Message.sent_tokens``): a
 hidden row (the mark a correction leaves where it cut a reply that showed nothing,
 LOOP-4) stays in the list but never goes on the wire, so it counts for nothing; counted,
-it made preflight refuse a request that fits (CMP-7, LOOP-6).
+it made preflight refuse a request that fits (CMP-7, LOOP-6). The list also counts its
+hidden rows, so that ``visible`` (what a request sends) is one copy of the list in the
+usual case of none, not a test of every message of the history.
 
 ``durable_tail`` is the last message that has a row id: the tail of the durable
 transcript, which is what tail closure (FIN-3) inspects.
@@ -17,7 +19,7 @@ transcript, which is what tail closure (FIN-3) inspects.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from hermes_ref.models import Message, Role
 
@@ -30,11 +32,12 @@ class Transcript:
     there: their cost follows the size of the turn, not the size of the history.
     """
 
-    __slots__ = ("_messages", "_stable", "_tokens")
+    __slots__ = ("_hidden", "_messages", "_stable", "_tokens")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._messages: list[Message] = []
         self._tokens = 0
+        self._hidden = 0  # how many of the messages are hidden rows (LOOP-4)
         self.extend(messages)
         self._stable = len(self._messages) if all(
             m.row_id is not None and m.scaffold is None for m in self._messages) else 0
@@ -52,12 +55,20 @@ class Transcript:
     def messages(self) -> tuple[Message, ...]:
         return tuple(self._messages)
 
+    def visible(self) -> Sequence[Message]:
+        """The messages a request carries: every one but the hidden rows (LOOP-4). Read it,
+        never change it: with no hidden row it is the list itself."""
+        if not self._hidden:
+            return self._messages
+        return [m for m in self._messages if not m.hidden]
+
     def copy(self) -> Transcript:
         """A copy sharing the (immutable) messages: O(n) pointer copy, no re-counting."""
         twin = Transcript()
         twin._messages = list(self._messages)
         twin._tokens = self._tokens
         twin._stable = self._stable
+        twin._hidden = self._hidden
         return twin
 
     def settle(self) -> None:
@@ -67,6 +78,7 @@ class Transcript:
     def append(self, message: Message) -> None:
         self._messages.append(message)
         self._tokens += message.sent_tokens
+        self._hidden += message.hidden
 
     def extend(self, messages: Iterable[Message]) -> None:
         for message in messages:
@@ -85,6 +97,7 @@ class Transcript:
         old = self._messages[-1]
         self._messages[-1] = message
         self._tokens += message.sent_tokens - old.sent_tokens
+        self._hidden += message.hidden - old.hidden
 
     def drop_scaffolding(self) -> int:
         """Remove every scaffolding message; returns how many were removed."""
@@ -94,6 +107,7 @@ class Transcript:
         removed = len(tail) - len(kept)
         if removed:
             self._tokens -= sum(m.sent_tokens for m in tail if m.scaffold is not None)
+            self._hidden -= sum(m.hidden for m in tail if m.scaffold is not None)
             del self._messages[head:]
             self._messages.extend(kept)
         return removed
@@ -112,6 +126,7 @@ class Transcript:
         if count and len(self._messages) - self._stable >= count and all(
                 _twins(row, mine) for row, mine in zip(stored, tail, strict=True)):
             self._messages[len(self._messages) - count:] = list(stored)
+            self._hidden += sum(r.hidden for r in stored) - sum(m.hidden for m in tail)
             return
         start = self._stable
         for row in stored:
@@ -120,6 +135,7 @@ class Transcript:
             if index is None:
                 self.append(row)
                 continue
+            self._hidden += row.hidden - self._messages[index].hidden
             self._messages[index] = row
             start = index + 1
 

@@ -213,15 +213,16 @@ class PromptCache:
             node, start, cached = last[2], len(last[1]), last[3]
         else:
             node, cached = self._root.setdefault(head, _CacheNode()), 0
-        hit = True
+        hit, total = True, cached  # a request that extends the last is all cached up to start
         for message in messages[start:]:
             child = node.children.get(message.wire_json)
             if child is None:
                 hit, child = False, node.children.setdefault(message.wire_json, _CacheNode())
             elif hit:
                 cached += message.tokens
+            total += message.tokens
             node = child
-        self._last = (head, messages, node, sum(m.tokens for m in messages))
+        self._last = (head, messages, node, total)
         return min(cached, request.prompt_tokens)
 
     def _head(self, request: ProviderRequest) -> bytes:

@@ -25,6 +25,7 @@ def _caller_history_in_place() -> list[AbstractContextManager[Any]]:
         work = Transcript()
         work._messages = history  # "no need to copy": the working list is the caller's list
         work._tokens = sum(m.tokens for m in history)
+        work._hidden = sum(m.hidden for m in history)
         return work
     return [mock.patch.object(prologue, "adopt_history", in_place)]
 

@@ -115,3 +115,64 @@ def test_a_tool_row_without_a_call_id_answers_no_call() -> None:
                     Message(role=Role.TOOL, content="r", row_id=2)])
     owner, missing = t.trailing_open_calls()
     assert owner is not None and missing == ["c1", "XXXX"]
+
+
+def _hidden(content: str, row_id: int | None = None) -> Message:
+    return Message(role=Role.ASSISTANT, content=content, row_id=row_id, hidden=True)
+
+
+def _shown(t: Transcript) -> list[str]:
+    """What a request would carry; checked against the list itself."""
+    assert list(t.visible()) == [m for m in t if not m.hidden]
+    return [m.content for m in t.visible()]
+
+
+def _fast(t: Transcript) -> bool:
+    """Whether ``visible`` hands out the list itself (no hidden row counted)."""
+    return t.visible() is t.visible()
+
+
+def test_every_change_that_brings_in_a_hidden_row_counts_it() -> None:
+    """From a list with no hidden row, each way a hidden one arrives keeps it off the
+    request: appended, as a replaced last message, absorbed at the end or by position
+    (a stored twin may carry the flag its pending copy did not), and in a copy."""
+    t = Transcript([stored("a", 1)])
+    t.append(_hidden("h"))
+    assert _shown(t) == ["a"]
+
+    t = Transcript([stored("a", 1), pending("p")])
+    t.replace_last(_hidden("p"))
+    assert _shown(t) == ["a"]
+    t.replace_last(pending("p"))
+    assert _shown(t) == ["a", "p"] and _fast(t)
+
+    t = Transcript([stored("a", 1)])
+    t.append(pending("p"))
+    t.absorb((_hidden("p", 2),))  # the stored rows are the list's tail
+    assert _shown(t) == ["a"]
+
+    t = Transcript([stored("a", 1)])
+    t.append(pending("p"))
+    t.append(NUDGE)
+    t.absorb((_hidden("p", 2),))  # found by position, before the scaffolding
+    assert _shown(t) == ["a", "nudge"]
+
+    t = Transcript([stored("a", 1), _hidden("h", 2)])
+    assert _shown(t.copy()) == ["a"]
+
+
+def test_dropping_hidden_scaffolding_uncounts_it() -> None:
+    """A hidden scaffold message that is dropped no longer counts: the list is handed out
+    as it is again."""
+    t = Transcript([stored("a", 1)])
+    t.append(Message(role=Role.USER, content="n", scaffold=ScaffoldFlag.EMPTY_RECOVERY,
+                     hidden=True))
+    assert _shown(t) == ["a"] and not _fast(t)
+    assert t.drop_scaffolding() == 1
+    assert _fast(t) and _shown(t) == ["a"]
+
+
+def test_visible_is_the_list_itself_when_nothing_is_hidden() -> None:
+    """The usual case costs no test of each message: the list is handed out as it is."""
+    t = Transcript([stored("a", 1), stored("b", 2)])
+    assert t.visible() is t.visible() and list(t.visible()) == list(t)
