@@ -15,7 +15,9 @@ refresher decide what it may still do. A *kill* drops the process at once, where
 actors are, exactly like a crash point.
 
 Each turn is recorded in the world's runs when it ends, with the turn id its actor minted,
-and the checkers run once the world is idle.
+and the checkers run once the world is idle. A turn handed to a process that is already
+dead (it crashed while the world was being set up, say) never runs: the timeline says so
+and its handle is ended from the start, as the door drops what is handed to a dead process.
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ def start_turn(story: Story, text: str, *, session: str, process: ProcessHandle 
     handle = process or default(story)
     inp = TurnInput(session_id=session, text=text, platform=platform or "cli",
                     injected_context=injected, history=history)
+    if not handle.process.alive:  # it died before it was handed the turn: it starts nothing
+        story.world.timeline.add("turn", f"pid={handle.pid} is dead: nothing handed to it")
+        return TurnHandle(session, text, _never_ran(handle.driver), recorded=True)
     when = f" in {after_s:g} s" if after_s > 0 else ""
     extra = f" history={len(history)}" if history is not None else ""
     story.world.timeline.add("turn", f"pid={handle.pid} {session} {text!r}{extra}{when}")
@@ -132,6 +137,16 @@ def start_turn(story: Story, text: str, *, session: str, process: ProcessHandle 
         box.append(turn)
     story._processes.pending.append(turn)
     return turn
+
+
+def _never_ran(driver: SimDriver) -> Actor:
+    """The actor of a turn handed to a dead process: ended before it began, as the actors
+    its process had when it died ended where they stood (its result stays None)."""
+    async def nothing() -> None:
+        return None
+    coro = nothing()
+    coro.close()
+    return Actor(0, "turn", driver, coro, done=True, crashed="dead before it was handed out")
 
 
 def run_all(story: Story) -> None:

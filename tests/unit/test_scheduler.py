@@ -112,6 +112,24 @@ def test_concurrent_turns_of_one_story_each_record_their_run(tmp_path: Path) -> 
     assert s.violations == []
 
 
+def test_a_turn_handed_to_a_dead_process_never_runs(tmp_path: Path) -> None:
+    """A process that died before it was handed a turn starts nothing: no call, no row, no
+    run, and the timeline says so; the live process's turn runs as usual."""
+    s = Story(store_kind="memory", workdir=tmp_path)
+    s.script(text("Alive."), text("Zombie."))
+    doomed = s.process()
+    doomed.driver.crash_process("SIGKILL")
+    dead = s.start_turn("never", session="s-2", process=doomed, after_s=5.0)
+    live = s.start_turn("first", session="s-1")
+    s.run_all()
+    assert dead.done and dead.result is None and dead.actor.turn_id is None
+    assert [r.turn_id for r in s.world.runs] == [live.actor.turn_id]
+    assert [c.session_id for c in s.world.calls] == ["s-1"]
+    assert s.world.store.snapshot().transcript("s-2") == []
+    assert f"pid={doomed.pid} is dead: nothing handed to it" in s.world.timeline.render()
+    assert s.violations == []
+
+
 def test_a_timer_fires_on_time_while_a_process_is_stalled() -> None:
     """A kill due during a stall happens at its time; the stalled actor never wakes."""
     world = _world(0)
