@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hermes_ref import compression, rotation
+from hermes_ref import compression, rotation, routes
 from hermes_ref.compression import Budget, CompressionState, Plan
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import CallProvider, Now
@@ -271,7 +271,8 @@ async def after_overflow(ctx: TurnContext, request: ProviderRequest,
     in_loop = ctx.tracker.phase is Phase.MODEL_CALL
     if in_loop:
         ctx.enter(Phase.PREFLIGHT)
-    tokens = request.prompt_tokens
+    tokens = request.prompt_tokens  # as the route counted what it refused (LOOP-6)
+    estimate = request_tokens(ctx)  # the same request by this engine's count, as preflight's
     now = await Now()
     if state.cooling(now) or state.overflows > limits.compression_passes_max:
         why = "the summarizer is cooling down" if state.cooling(now) else "no recovery left"
@@ -279,8 +280,8 @@ async def after_overflow(ctx: TurnContext, request: ProviderRequest,
                     "was not sent again", None)
         return None
     figures = compression.budget(limits)
-    last = await run_pass(ctx, now, target_tokens=min(figures.threshold_tokens, tokens * 19 // 20))
-    if not last.progress or request_tokens(ctx) >= tokens:
+    last = await run_pass(ctx, now, target_tokens=min(figures.threshold_tokens, estimate * 19 // 20))
+    if not last.progress or request_tokens(ctx) >= estimate:
         fail_closed(ctx, f"context_overflow: {error}; compaction could not relieve the request "
                     f"of {tokens} tokens, which was not sent again", last)
         return None
@@ -290,6 +291,12 @@ async def after_overflow(ctx: TurnContext, request: ProviderRequest,
     ctx.state.api_calls += 1
     if in_loop:
         ctx.enter(Phase.MODEL_CALL)
+    return rebuilt(ctx, request)
+
+
+def rebuilt(ctx: TurnContext, request: ProviderRequest) -> ProviderRequest:
+    """``request`` again from the compacted working list, as the loop builds one: the
+    hidden rows stay off (LOOP-4), the tokens as the active route counts them (LOOP-6)."""
     system = ctx.cache.system_message
-    return dataclasses.replace(request, messages=(system, *ctx.transcript),
-                               prompt_tokens=system.tokens + ctx.transcript.tokens)
+    return dataclasses.replace(request, messages=(system, *ctx.transcript.visible()),
+                               prompt_tokens=routes.route_tokens(ctx, request_tokens(ctx)))

@@ -44,7 +44,6 @@ Every exit records one reason from the closed set in ``outcomes.ExitReason`` (LO
 from __future__ import annotations
 
 import json
-import math
 
 from hermes_ref import (
     compaction,
@@ -87,17 +86,11 @@ def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "
         model=ctx.limits.model,
         messages=(system, *ctx.transcript.visible()),  # LOOP-4: hidden rows stay off
         tools=ctx.tools if with_tools else (),
-        prompt_tokens=_route_tokens(ctx, system.tokens + ctx.transcript.tokens),
+        prompt_tokens=routes.route_tokens(ctx, system.tokens + ctx.transcript.tokens),
         max_tokens=ctx.limits.max_tokens,
         stream=ctx.limits.stream_replies,
         purpose=purpose,
     )
-
-
-def _route_tokens(ctx: TurnContext, estimate: int) -> int:
-    """LOOP-6: the prompt as the active route counts it (its ``token_ratio``)."""
-    ratio = routes.token_ratio(ctx)
-    return estimate if ratio == 1.0 else math.ceil(estimate * ratio)
 
 
 async def _backoff_s(ctx: TurnContext, attempt: int, error: ProviderError) -> float:
@@ -238,9 +231,16 @@ async def cleared_to_send(ctx: TurnContext) -> bool:
     the budget half of LOOP-1 is checked (in exactly one place). When preflight refuses,
     the request is never sent, so the unit is given back and no API call is counted:
     the turn's figures stay equal to what the provider saw. (Hermes refunds the call and
-    the unit the same way when a preflight compression pass replaces a call.)
+    the unit the same way when a preflight compression pass replaces a call.) A turn
+    stopped during preflight (its lease lost while a compaction ran, say) sent nothing
+    either, and gets its unit back the same way.
     """
-    if not await preflight.check(ctx):
+    try:
+        cleared = await preflight.check(ctx)
+    except TurnInterrupted:  # stopped in preflight (a lost lease, the user): nothing was sent
+        ctx.state.budget.refund()
+        raise
+    if not cleared:
         ctx.state.budget.refund()
         return False
     ctx.state.api_calls += 1

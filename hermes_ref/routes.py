@@ -20,8 +20,17 @@ never in the engine or the session cache, so the next turn starts on the primary
 
 from __future__ import annotations
 
+import math
+
 from hermes_ref.context import TurnContext
 from hermes_ref.limits import ProviderRoute
+
+
+def route_tokens(ctx: TurnContext, estimate: int) -> int:
+    """A prompt of ``estimate`` tokens (this engine's count) as the active route counts it:
+    the figure a request carries (``ProviderRequest.prompt_tokens``)."""
+    ratio = token_ratio(ctx)
+    return estimate if ratio == 1.0 else math.ceil(estimate * ratio)
 
 
 def active(ctx: TurnContext) -> ProviderRoute | None:

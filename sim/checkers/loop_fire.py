@@ -114,12 +114,9 @@ def withheld_answers(view: TurnView, obs: Observation | None = None) -> list[str
     out = []
     calls = view.calls
     for call, nxt in pairwise(calls):
-        reply = call.reply
         sent = _messages(nxt)
-        if reply is None or reply.tool_calls or len(sent) < 2:
-            continue
-        text = visible_text(reply.content)
-        if text and sent[-1].get("content") == PRE_VERIFY_NUDGE \
+        text = _answer_text(call)
+        if text and len(sent) >= 2 and sent[-1].get("content") == PRE_VERIFY_NUDGE \
                 and sent[-2].get("content") == text:
             out.append(text)
     last = _held_at_the_end(obs, view) if obs is not None and not out else None
@@ -151,14 +148,27 @@ def _held_at_the_end(obs: Observation, view: TurnView) -> str | None:
     calls = _budgeted(view)
     if not obs.limits.verify_before_answer or not calls or not _budget_ended(obs, view):
         return None
-    last = calls[-1].reply
     wrote = any(c.reply is not None and round_landed(obs, c) and any(
         t.name in TOOLS_BY_NAME and TOOLS_BY_NAME[t.name].kind is ToolKind.WRITER
         for t in c.reply.tool_calls) for c in calls[:-1])
-    if last is None or last.tool_calls or calls[-1] is not view.calls[-1] or not wrote \
+    text = _answer_text(calls[-1])
+    if text is None or calls[-1] is not view.calls[-1] or not wrote \
             or _reprompt_due(obs.limits, calls[-1]):
         return None
-    return visible_text(last.content) or None
+    return text
+
+
+def _answer_text(call: CallRecord) -> str | None:
+    """The visible text a call answered with and no tool call: its reply's, or the whole
+    answer its failed stream had delivered, which the engine takes as a reply (FIN-2), and
+    so may hold back for verification like any."""
+    from sim.checkers.streaming import whole_answer  # streaming reads this module
+
+    reply = call.reply
+    if reply is not None:
+        return None if reply.tool_calls else visible_text(reply.content) or None
+    whole = whole_answer(call)
+    return visible_text(whole) or None if whole is not None else None
 
 
 def _reprompt_due(limits: Limits, call: CallRecord) -> bool:

@@ -240,3 +240,20 @@ def _exemption_forgotten() -> list[AbstractContextManager[Any]]:
 sabotage("exhausted_context_gets_a_boundary_row", ("FIN-5",),
          "the finalizer's context-pressure exemption lists only the timeout, so a turn that "
          "failed closed is closed with a boundary row")(_exemption_forgotten)
+
+
+# ---- CTX-2 / LOOP-4: the request sent again after an overflow carries the hidden rows ---------
+
+
+def _overflow_retry_sends_every_row() -> list[AbstractContextManager[Any]]:
+    def rebuilt(ctx: TurnContext, request: ProviderRequest) -> ProviderRequest:
+        system = ctx.cache.system_message  # "the whole working list": hidden rows too
+        return dataclasses.replace(request, messages=(system, *ctx.transcript),
+                                   prompt_tokens=system.tokens + ctx.transcript.tokens)
+    return [mock.patch.object(compaction, "rebuilt", rebuilt)]
+
+
+sabotage("overflow_retry_sends_every_row", ("CTX-2",),
+         "the request sent again after an overflow is rebuilt from every message of the "
+         "working list, so the hidden row a correction left goes on the wire")(
+    _overflow_retry_sends_every_row)

@@ -190,3 +190,21 @@ def _charge_refused_requests() -> list[AbstractContextManager[Any]]:
 sabotage("refused_request_charged", ("LOOP-2",),
          "the loop counts the API call and keeps the budget unit before preflight decides, so "
          "a request that is never sent costs a unit and an API call")(_charge_refused_requests)
+
+
+# ---- CTX-1 / LOOP-2: a turn stopped in preflight keeps the unit of a call it never sent ---------
+
+
+def _stop_in_preflight_keeps_the_unit() -> list[AbstractContextManager[Any]]:
+    async def kept(ctx: TurnContext) -> bool:
+        if not await preflight.check(ctx):  # an interrupt here leaves the unit spent
+            ctx.state.budget.refund()
+            return False
+        ctx.state.api_calls += 1
+        return True
+    return [mock.patch.object(loop, "cleared_to_send", kept)]
+
+
+sabotage("stop_in_preflight_keeps_the_unit", ("CTX-1",),
+         "a turn stopped during preflight (its lease lost while a compaction ran) keeps the "
+         "budget unit of the iteration, though no call went out")(_stop_in_preflight_keeps_the_unit)

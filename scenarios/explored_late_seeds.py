@@ -1,0 +1,123 @@
+"""Stories the explorer found in seeds 5,000-7,499, each a shrunk seed (``hermes-ref explore
+--shrink SEED``) red before its fix, on the engine or on a checker, as each story says. The
+calls are the explorer's own (``sim.explore.run.stage``), so each replays the run it came
+from, then the calm phase.
+"""
+
+from __future__ import annotations
+
+from scenarios._explored_common import calm as _calm
+from sim.explore.model import ExploreModel
+from sim.explore.plan import FaultKind, ReplyFault
+from sim.explore.run import correct_at_a_moment
+from sim.harness import Story, scenario
+
+
+def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0) -> ExploreModel:
+    """The explored world of ``seed``: its seeded ids, its model, its notes and chore files."""
+    s.seed = seed  # the world's seed: it draws the interleaving
+    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
+    model = ExploreModel(faults, ids=s.world.chooser)
+    s.use_provider(model)
+    s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
+            | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
+    return model
+
+
+@scenario("The request rebuilt after an overflow leaves the hidden row of a cut reply off "
+          "the wire, as every other request does (explored seed 6138)",
+          invariants=("LOOP-4", "CTX-2"), stage="explore")
+def overflow_retry_leaves_hidden_rows_off(s: Story) -> None:
+    """A correction cuts the first turn's first call before it shows anything, which leaves
+    a hidden row: stored, but never sent (LOOP-4). Two turns later, in a 500-token window,
+    the provider refuses a request as too long; the engine compacts (here by rotating to a
+    child session) and sends the request again, rebuilt from the working list. That
+    rebuild took every message of the list, the hidden row included, so the retry sent an
+    empty assistant message the durable history does not show there (CTX-2's
+    ``requests_match_record``). It now builds the list as the loop does
+    (``Transcript.visible``), and counts its tokens as the active route does (LOOP-6)."""
+    _world(s, 6138, ReplyFault(call=2, kind=FaultKind.UNKNOWN_TOOL),
+           ReplyFault(call=3, kind=FaultKind.REFUSED_WRITE),
+           ReplyFault(call=8, kind=FaultKind.OVERFLOW), parts=7)
+    s.limits(context_window_tokens=500)
+    s.bind("p-2", session="s-2")
+    one = s.main_process()
+    correct_at_a_moment(s, "Say hello 72 instead.", after_s=0.0, session="s-2", during="call",
+                        slow_s=5.0)
+    s.start_submit(one, "p-2", "r-d7cf3e", {"text": "Go through part-1.txt to part-7.txt in order."},
+                   session="s-2", after_s=13.0)
+    s.start_submit(one, "p-2", "r-bbc081", {"text": "Read notes-2.txt."}, session="s-2",
+                   after_s=17.0)
+    s.start_drain(one, "s-2", after_s=35.0)
+    s.start_drain(one, "s-2", after_s=41.0)
+    s.start_submit(one, "p-2", "r-256839", {"text": "Write note 3 to s-2-out-3.txt."},
+                   session="s-2", after_s=51.0)
+    s.start_drain(one, "s-2", after_s=63.0)
+    s.run_all()
+    s.world.moments.clear()  # a correction held for a moment not reached is no fault of the calm
+    _calm(s)
+
+
+@scenario("A turn whose lease is lost while its preflight compaction waits gets back the "
+          "budget unit of the call it never sent (explored seed 6386)",
+          invariants=("CTX-1", "LOOP-2"), stage="explore")
+def lease_lost_in_preflight_refunds_the_unit(s: Story) -> None:
+    """Process 1's turns on t-1 fill a 400-token window; process 2 starts the next turn
+    after an idle gap, so its preflight compacts, and its summary call returns, but the
+    compression lock's first holder freezes for 400 s. Its lease (TTL 300 s) is gone when
+    it wakes: the rotation's write is fenced off, and so is the summary call it asks next,
+    before it goes out. The turn ends interrupted with no call made, yet it kept the
+    budget unit the loop had spent for the iteration: CTX-1's checker read "1 budget unit
+    for 0 calls". A stop in preflight sends nothing, so the unit is given back, as for a
+    request preflight refuses (LOOP-2)."""
+    _world(s, 6386, parts=7)
+    s.limits(context_window_tokens=400)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.limits(idle_compact_after_s=300.0)
+    s.world.lock_stalls["t-1"] = 400.0  # its lock's first holder freezes
+    s.bind("p-1", session="s-1")
+    one, two = s.main_process(), s.process()
+    s.stall(two, 900.0, after_s=20.0)
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=40.0)
+    s.start_turn("Write note 3 to t-1-out-3.txt.", session="t-1", process=one, after_s=47.0)
+    s.start_turn("Say hello 4. My card is 4417 2210 9932 0071.", session="t-1", process=two,
+                 after_s=51.0,
+                 injected="memory: the user signs notes as Ana and works from the Lisbon office")
+    for after_s in (72.0, 75.0, 77.0):
+        s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=after_s)
+    s.run_all()
+    s.world.lock_stalls.clear()  # a freeze not reached is no fault of the calm
+    _calm(s)
+
+
+@scenario("An answer recovered from a stream cut after its last delta can be held back for "
+          "verification, and a budget exit delivers it (explored seed 7460)",
+          invariants=("FIN-1", "FIN-2", "LOOP-3"), stage="explore")
+def held_back_answer_from_a_cut_stream(s: Story) -> None:
+    """With a budget of three and the verification gate on, a turn writes a note, meets an
+    unknown tool, and its third call's stream is cut twice: after its first delta (asked
+    again) and after its last (a whole answer, which the engine keeps: FIN-2). A writer
+    ran this turn, so the gate holds that answer back and would ask the model to check;
+    no budget is left, so the turn ends ``budget_exhausted`` and delivers the held answer
+    instead of a grace summary (FIN-1). The checkers looked for a held answer only in a
+    reply that arrived whole, so they read an answer no grace summary gave (FIN-1,
+    LOOP-3); they now take a recovered stream's answer as the engine does."""
+    _world(s, 7460, ReplyFault(call=2, kind=FaultKind.RATE_LIMIT, seconds=20.0),
+           ReplyFault(call=3, kind=FaultKind.SERVER_ERROR),
+           ReplyFault(call=5, kind=FaultKind.UNKNOWN_TOOL),
+           ReplyFault(call=6, kind=FaultKind.STREAM_CUT, deltas=1),
+           ReplyFault(call=7, kind=FaultKind.STREAM_CUT, deltas=99))
+    s.limits(verify_before_answer=True)
+    s.limits(iteration_budget=3)
+    s.bind("p-1", session="s-1")
+    one = s.main_process()
+    s.world.stream_cuts[6] = 1
+    s.world.stream_cuts[7] = 99
+    s.start_submit(one, "p-1", "r-e05c42", {"text": "Say hello 2."}, session="s-1", after_s=20.0)
+    s.start_drain(one, "s-1", after_s=44.0)
+    s.start_submit(one, "p-1", "r-a69466", {"text": "Write note 3 to s-1-out-3.txt."},
+                   session="s-1", after_s=48.0)
+    s.start_drain(one, "s-1", after_s=69.0)
+    s.run_all()
+    s.world.stream_cuts.clear()  # a cut not reached is no fault of the calm
+    _calm(s)
