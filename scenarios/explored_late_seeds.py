@@ -121,3 +121,45 @@ def held_back_answer_from_a_cut_stream(s: Story) -> None:
     s.run_all()
     s.world.stream_cuts.clear()  # a cut not reached is no fault of the calm
     _calm(s)
+
+
+@scenario("A pass an overflow forces runs though ineffective passes block automatic "
+          "compaction: the provider proved the request cannot go (explored seed 3344)",
+          invariants=("CMP-4", "LOOP-5"), stage="explore")
+def overflow_forces_a_pass_past_the_block(s: Story) -> None:
+    """In a 400-token window a terminal turn meets four dropped calls in a row; its passes
+    find nothing to compact (ineffective, CMP-4), and the turn ends compression-exhausted
+    with two in a row, which blocks automatic compaction. The next turn's first call is
+    refused as too long (call 17): an overflow the provider proved, so the engine compacts
+    anyway, as Hermes's preflight does ("unless provider-proven overflow"); a cooldown
+    would still hold it. CMP-4's checker read that pass as automatic compaction after two
+    ineffective passes; a pass forced by an overflow is now told apart by the turn's call
+    before it, refused as too long."""
+    _world(s, 3344, ReplyFault(call=3, kind=FaultKind.RATE_LIMIT, seconds=1.0),
+           ReplyFault(call=5, kind=FaultKind.AUTH_ERROR),
+           ReplyFault(call=10, kind=FaultKind.RATE_LIMIT, seconds=1.0),
+           *(ReplyFault(call=c, kind=FaultKind.DROPPED_CALL) for c in (13, 14, 15, 16)),
+           ReplyFault(call=17, kind=FaultKind.OVERFLOW))
+    s.limits(context_window_tokens=400)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.bind("p-1", session="s-1")
+    s.bind("p-2", session="s-2")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={"tool_results": 1})
+    s.start_submit(one, "p-1", "r-99d794", {"text": "Write note 1 to s-1-out-1.txt."},
+                   session="s-1", after_s=21.0)
+    s.start_submit(one, "p-2", "r-897f5b", {"text": "Say hello 2."}, session="s-2", after_s=25.0)
+    s.start_drain(one, "s-2", after_s=31.0)
+    s.start_drain(one, "s-1", after_s=35.0)
+    s.start_submit(one, "p-1", "r-200217", {"text": "Write note 4 to s-1-out-4.txt."},
+                   session="s-1", after_s=36.0)
+    s.start_drain(one, "s-1", after_s=48.0)
+    memory = "memory: the user signs notes as Ana and works from the Lisbon office"
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=58.0, injected=memory)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=68.0, injected=memory)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=72.0,
+                 injected="memory: the build log is long; the user wants only its last line")
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=77.0,
+                 injected="memory: last week the user asked for every change to be written "
+                          "to its own file")
+    _calm(s)

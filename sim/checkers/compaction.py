@@ -160,7 +160,8 @@ def _idle_missed(obs: Observation) -> list[tuple[CallRecord, int]]:
 
 @checker("cooldown_respected", ("CMP-4",),
          "no summary is asked for within [600 s] of a failed one, nor after [2] ineffective "
-         "passes, unless the user asked for a compaction; one asked for runs at the next turn; "
+         "passes, unless the user asked for a compaction or the provider proved an overflow; "
+         "one asked for runs at the next turn; "
          "fewer ineffective passes do not block a pass that has something to compact")
 def cooldown_respected(obs: Observation) -> list[Violation]:
     limits = obs.limits
@@ -181,7 +182,8 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
                                  f"turn {call.turn_id} asked for a summary {call.at - failed[-1].at:g} s "
                                  f"after one failed (cooldown {limits.compression_cooldown_s:g} s)"))
         streak = ineffective_streak(obs, root, call.turn_id, order_of(call), own=False)
-        if streak >= limits.compression_ineffective_max and not asked:
+        if streak >= limits.compression_ineffective_max and not asked \
+                and not _forced_by_overflow(obs, call):
             out.append(Violation("cooldown_respected", "CMP-4",
                                  f"turn {call.turn_id} compacted automatically after {streak} "
                                  "ineffective passes"))
@@ -194,6 +196,15 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
                                  f"a manual compaction of {root_id} was asked for and turn "
                                  f"{later[0].turn_id} called the model without running it"))
     return out
+
+
+def _forced_by_overflow(obs: Observation, summary: CallRecord) -> bool:
+    """Whether ``summary`` belongs to a pass a provider-proven overflow forced: its turn's
+    last model call before it was refused as too long. Such a pass is not held back by the
+    ineffective passes before it (the provider proved the request cannot go as it is); a
+    cooldown still holds it (CMP-8, LOOP-5)."""
+    before = [c for c in obs.calls if c.turn_id == summary.turn_id and c.seq < summary.seq]
+    return bool(before) and before[-1].error == "ContextOverflow"
 
 
 def _blocked_early(obs: Observation) -> list[Violation]:
