@@ -41,7 +41,10 @@
   (``Redirect.during``): during a tool round (the last one the bound allows), during the
   grace call, or during a call preparing a tool call, cut before it showed anything; a
   world with no bound gets a ``max_iterations`` of 1-3, and one with a correction of a
-  call, outages at every grace call and a fallback route of 150-260 tokens (LOOP-4, LOOP-6).
+  call, outages at every grace call and a fallback route of 150-260 tokens (LOOP-4, LOOP-6);
+  half the worlds with a correction of a call also get three overflows among model calls
+  3-14, so a request is sent again after a compaction with the hidden row the cut left in
+  its history (LOOP-4, LOOP-5).
 """
 
 from __future__ import annotations
@@ -106,8 +109,9 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     budget, outages = _graces(seed, kinds, plan, budget)
     idle, failures = _pressure(seed, kinds, plan)
     corrected = _corrections(seed, kinds, plan, steps, budget, grace, gate, outages)
+    replies = _with_overflows(_refused_writes(seed, kinds, plan), corrected.pop("overflows", ()))
     return plan.model_copy(update={
-        "steps": tuple(steps), "replies": _refused_writes(seed, kinds, plan),
+        "steps": tuple(steps), "replies": replies,
         "iteration_budget": budget, "grace_call": grace, "verify_before_answer": gate,
         "symlinks": links, "files": files, "idle_compact_after_s": idle,
         "summary_failures": failures, "grace_outages": outages, **corrected})
@@ -201,7 +205,17 @@ def _corrections(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan, steps:
             and {FaultKind.OUTAGE, FaultKind.FALLBACK} <= kinds:
         out["grace_outages"] = tuple(range(1, 9))
         out["fallback_window"] = rng.randint(150, 260)
+    if "call" in moments and FaultKind.OVERFLOW in kinds and plan.context_window is not None:
+        out["overflows"] = tuple(sorted(rng.sample(range(3, 21), 4)))
     return out
+
+
+def _with_overflows(replies: tuple[ReplyFault, ...],
+                    calls: tuple[int, ...]) -> tuple[ReplyFault, ...]:
+    """``replies`` with an overflow at each of ``calls`` that has no fault yet."""
+    taken = {r.call for r in replies}
+    more = [ReplyFault(call=c, kind=FaultKind.OVERFLOW) for c in calls if c not in taken]
+    return tuple(sorted((*replies, *more), key=lambda r: r.call))
 
 
 def _burst(plan: WorldPlan) -> bool:
