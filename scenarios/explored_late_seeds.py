@@ -6,18 +6,20 @@ from, then the calm phase.
 
 from __future__ import annotations
 
+from hermes_ref.limits import ProviderRoute
 from scenarios._explored_common import calm as _calm
 from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
-from sim.explore.run import correct_at_a_moment
+from sim.explore.run import correct_at_a_moment, jump_clock
 from sim.harness import Story, scenario
 
 
-def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0) -> ExploreModel:
+def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0,
+           grace_outages: tuple[int, ...] = ()) -> ExploreModel:
     """The explored world of ``seed``: its seeded ids, its model, its notes and chore files."""
     s.seed = seed  # the world's seed: it draws the interleaving
     s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(faults, ids=s.world.chooser)
+    model = ExploreModel(faults, ids=s.world.chooser, grace_outages=grace_outages)
     s.use_provider(model)
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
             | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
@@ -162,4 +164,69 @@ def overflow_forces_a_pass_past_the_block(s: Story) -> None:
     s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=77.0,
                  injected="memory: last week the user asked for every change to be written "
                           "to its own file")
+    _calm(s)
+
+
+@scenario("A dropped tool call whose re-prompt is refused because the lease lapsed ends "
+          "the turn interrupted: no re-prompt is owed (explored seed 9552)",
+          invariants=("LOOP-7", "LEASE-4"), stage="explore")
+def dropped_call_of_a_stopped_turn(s: Story) -> None:
+    """A turn's call comes back as a dropped tool call (``finish_reason=tool_calls`` and no
+    call); before its re-prompt goes out the clock jumps an hour, the turn's lease lapses,
+    and the re-prompt is refused before it is sent (LEASE-4): the turn ends interrupted,
+    as it must. LOOP-7's checker excused a dropped call's silence only for the budget's
+    end or preflight's refusal, and read this one as a turn that ended instead of
+    re-prompting; an interrupted exit is excused too when the user or a lost lease stopped
+    the turn, and only then."""
+    model = _world(s, 9552, ReplyFault(call=2, kind=FaultKind.TOOL_ERROR),
+                   ReplyFault(call=4, kind=FaultKind.BAD_ARGUMENTS),
+                   ReplyFault(call=5, kind=FaultKind.UNKNOWN_TOOL),
+                   ReplyFault(call=18, kind=FaultKind.TOOL_ERROR),
+                   ReplyFault(call=22, kind=FaultKind.BAD_ARGUMENTS),
+                   ReplyFault(call=24, kind=FaultKind.DROPPED_CALL),
+                   ReplyFault(call=25, kind=FaultKind.SLOW_REPLY, seconds=5.0), grace_outages=(1,))
+    s.limits(fallback_providers=(ProviderRoute(model="fallback-small", context_window_tokens=4000,
+                                               token_ratio=1.25),))
+    s.use_provider_for("fallback-small", model.for_fallback())
+    s.limits(iteration_budget=3)
+    for k in (1, 2, 3):
+        s.bind(f"p-{k}", session=f"s-{k}")
+    one = s.main_process()
+    s.delay_reply(25, 5.0)
+    s.faults(crash=None, crash_at_effect=None, fail_writes={"tool_calls": 1})
+    s.start_submit(one, "p-2", "r-86bced", {"text": "Say hello 3."}, session="s-2", after_s=0.0)
+    s.start_submit(one, "p-2", "r-6f1773", {"text": "Say hello 6."}, session="s-2", after_s=12.0)
+    s.start_drain(one, "s-2", after_s=23.0)
+    s.start_submit(one, "p-3", "r-de3092", {"text": "Say hello 4."}, session="s-3", after_s=30.0)
+    s.start_submit(one, "p-2", "r-95f3da", {"text": "Read notes-2.txt."},
+                   session="s-2", after_s=44.0)
+    s.start_submit(one, "p-3", "r-95f3da", {"text": "Read notes-2.txt."},
+                   session="s-3", after_s=46.0)
+    s.start_drain(one, "s-3", after_s=48.0)
+    s.start_drain(one, "s-3", after_s=51.0)
+    s.start_drain(one, "s-2", after_s=60.0)
+    s.start_submit(one, "p-1", "r-ae2f94", {"text": "Read notes-2.txt and rewrite it as note 70 "
+                                                    "at /workspace/notes-2.txt."},
+                   session="s-1", after_s=68.0)
+    s.start_drain(one, "s-1", after_s=69.0)
+    s.start_submit(one, "p-2", "r-246f51x", {"text": "Write note 2 to s-2-out-2.txt.",
+                                             "role": "operator"}, session="s-2", after_s=75.0)
+    s.start_drain(one, "s-2", after_s=79.0)
+    s.start_submit(one, "p-2", "r-171532", {"text": "Write note 5 to s-2-out-5.txt."},
+                   session="s-2", after_s=81.0)
+    s.start_submit(one, "p-3", "r-86bced", {"text": "Read notes-1.txt."},
+                   session="s-3", after_s=84.0)
+    s.start_drain(one, "s-2", after_s=86.0)
+    s.start_drain(one, "s-2", after_s=87.0)
+    s.start_drain(one, "s-1", after_s=89.0)
+    s.start_submit(one, "p-1", "r-86bced", {"text": "Read notes-1.txt and notes-2.txt."},
+                   session="s-1", after_s=89.0)
+    s.start_drain(one, "s-3", after_s=95.0)
+    jump_clock(s, 3600.0, after_s=99.0)
+    s.start_drain(one, "s-1", after_s=109.0)
+    s.start_submit(one, "p-1", "r-171532", {"text": "Read notes-1.txt."},
+                   session="s-1", after_s=113.0)
+    s.start_drain(one, "s-3", after_s=113.0)
+    s.start_drain(one, "s-1", after_s=137.0)
+    s.run_all()
     _calm(s)

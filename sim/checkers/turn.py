@@ -419,7 +419,9 @@ def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reas
 
 
 # Exits that may follow a dropped call with re-prompts left: the loop was stopped from
-# outside the reply (the budget ran out, or preflight refused to send the re-prompt).
+# outside the reply (the budget ran out, or preflight refused to send the re-prompt). An
+# interrupted exit may too, when the user or a lost lease stopped the turn (the reply may
+# never have reached it, or its re-prompt was stopped before it went out).
 _STOPPED_FROM_OUTSIDE = frozenset({ExitReason.MAX_ITERATIONS.value,
                                    ExitReason.BUDGET_EXHAUSTED.value,
                                    ExitReason.TERMINAL_PROVIDER_ERROR.value}
@@ -432,6 +434,7 @@ _STOPPED_FROM_OUTSIDE = frozenset({ExitReason.MAX_ITERATIONS.value,
 def dropped_call_reprompts(obs: Observation) -> list[Violation]:
     limit = obs.limits.dropped_toolcall_retries_max
     exits = exit_reasons(obs)
+    stopped = {turn for _, turn in loop_fire.interrupted(obs)}  # the user, a lost lease
     out: list[Violation] = []
     for turn_id, records in calls_by_turn(obs).items():
         problems = [f"the request of effect {after.seq} {problem}" for before, after
@@ -440,6 +443,7 @@ def dropped_call_reprompts(obs: Observation) -> list[Violation]:
         last, reason = records[-1], exits.get(turn_id)
         if (dropped_call(last.reply) and not is_grace(last) and reason is not None
                 and nudges_since_tool(last) < limit and reason not in _STOPPED_FROM_OUTSIDE
+                and not (reason == ExitReason.INTERRUPTED.value and turn_id in stopped)
                 and not stopped_at_the_bound(obs, turn_id)):
             # silence is a finding: no request followed, and nothing outside the reply stopped it
             problems.append(f"the dropped tool call of effect {last.seq} ended the turn as "
