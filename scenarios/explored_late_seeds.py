@@ -230,3 +230,60 @@ def dropped_call_of_a_stopped_turn(s: Story) -> None:
     s.start_drain(one, "s-1", after_s=137.0)
     s.run_all()
     _calm(s)
+
+
+@scenario("A pass judged on what the next request carries: the scaffolding of a re-prompt, "
+          "sent but never stored, keeps it over the threshold (explored seed 8441)",
+          invariants=("CMP-4", "CMP-1"), stage="explore")
+def pass_judged_with_its_scaffolding(s: Story) -> None:
+    """In a 400-token window a turn's replies are dropped calls, empty replies and bad
+    arguments, so its working list holds re-prompts and recovery nudges: sent with every
+    request, never stored (SCAF-1). Its passes compact the stored rows below the threshold,
+    but the next request, with the nudges, is still over it, and the engine counts each
+    such pass as ineffective, as Hermes judges a pass on the provider's next prompt (CMP-4).
+    Two in a row block automatic compaction, and a later turn fails closed without a pass.
+    The checkers judged a committed pass on the rows it wrote alone, read one ineffective
+    pass where the engine had two, and called the block early; they now add the scaffolding
+    the turn's next request carried (``tests/unit/test_compaction_streak.py`` compares the
+    two readings pass for pass, seeds 8337 and 8441 among them)."""
+    _world(s, 8441, ReplyFault(call=1, kind=FaultKind.BAD_ARGUMENTS),
+           ReplyFault(call=2, kind=FaultKind.EMPTY_REPLY),
+           ReplyFault(call=4, kind=FaultKind.AUTH_ERROR),
+           ReplyFault(call=9, kind=FaultKind.SERVER_ERROR),
+           ReplyFault(call=13, kind=FaultKind.RATE_LIMIT, seconds=1.0),
+           ReplyFault(call=17, kind=FaultKind.DROPPED_CALL),
+           ReplyFault(call=19, kind=FaultKind.BAD_ARGUMENTS),
+           ReplyFault(call=20, kind=FaultKind.UNKNOWN_TOOL),
+           ReplyFault(call=21, kind=FaultKind.DROPPED_CALL), parts=7)
+    s.limits(context_window_tokens=400)
+    s.limits(idle_compact_after_s=600.0)
+    s.bind("p-1", session="s-1")
+    s.bind("p-3", session="s-3")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={"tool_calls": 1})
+    s.start_submit(one, "p-3", "r-8d02c0", {"text": "Write note 6 to s-3-out-6.txt."},
+                   session="s-3", after_s=87.0)
+    s.start_submit(one, "p-1", "r-bf7683", {"text": "Read notes-1.txt and rewrite it as note 70 "
+                                                    "at /workspace/notes-1.txt."},
+                   session="s-1", after_s=90.0)
+    s.start_submit(one, "p-1", "r-8d02c0", {"text": "Read notes-2.txt."},
+                   session="s-1", after_s=93.0)
+    s.start_submit(one, "p-3", "r-fdc7dc", {"text": "Say hello 1."}, session="s-3", after_s=93.0)
+    s.start_submit(one, "p-1", "r-a17f0e", {"text": "Write note 5 to s-1-out-5.txt."},
+                   session="s-1", after_s=99.0)
+    s.start_drain(one, "s-3", after_s=101.0)
+    s.start_drain(one, "s-1", after_s=102.0)
+    s.start_drain(one, "s-1", after_s=105.0)
+    s.start_drain(one, "s-1", after_s=107.0)
+    s.start_drain(one, "s-3", after_s=123.0)
+    s.start_submit(one, "p-3", "r-afc606", {"text": "Write note 3 to s-3-out-3.txt."},
+                   session="s-3", after_s=827.0)
+    s.start_drain(one, "s-3", after_s=855.0)
+    s.start_submit(one, "p-1", "r-03cb8d", {"text": "Write note 2 to s-1-out-2.txt."},
+                   session="s-1", after_s=1206.0)
+    s.start_drain(one, "s-1", after_s=1218.0)
+    s.start_submit(one, "p-1", "r-fac4ad", {"text": "Go through part-1.txt to part-7.txt in "
+                                                    "order."},
+                   session="s-1", after_s=1282.0)
+    s.start_drain(one, "s-1", after_s=1301.0)
+    _calm(s)

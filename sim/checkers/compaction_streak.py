@@ -6,7 +6,9 @@ The engine judges every pass it runs (``CompressionState.judge``): a pass that l
 request at or over its route's threshold is ineffective, one under it ends the streak,
 and ``compression_ineffective_max`` (2) ineffective passes in a row block automatic
 compaction. A committed pass shows its verdict in the rows it wrote
-(``compaction_record.passes``), judged on the threshold of the route it ran for (LOOP-6).
+(``compaction_record.passes``) and the scaffolding the turn's next request still carried
+(sent, never stored, yet part of what the engine judges), on the threshold of the route
+it ran for (LOOP-6).
 A pass that found nothing to compact writes no row and asks for no summary, yet the
 engine judges it all the same (the source notes: "compress also counts an ineffective
 attempt when there is too little to compress"). ``verdicts`` are both kinds in the
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 
 from hermes_ref.limits import Limits
 from hermes_ref.models import Role
+from hermes_ref.tokens import count_message
 from sim.checkers.base import Observation, TurnView, remembered
 from sim.checkers.compaction_places import (
     Order,
@@ -146,7 +149,8 @@ def _read(obs: Observation) -> Reading:
     views = {v.turn_id: v for v in obs.turns.values()}
     out = sorted((Verdict(lineage.get(p.done.session_id, p.done.session_id), p.turn,
                           (p.done.first_row_id, 0, 0, 0),
-                          p.tokens_after >= threshold_tokens(_route_of(obs, views.get(p.turn or ""), p)))
+                          _tokens_after(views.get(p.turn or ""), p)
+                          >= threshold_tokens(_route_of(obs, views.get(p.turn or ""), p)))
                   for p in passes(obs)), key=lambda v: v.order)
     early: list[tuple[Preflight, int]] = []
     blind = _pruned_only(obs, views)
@@ -171,6 +175,20 @@ def _read(obs: Observation) -> Reading:
         elif turn not in unplaced:
             early.append((point, streak))
     return Reading(out, early, blind)
+
+
+def _tokens_after(view: TurnView | None, step: Pass) -> int:
+    """The request a committed pass left, as the engine judges it: the rows it wrote, and
+    the scaffolding the turn's working list still held (a nudge goes on the wire but is
+    never stored), as the turn's next request carried it. Without a next request, the
+    rows alone."""
+    calls = sorted((c for c in view.calls if c.request.purpose == "turn"
+                    and c.watermark >= step.done.first_row_id), key=lambda c: c.seq) \
+        if view is not None else []
+    if not calls:
+        return step.tokens_after
+    return step.tokens_after + sum(count_message(m.wire) for m in calls[0].request.messages
+                                   if m.scaffold is not None and not m.hidden)
 
 
 def _pruned_only(obs: Observation, views: dict[str, TurnView]) -> list[Blind]:
