@@ -13,6 +13,8 @@ from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import correct_at_a_moment, jump_clock
 from sim.harness import Story, scenario
 
+MEMORY = "memory: last week the user asked for every change to be written to its own file"
+
 
 def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0,
            grace_outages: tuple[int, ...] = ()) -> ExploreModel:
@@ -286,4 +288,45 @@ def pass_judged_with_its_scaffolding(s: Story) -> None:
                                                     "order."},
                    session="s-1", after_s=1282.0)
     s.start_drain(one, "s-1", after_s=1301.0)
+    _calm(s)
+
+
+@scenario("A turn the frozen holder of the compression lock refuses sends its request over "
+          "the threshold: it tried to compact (explored seed 8479)",
+          invariants=("CMP-1", "CMP-6"), stage="explore")
+def refused_the_lock_then_sent_over_the_threshold(s: Story) -> None:
+    """In a 600-token window the first holder granted t-1's compression lock freezes for
+    600 s under a lock that lasts 900 s. A turn of the other process goes over the
+    threshold, asks for the lock and is refused (CMP-6: one compressor at a time, the
+    messages left unchanged), and sends its request as it is. CMP-1's checker counted
+    only summary requests and committed compactions as tries, and read a request sent
+    over the threshold without trying; a refused ask for the lock, which the store keeps
+    (``compression_locks``), is a try too."""
+    _world(s, 8479, ReplyFault(call=3, kind=FaultKind.RUN_CODE),
+           ReplyFault(call=9, kind=FaultKind.OVERFLOW))
+    s.world.tools.slow("read_file", 60.0, path="notes-2.txt", start_delay_s=0.0)
+    s.limits(context_window_tokens=600)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.world.tools.slow("read_file", 5.0, path="t-1-build.log")
+    s.limits(compression_lock_ttl_s=900.0)
+    s.world.lock_stalls["t-1"] = 600.0  # its lock's first holder freezes
+    s.bind("p-1", session="s-1")
+    one, two = s.main_process(), s.process()
+    s.start_submit(two, "p-1", "r-849af4", {"text": "Write note 3 to s-1-out-3.txt."},
+                   session="s-1", after_s=13.2)
+    s.start_drain(one, "s-1", after_s=17.7)
+    s.start_turn("Say hello 1.", session="t-1", process=two, after_s=25.4,
+                 injected=MEMORY)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=31.3)
+    s.stall(one, 900.0, after_s=31.5)
+    s.start_turn("Say hello 3.", session="t-1", process=one, after_s=37.0,
+                 injected=MEMORY)
+    s.start_turn("Write note 6 to t-1-out-6.txt.", session="t-1", process=two, after_s=62.8)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=70.9)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=74.5)
+    s.start_turn("Say hello 9.", session="t-1", process=one, after_s=79.4)
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=85.8)
+    s.start_turn("Read notes-2.txt.", session="t-1", process=two, after_s=88.8)
+    s.run_all()
+    s.world.lock_stalls.clear()  # a freeze not reached is no fault of the calm
     _calm(s)

@@ -42,6 +42,7 @@ from sim.checkers.compaction_record import (
     threshold_tokens,
     tokens_of,
     tokens_sent,
+    turn_of,
 )
 from sim.checkers.compaction_streak import early_blocks, ineffective_streak
 from sim.world import CallRecord
@@ -127,12 +128,20 @@ def _over_threshold_sent(obs: Observation, limit: int) -> list[tuple[CallRecord,
             continue  # a fallback route's threshold is its own (LOOP-6)
         if tokens is None or tokens < limit or call.request.purpose != "turn":
             continue
-        if attempts(obs, call.turn_id, before=call) > 0:
+        if attempts(obs, call.turn_id, before=call) > 0 or _refused_the_lock(obs, call):
             continue
         streak = _streak_unblocked(obs, call)
         if streak is not None and _has_work(obs, call):
             out.append((call, streak))
     return out
+
+
+def _refused_the_lock(obs: Observation, call: CallRecord) -> bool:
+    """Whether ``call``'s turn had asked for the compression lock by then and been refused
+    it (another holder had it, CMP-6): it tried to compact, and a pass put off that way
+    leaves no row and asks for no summary (the record's lock asks show it)."""
+    return any(not ask.granted and turn_of(ask.holder) == call.turn_id
+               and ask.acquired_at <= call.at for ask in obs.record.compression_locks)
 
 
 def _idle_missed(obs: Observation) -> list[tuple[CallRecord, int]]:
@@ -147,7 +156,8 @@ def _idle_missed(obs: Observation) -> list[tuple[CallRecord, int]]:
     for call in obs.calls:
         first.setdefault(call.turn_id, call)
     for turn, call in first.items():
-        if not idle_due(obs, call) or attempts(obs, turn, before=call):
+        if not idle_due(obs, call) or attempts(obs, turn, before=call) \
+                or _refused_the_lock(obs, call):
             continue
         streak = _streak_unblocked(obs, call)
         if streak is not None and _has_work(obs, call):
