@@ -11,7 +11,7 @@ from hermes_ref import prologue, tool_round
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import AppendMessages, Emit, ExecuteTools, Site
 from hermes_ref.models import Event, EventKind, Message, ToolCall
-from hermes_ref.outcomes import Ending, ExitReason
+from hermes_ref.outcomes import Ending, ExitReason, ToolProgress
 from hermes_ref.phases import Phase
 from sim.sabotage.base import sabotage
 
@@ -33,6 +33,41 @@ async def _execute_then_persist(ctx: TurnContext, assistant: Message) -> bool:
           "the tool round runs the tools first and writes the assistant row afterwards")
 def _p_execute_before_persist() -> list[AbstractContextManager[Any]]:
     return [mock.patch.object(tool_round, "run_tool_round", _execute_then_persist)]
+
+
+async def _round_goes_on(ctx: TurnContext, assistant: Message) -> bool:
+    """``run_tool_round`` whose failed result write skips to the next segment (``continue``)
+    instead of ending the round: the turn still ends, but only after the rest ran."""
+    ctx.enter(Phase.TOOL_ROUND)
+    specs = ctx.specs
+    if not await ctx.persist((assistant,), Site.TOOL_CALLS):
+        return False
+    valid = tuple(c for c in assistant.tool_calls if c.name in specs)
+    if not valid:
+        return await tool_round._all_invalid_round(ctx, assistant, specs)
+    ctx.state.invalid_tool_rounds = 0
+    resolved = await tool_round._resolve_paths(assistant.tool_calls, specs)
+    if all(c.name in specs and specs[c.name].refundable for c in assistant.tool_calls):
+        ctx.state.budget.refund()
+    for segment in tool_round.plan_segments(assistant.tool_calls, specs, resolved):
+        results = await tool_round._run_segment(ctx, segment, specs)
+        rows = tuple(tool_round._result_row(ctx, r) for r in results)
+        if not await ctx.persist(rows, Site.TOOL_RESULTS):
+            ctx.state.unrecorded_calls.update(r.call_id for r in results)
+            continue
+        tool_round._track_mutations(ctx, segment.calls, results, specs)
+        progress = ToolProgress(calls=[r.call_id for r in results], parallel=segment.parallel,
+                                errors=sum(r.is_error for r in results))
+        await Emit(progress.event(ctx.session_id, ctx.turn_id))
+    ctx.state.last_round_had_tools = True
+    return True
+
+
+@sabotage("round_goes_on_after_lost_results", ("TOOL-1",),
+          "a segment whose results the store refused is skipped over, so the round's later "
+          "segments still run their tools before the turn ends")
+def _p_round_goes_on() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(tool_round, "run_tool_round", _round_goes_on)]
 
 
 # ---- TOOL-3: a result written twice --------------------------------------------------------
@@ -110,6 +145,28 @@ def _drop_invalid_calls() -> list[AbstractContextManager[Any]]:
 sabotage("drop_invalid_calls_from_row", ("TOOL-2",),
          "the assistant row is stored without the calls to tools that do not exist")(
     _drop_invalid_calls)
+
+
+# ---- TOOL-2: the all-invalid streak ends the turn one round late --------------------------
+
+
+def _streak_one_late() -> list[AbstractContextManager[Any]]:
+    original = tool_round._all_invalid_round
+
+    async def late(ctx: TurnContext, assistant: Message, specs: Any) -> bool:
+        limits = ctx.limits  # the round compares with ``>`` where ``>=`` belongs
+        ctx.limits = limits.model_copy(
+            update={"invalid_tool_rounds_max": limits.invalid_tool_rounds_max + 1})
+        try:
+            return await original(ctx, assistant, specs)
+        finally:
+            ctx.limits = limits
+    return [mock.patch.object(tool_round, "_all_invalid_round", late)]
+
+
+sabotage("invalid_streak_one_late", ("TOOL-2",),
+         "the turn ends invalid_tool_calls only after [3]+1 all-invalid rounds in a row, so "
+         "the model is called again past the limit")(_streak_one_late)
 
 
 # ---- TOOL-10: recovery runs the open calls again ---------------------------------------------
