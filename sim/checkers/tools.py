@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hermes_ref.closure import RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
+from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.lease import holder_fields
 from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
@@ -357,10 +357,16 @@ def _recovered_results(obs: Observation) -> list[tuple[Message, Message]]:
 
 
 @checker("results_durable_before_sent", ("TOOL-8",),
-         "a tool result reaches the model only after it is durable")
+         "a tool result reaches the model only after it is durable; a call that ran and "
+         "lost its result is never recorded as not run")
 def results_durable_before_sent(obs: Observation) -> list[Violation]:
-    """Judged on the bytes each call sent, against the durable results of its own session."""
-    out = []
+    """Judged on the bytes each call sent, against the durable results of its own session.
+
+    A result that could not be stored is replaced by a closing row that says its effect is
+    unknown; a call the tool world ran (it is in the ledger) whose result row says
+    ``NOT_RUN_TEXT`` tells the model and the user that nothing happened when something did.
+    """
+    out = _ran_but_told_not_run(obs)
     durable: dict[tuple[str, str], list[tuple[int, str | None]]] = defaultdict(list)
     for stored in obs.record.messages:
         row = stored.message
@@ -380,6 +386,20 @@ def results_durable_before_sent(obs: Observation) -> list[Violation]:
                                      f"call at effect {call.seq} (turn {call.turn_id}) sent the "
                                      f"result of {cid} before it was durable"))
                 break
+    return out
+
+
+def _ran_but_told_not_run(obs: Observation) -> list[Violation]:
+    if not any(m.message.role is Role.TOOL and m.message.content == NOT_RUN_TEXT
+               for m in obs.record.messages):
+        return []
+    out = []
+    for entry in obs.ledger:
+        found = result_row_of(obs, entry)
+        if found is not None and found[1].content == NOT_RUN_TEXT:
+            out.append(Violation("results_durable_before_sent", "TOOL-8",
+                                 f"{entry.name}({entry.call_id}) ran at t={entry.at:g} but its "
+                                 f"result row #{found[1].row_id} says it was not run"))
     return out
 
 

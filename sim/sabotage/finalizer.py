@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import delivery, finalizer, loop
+from hermes_ref import delivery, finalizer, loop, tool_round
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import (
     AppendMessages,
@@ -147,6 +147,21 @@ def _no_footer() -> list[AbstractContextManager[Any]]:
 
 sabotage("failed_writes_unmentioned", ("TOOL-9",),
          "the answer never says that a write or patch of the turn failed")(_no_footer)
+
+
+def _redone_writes_kept() -> list[AbstractContextManager[Any]]:
+    original = tool_round._track_mutations
+
+    def keep_failures(ctx: TurnContext, calls: Any, results: Any, specs: Any) -> None:
+        before = dict(ctx.state.failed_mutations)
+        original(ctx, calls, results, specs)
+        ctx.state.failed_mutations.update(before)  # a success no longer clears its path
+    return [mock.patch.object(tool_round, "_track_mutations", keep_failures)]
+
+
+sabotage("redone_writes_still_reported", ("TOOL-9",),
+         "a write that failed stays in the footer after a later write to the same path "
+         "succeeded")(_redone_writes_kept)
 
 
 # ---- DEL-1: the completion goes out before the exit line -------------------------------------

@@ -1,5 +1,6 @@
 """Broken tool batches: results in the order they finished, no bound on workers, no
-deadline, a start gate that never opens, an oversized result sent inline (TOOL-5, TOOL-7)."""
+deadline, a start gate that never opens or opens late, an oversized result sent inline
+(TOOL-5, TOOL-7)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,20 @@ def _strict_order(ready_s: float, now_s: float, earlier_started: bool, bounds: B
           "call slow to begin holds back the whole batch")
 def _p_start_gate_ignored() -> list[AbstractContextManager[Any]]:
     return [mock.patch.object(tool_batch, "may_start", _strict_order)]
+
+
+# ---- TOOL-5: the gate takes the larger bound ------------------------------------------------
+
+
+def _wide_gate(self: BatchBounds) -> float:
+    return max(self.start_gate_s, self.deadline_s / 2)  # max where min belongs
+
+
+@sabotage("start_gate_takes_the_larger_bound", ("TOOL-5",),
+          "the start gate is max([120 s], deadline / 2) instead of the min, so a call slow "
+          "to begin holds back the calls behind it for half the deadline")
+def _p_start_gate_wide() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(BatchBounds, "gate_s", property(_wide_gate))]
 
 
 # ---- TOOL-7: the whole text inline ------------------------------------------------------------

@@ -3,11 +3,12 @@ the turn, results shown before they are durable, calls re-run by recovery."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import prologue, tool_round
+from hermes_ref import closure, finalizer, prologue, tool_round
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import AppendMessages, Emit, ExecuteTools, Site
 from hermes_ref.models import Event, EventKind, Message, ToolCall
@@ -125,6 +126,23 @@ def _send_unrecorded_results() -> list[AbstractContextManager[Any]]:
 sabotage("send_unrecorded_results", ("TOOL-8",),
          "when the store refuses tool results, the turn goes on and shows them to the model")(
     _send_unrecorded_results)
+
+
+# ---- TOOL-8: a result the store refused is closed as never run ------------------------------
+
+
+def _lost_results_not_run() -> list[AbstractContextManager[Any]]:
+    original = finalizer._open_call_text
+
+    def text_for(ctx: TurnContext) -> Callable[[str], str]:
+        told = original(ctx)  # the unrecorded case forgotten: "own call, so it never started"
+        return lambda cid: closure.NOT_RUN_TEXT if cid in ctx.state.unrecorded_calls else told(cid)
+    return [mock.patch.object(finalizer, "_open_call_text", text_for)]
+
+
+sabotage("lost_results_told_not_run", ("TOOL-8",),
+         "a call whose result the store refused is closed with the not-run text, so the "
+         "record says nothing happened where a tool did run")(_lost_results_not_run)
 
 
 # ---- TOOL-2: the stored row forgets the calls to missing tools -----------------------------
