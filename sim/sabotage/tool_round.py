@@ -223,6 +223,19 @@ sabotage("everything_in_parallel", ("TOOL-4",),
     _everything_parallel)
 
 
+def _overlap_one_way() -> list[AbstractContextManager[Any]]:
+    def inside_only(a: str, b: str) -> bool:
+        if a == "." or b == ".":
+            return True
+        return a == b or a.startswith(b + "/")  # "a inside b", the other way forgotten
+    return [mock.patch.object(tool_round, "paths_overlap", inside_only)]
+
+
+sabotage("overlap_checked_one_way", ("TOOL-4",),
+         "the planner's overlap test asks only whether the new call's path lies inside an "
+         "earlier one, so a search of a folder joins a write inside it")(_overlap_one_way)
+
+
 # ---- SCAF-2: the working list is flushed whole, scaffolding included -----------------------
 
 
