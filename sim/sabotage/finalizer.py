@@ -23,6 +23,7 @@ from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Event, Message
 from hermes_ref.outcomes import Completion, ExitLine, ExitReason
 from hermes_ref.phases import Phase
+from hermes_ref.tool_specs import path_argument
 from sim.sabotage.base import sabotage
 
 # ---- FIN-3: the final row is never written --------------------------------------------------
@@ -162,6 +163,18 @@ def _redone_writes_kept() -> list[AbstractContextManager[Any]]:
 sabotage("redone_writes_still_reported", ("TOOL-9",),
          "a write that failed stays in the footer after a later write to the same path "
          "succeeded")(_redone_writes_kept)
+
+
+def _paths_as_written() -> list[AbstractContextManager[Any]]:
+    def as_written(call: Any, spec: Any = None) -> str | None:
+        return path_argument(call, spec)  # the string the model wrote, not normalized
+    return [mock.patch.object(tool_round, "scoped_path", as_written)]
+
+
+sabotage("failed_writes_keyed_as_written", ("TOOL-9",),
+         "failed writes are remembered by the path string the model wrote, so a write "
+         "redone under another spelling of the same file (./a.txt, a.txt) is still "
+         "reported as failed")(_paths_as_written)
 
 
 # ---- DEL-1: the completion goes out before the exit line -------------------------------------
