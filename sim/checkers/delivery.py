@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from functools import partial
 from itertools import pairwise
 
@@ -15,7 +16,7 @@ from hermes_ref.closure import (
 )
 from hermes_ref.models import EventKind, Role
 from hermes_ref.outcomes import ToolProgress
-from sim.checkers.base import Observation, TurnView, Violation, checker, remembered
+from sim.checkers.base import Observation, TurnView, Violation, checker, ran_in, remembered
 
 _END = [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED]
 # what may stand between the opening and the end: progress and a kept call's deltas (DEL-1)
@@ -27,8 +28,9 @@ CLOSING_TEXTS = frozenset({NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_
 
 
 @checker("event_stream_ordered", ("DEL-1",),
-         "each turn that ended has one ordered stream: started, progress only for recorded "
-         "results, the exit line, and one completion last, carrying the durable answer")
+         "each turn that ended has one ordered stream: started, progress for every recorded "
+         "result of a call that ran and for nothing else, the exit line, and one completion "
+         "last, carrying the durable answer")
 def event_stream_ordered(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     seqs = [e.seq or 0 for e in obs.record.events]
@@ -40,6 +42,40 @@ def event_stream_ordered(obs: Observation) -> list[Violation]:
                              extra=key in ended)
         if problem:
             out.append(_v(f"turn {view.key}: {problem}"))
+    out.extend(_unreported_results(obs))
+    return out
+
+
+def _unreported_results(obs: Observation) -> list[Violation]:
+    """Progress is reported for every result of a call the tool world ran, not only for some:
+    a finished turn (its completion is durable, so every event it emitted before is) whose
+    recorded result of such a call no ``tool.progress`` event names left its client
+    without word of that call (errors included: a failed tool is a result like any other).
+    Calls answered in place (a missing tool) never ran, and the closing texts are no real
+    result, so neither is asked for."""
+    ran: dict[str | None, set[str]] = defaultdict(set)  # turn -> ids of the calls it ran
+    for entry in obs.ledger:
+        key = ran_in(obs, entry)
+        if key is not None:
+            ran[key[1]].add(entry.call_id)
+    out = []
+    for view in obs.turns.values():
+        mine = ran.get(view.turn_id)
+        if not mine or view.completion is None:
+            continue
+        reported: set[str] = set()
+        for event in view.events:
+            if event.kind == EventKind.TOOL_PROGRESS:
+                try:
+                    reported.update(ToolProgress.of(event).calls)
+                except ValidationError:
+                    continue  # the stream's own finding (``_turn_problem``)
+        missing = sorted({m.tool_call_id or "" for m in view.rows if m.role is Role.TOOL
+                          and m.content not in CLOSING_TEXTS and m.tool_call_id in mine}
+                         - reported)
+        if missing:
+            out.append(_v(f"turn {view.key}: results of {', '.join(missing)} were recorded but "
+                          "no progress event reports them"))
     return out
 
 

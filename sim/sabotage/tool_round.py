@@ -272,3 +272,25 @@ def _progress_first() -> list[AbstractContextManager[Any]]:
 sabotage("progress_before_results_recorded", ("DEL-1",),
          "the stream reports a segment done before its results are durable, even if the write fails")(
     _progress_first)
+
+
+def _errors_left_out() -> list[AbstractContextManager[Any]]:
+    original = tool_round._track_mutations
+    failed: set[str] = set()
+
+    def track(ctx: TurnContext, calls: Any, results: Any, specs: Any) -> None:
+        failed.clear()  # runs right before the segment's progress is built
+        failed.update(r.call_id for r in results if r.is_error)
+        original(ctx, calls, results, specs)
+
+    def progress(*, calls: list[str], parallel: bool, errors: int) -> ToolProgress:
+        # "progress is for what worked": a failed call is left out of the event
+        return ToolProgress(calls=[c for c in calls if c not in failed], parallel=parallel,
+                            errors=errors)
+    return [mock.patch.object(tool_round, "_track_mutations", track),
+            mock.patch.object(tool_round, "ToolProgress", progress)]
+
+
+sabotage("failed_calls_left_out_of_progress", ("DEL-1",),
+         "a segment's tool.progress event names only the calls that succeeded, so a client "
+         "never hears of a call whose tool failed")(_errors_left_out)
