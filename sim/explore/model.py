@@ -169,6 +169,8 @@ def _answer(request: ProviderRequest) -> ProviderReply:
         return text(f"Done: {asked}")
     if (rewrite := edges.rewrite_round(asked)) is not None:  # a read and a write, one file
         return tool_calls(*rewrite)
+    if (folder := edges.folder_round(asked)) is not None:  # a write inside, a search of, one folder
+        return tool_calls(*folder)
     if (both := _READ_TWO.match(asked)) is not None:  # one round, two calls side by side
         return tool_calls(("read_file", {"path": both.group(1)}),
                           ("read_file", {"path": both.group(2)}))
