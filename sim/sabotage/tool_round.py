@@ -14,6 +14,7 @@ from hermes_ref.effects import AppendMessages, Emit, ExecuteTools, Site
 from hermes_ref.models import Event, EventKind, Message, ToolCall
 from hermes_ref.outcomes import Ending, ExitReason, ToolProgress
 from hermes_ref.phases import Phase
+from hermes_ref.transcript import Transcript
 from sim.sabotage.base import sabotage
 
 # ---- TOOL-1: run first, write later --------------------------------------------------------
@@ -207,6 +208,23 @@ def _rerun_open_calls() -> list[AbstractContextManager[Any]]:
 sabotage("recovery_reruns_open_calls", ("TOOL-10",),
          "after a restart, recovery executes recorded calls that have no result instead of "
          "reporting them unknown")(_rerun_open_calls)
+
+
+def _partly_answered_closed() -> list[AbstractContextManager[Any]]:
+    original = Transcript.trailing_open_calls
+
+    def trailing(self: Transcript) -> tuple[Message | None, list[str]]:
+        owner, missing = original(self)
+        if owner is not None and len(missing) < len(owner.tool_calls):
+            return None, []  # "it has results, so the round finished"
+        return owner, missing
+    return [mock.patch.object(Transcript, "trailing_open_calls", trailing)]
+
+
+sabotage("partly_answered_round_left_open", ("TOOL-3",),
+         "recovery takes a call row with some results for a finished round, so the calls of "
+         "a later segment that a crash cut off never get their unknown result")(
+    _partly_answered_closed)
 
 
 # ---- TOOL-4: every round is planned as one parallel segment ---------------------------------
