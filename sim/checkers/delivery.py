@@ -16,6 +16,7 @@ from hermes_ref.closure import (
 )
 from hermes_ref.models import EventKind, Role
 from hermes_ref.outcomes import ToolProgress
+from hermes_ref.tool_batch import TIMED_OUT_MARK
 from sim.checkers.base import Observation, TurnView, Violation, checker, ran_in, remembered
 
 _END = [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED]
@@ -47,29 +48,41 @@ def event_stream_ordered(obs: Observation) -> list[Violation]:
 
 
 def _unreported_results(obs: Observation) -> list[Violation]:
-    """Progress is reported for every result of a call the tool world ran, not only for some:
-    a finished turn (its completion is durable, so every event it emitted before is) whose
-    recorded result of such a call no ``tool.progress`` event names left its client
-    without word of that call (errors included: a failed tool is a result like any other).
-    Calls answered in place (a missing tool) never ran, and the closing texts are no real
-    result, so neither is asked for."""
-    ran: dict[str | None, set[str]] = defaultdict(set)  # turn -> ids of the calls it ran
+    """Progress is reported for every result of a call the tool world ran, not only for
+    some, and counts right: in a finished turn (its completion is durable, so every event
+    it emitted before is), each recorded result of a call the ledger shows it ran is named
+    by a ``tool.progress`` event (errors included: a failed tool is a result like any
+    other), and each event's ``errors`` is the number of its calls that did not apply
+    (the ledger's outcome, or no entry at all: answered in place, or never started; or
+    cut by the batch deadline, whatever the tool went on to do).
+    Calls answered in place never ran and the closing texts are no real result, so
+    neither is asked for."""
+    ran: dict[str | None, dict[str, str]] = defaultdict(dict)  # turn -> call id -> outcome
     for entry in obs.ledger:
         key = ran_in(obs, entry)
         if key is not None:
-            ran[key[1]].add(entry.call_id)
+            ran[key[1]][entry.call_id] = entry.outcome
     out = []
     for view in obs.turns.values():
         mine = ran.get(view.turn_id)
         if not mine or view.completion is None:
             continue
+        results = {m.tool_call_id: m.content or "" for m in view.rows if m.role is Role.TOOL}
         reported: set[str] = set()
         for event in view.events:
             if event.kind == EventKind.TOOL_PROGRESS:
                 try:
-                    reported.update(ToolProgress.of(event).calls)
+                    progress = ToolProgress.of(event)
                 except ValidationError:
                     continue  # the stream's own finding (``_turn_problem``)
+                reported.update(progress.calls)
+                # a call that did not apply (failed, cut, or answered in place: never ran)
+                failed = sum(1 for c in progress.calls if mine.get(c) != "applied"
+                             or TIMED_OUT_MARK in results.get(c, ""))
+                if progress.errors != failed:
+                    out.append(_v(f"turn {view.key}: progress of {', '.join(progress.calls)} "
+                                  f"reports {progress.errors} errors where the tools' ledger "
+                                  f"shows {failed}"))
         missing = sorted({m.tool_call_id or "" for m in view.rows if m.role is Role.TOOL
                           and m.content not in CLOSING_TEXTS and m.tool_call_id in mine}
                          - reported)

@@ -312,3 +312,14 @@ def _errors_left_out() -> list[AbstractContextManager[Any]]:
 sabotage("failed_calls_left_out_of_progress", ("DEL-1",),
          "a segment's tool.progress event names only the calls that succeeded, so a client "
          "never hears of a call whose tool failed")(_errors_left_out)
+
+
+def _no_errors_counted() -> list[AbstractContextManager[Any]]:
+    def progress(*, calls: list[str], parallel: bool, errors: int) -> ToolProgress:
+        return ToolProgress(calls=calls, parallel=parallel, errors=0)  # the count forgotten
+    return [mock.patch.object(tool_round, "ToolProgress", progress)]
+
+
+sabotage("progress_counts_no_errors", ("DEL-1",),
+         "every tool.progress event says its segment had no errors, whatever failed")(
+    _no_errors_counted)
