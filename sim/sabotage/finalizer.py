@@ -1,5 +1,6 @@
 """Broken finalizers: no tail closure, stored scaffolding, ad-hoc exit reasons, unguarded
-writes, a wrong exit level, a wrong grace call, skipped boundary rows and guards."""
+writes, a wrong exit level, a wrong grace call, skipped boundary rows and guards, a
+failed-write footer that is missing or lists writes a later write redid."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Broken loops and wires: an off-by-one bound, missing refunds, ignored Retry-After, endless
-dropped-call re-prompts, bookkeeping on the wire, stored rows sent without their sidecar."""
+dropped-call re-prompts, bookkeeping on the wire (in the messages, the body or its tool
+definitions), stored rows sent without their sidecar."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Broken tool batches: results in the order they finished, no bound on workers, no
-deadline, a start gate that never opens or opens late, an oversized result sent inline
-(TOOL-5, TOOL-7)."""
+deadline, a start gate that never opens or opens late, an oversized result sent inline or
+a spill name that forgets its sequence number (TOOL-5, TOOL-7)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Broken tool rounds: tools before the write, duplicate or dropped results, errors that end
-the turn, results shown before they are durable, calls re-run by recovery."""
+"""Broken tool rounds: tools before the write, a round that goes on after its results were
+refused, duplicate or dropped results, an invalid streak that ends a round late, errors
+that end the turn, results shown before they are durable or closed as never run, overlap
+tested one way, calls re-run or left open by recovery, progress that leaves out or
+miscounts the calls that failed."""
 
 from __future__ import annotations
 
