@@ -80,8 +80,8 @@ def _ran_after_a_lost_write(obs: Observation) -> list[Violation]:
         found = call_row_of(obs, entry)
         if found is None or found[1] is None:
             continue  # no durable row: the first check's finding
-        result = result_row_of(obs, entry)
-        by_row[found[1].row_id or 0].append((entry, result[1] if result is not None else None))
+        placed = result_row_of(obs, entry)
+        by_row[found[1].row_id or 0].append((entry, placed[1] if placed is not None else None))
     out = []
     for row_id, runs in by_row.items():
         lost = next(((e, i) for i, (e, r) in enumerate(runs)
@@ -89,10 +89,10 @@ def _ran_after_a_lost_write(obs: Observation) -> list[Violation]:
         if lost is None:
             continue
         first, at = lost
-        for entry, result in runs[at + 1:]:
+        for entry, row in runs[at + 1:]:
             if _same_batch(first, entry) or (
-                    _batch_of(first) is None and result is not None
-                    and result.content == UNRECORDED_RESULT_TEXT):
+                    _batch_of(first) is None and row is not None
+                    and row.content == UNRECORDED_RESULT_TEXT):
                 continue
             out.append(Violation("persist_before_execute", "TOOL-1",
                                  f"{entry.name}({entry.call_id}) of row #{row_id} ran after the "
