@@ -106,3 +106,24 @@ def failed_repair_still_reports_the_call_unknown(s: Story) -> None:
     results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
     s.expect(results == [RECOVERED_CALL_TEXT], "the call that ran before the crash is reported unknown")
     s.expect(len(s.world.tools.ledger) == 1, "and it was not run again")
+
+
+@scenario("A crash between the segments of a round reports the calls left without a result "
+          "unknown, though the round's first results are recorded",
+          invariants=("TOOL-10", "TOOL-3"), stage="crash")
+def crash_between_segments(s: Story) -> None:
+    s.files({"notes.txt": "draft"})
+    s.faults(crash="after:tool_results")
+    s.script(tool_calls(("read_file", {"path": "notes.txt"}),
+                        ("write_file", {"path": "notes.txt", "content": "final"})),
+             text("Saved."))
+    first = s.turn("Read my notes, then save the final version.")
+    s.expect(first is None, "the process died after the read's result was recorded")
+    s.restart()
+    s.faults()
+    s.script(text("I am here."))
+    s.turn("Are you still there?")
+    results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(len(results) == 2 and "draft" in results[0] and results[1] == RECOVERED_CALL_TEXT,
+             "the read kept its result; the write, never run, is reported unknown")
+    s.expect([e.name for e in s.world.tools.ledger] == ["read_file"], "the write never ran")

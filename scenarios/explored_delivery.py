@@ -133,7 +133,7 @@ def client_shown_the_held_answer(s: Story) -> None:
 
 @scenario("A client shown a slow answer's think block and text is shown the durable answer "
           "with TOOL-9's note (explored seed 2958)",
-          invariants=("DEL-2", "TOOL-9"), stage="explore")
+          invariants=("DEL-2", "TOOL-9", "DEL-1"), stage="explore")
 def client_shown_a_think_block_before_the_noted_answer(s: Story) -> None:
     """The model writes under a path that is a file, so the write fails; its answer is slow
     and thinks aloud first, in an inline think block, and the engine adds the note of the

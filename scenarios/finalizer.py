@@ -183,3 +183,18 @@ def failed_write_is_reported_in_the_answer(s: Story) -> None:
     s.expect("b.txt" not in (final or "").split("did not apply")[-1],
              "b.txt failed once but a later write succeeded")
     s.expect(s.transcript()[-1].content == final, "the stored answer carries the same footer")
+
+
+@scenario("A write that failed under one spelling of a path and was redone under another is "
+          "not reported",
+          invariants=("TOOL-9",), stage="finalizer")
+def failed_write_redone_by_another_spelling(s: Story) -> None:
+    s.files({"docs/b.txt": "1"})
+    s.world.tools.fail_next("write_file", "disk full")
+    s.script(tool_calls(("write_file", {"path": "./docs/b.txt", "content": "2"})),
+             tool_calls(("write_file", {"path": "docs/b.txt", "content": "2"})),
+             text("b.txt is updated."))
+    result = s.turn("Set docs/b.txt to 2.")
+    final = (result.final_response if result is not None else None) or ""
+    s.expect("did not apply" not in final, "./docs/b.txt and docs/b.txt are one file, redone")
+    s.expect(s.world.tools.snapshot_files()["docs/b.txt"] == "2", "the second write landed")

@@ -45,3 +45,18 @@ def symlink_write_waits_for_the_read(s: Story) -> None:
     s.expect("old" in reads[0], "the read saw the file before the write")
     files = s.world.tools.snapshot_files()
     s.expect(files == {"a.txt": "new"}, "the write went through the link to a.txt")
+
+
+@scenario("A search of a folder waits for a write inside it that the model asked for first",
+          invariants=("TOOL-4",), stage="tool_round")
+def folder_search_waits_for_the_write_inside_it(s: Story) -> None:
+    s.files({"src/a.py": "old = 1\n", "notes.txt": "n"})
+    s.script(tool_calls(("write_file", {"path": "src/a.py", "content": "new = 2\n"}),
+                        ("search_files", {"pattern": "new", "path": "src"}),
+                        ("read_file", {"path": "notes.txt"})),
+             text("Rewritten and found."))
+    s.turn("Rewrite src/a.py, then search src for the new name, and read notes.txt.")
+    s.expect(s.world.batches == [("call_1",), ("call_2", "call_3")],
+             "the write inside src ran alone, then the search of src beside the unrelated read")
+    found = [r.content or "" for r in s.transcript() if r.role is Role.TOOL][1]
+    s.expect("src/a.py" in found and "new = 2" in found, "the search saw the written file")

@@ -3,7 +3,7 @@ deadline (TOOL-5, and TOOL-3's timed-out calls) and oversized results spilled (T
 
 from __future__ import annotations
 
-from hermes_ref.models import Role
+from hermes_ref.models import Role, ToolCall
 from hermes_ref.tool_spill import spilled_path
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
@@ -97,3 +97,25 @@ def huge_result_is_spilled(s: Story) -> None:
     s.expect(len(spills) == 2, "both outputs were spilled")
     s.expect(files[spills[1].spilled_to or ""].endswith("line 19999\n[exit code 0]"),
              "the build's spill file holds the whole output")
+
+
+@scenario("Two huge results of calls that share an id, in two turns, are spilled to two files",
+          invariants=("TOOL-7",), stage="tool_round")
+def repeated_call_id_spills_to_its_own_file(s: Story) -> None:
+    """A provider that numbers calls per request sends the same id in the next turn; the
+    spill's sequence number keeps the second output from overwriting the first's file,
+    which the first turn's result still names."""
+    s.files({"one.log": "1" * 60_000 + "\n", "two.log": "2" * 60_000 + "\n"})
+    s.script(tool_calls(ToolCall(id="call_0", name="read_file", arguments='{"path": "one.log"}')),
+             text("one.log is spilled."),
+             tool_calls(ToolCall(id="call_0", name="read_file", arguments='{"path": "two.log"}')),
+             text("two.log is spilled."))
+    s.turn("Show me one.log.")
+    s.turn("Show me two.log.")
+    files = s.world.tools.snapshot_files()
+    named = [spilled_path(body) for _, body in _results(s)]
+    s.expect(len(named) == 2 and None not in named and named[0] != named[1],
+             "each result names a spill file of its own")
+    first = files.get(named[0] or "", "") if named else ""
+    s.expect("1" * 100 in first and "2" * 100 not in first,
+             "the first file still holds the first output")

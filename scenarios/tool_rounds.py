@@ -125,7 +125,7 @@ def refused_tool_result_is_not_sent(s: Story) -> None:
 
 
 @scenario("Calls of a round that never started are reported not run, not lost",
-          invariants=("TOOL-3", "TOOL-8", "FIN-5"), stage="tool_round")
+          invariants=("TOOL-3", "TOOL-8", "FIN-5", "TOOL-1"), stage="tool_round")
 def unstarted_calls_are_reported_not_run(s: Story) -> None:
     s.files({"a.txt": "1"})
     s.faults(fail_writes={"tool_results": 1})

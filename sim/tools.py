@@ -100,6 +100,7 @@ from hermes_ref.tool_text import (
 )
 
 DEFAULT_COST_S = 0.01
+SPILL_NAMES_MAX = 64  # names a spill tries before it gives up (``SimTools._write_spill``)
 DEFAULT_COSTS: Mapping[str, float] = {"terminal": 0.5}
 SIM_ROOT = "/workspace"  # the simulated workspace's absolute root
 
@@ -317,12 +318,19 @@ class SimTools(GuardedRunner):
     _last_spill: str | None = None
 
     def _write_spill(self, call: ToolCall, text: str) -> str:
-        """TOOL-7: the whole text into a new file under ``.hermes/spill/``."""
-        self._spills += 1
-        path = spill_name(self._spills, call.id)
-        while path in self._files:
+        """TOOL-7: the whole text into a new file under ``.hermes/spill/``.
+
+        A name another file holds is skipped, as the workspace runner skips one another
+        runner took; the search gives up after ``SPILL_NAMES_MAX`` names (an ``OSError``,
+        which the runner reports as an unsaved output), so a naming that keeps answering
+        a taken name is a spill that failed, never a world that hangs."""
+        for _ in range(SPILL_NAMES_MAX):
             self._spills += 1
             path = spill_name(self._spills, call.id)
+            if path not in self._files:
+                break
+        else:
+            raise OSError(f"no free spill name for {call.id} after {SPILL_NAMES_MAX} tries")
         self._store(path, text)
         self._last_spill = path
         return path

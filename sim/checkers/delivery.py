@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from functools import partial
 from itertools import pairwise
 
@@ -15,7 +16,8 @@ from hermes_ref.closure import (
 )
 from hermes_ref.models import EventKind, Role
 from hermes_ref.outcomes import ToolProgress
-from sim.checkers.base import Observation, TurnView, Violation, checker, remembered
+from hermes_ref.tool_batch import TIMED_OUT_MARK
+from sim.checkers.base import Observation, TurnView, Violation, checker, ran_in, remembered
 
 _END = [EventKind.TURN_EXIT, EventKind.TURN_COMPLETED]
 # what may stand between the opening and the end: progress and a kept call's deltas (DEL-1)
@@ -27,8 +29,9 @@ CLOSING_TEXTS = frozenset({NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_
 
 
 @checker("event_stream_ordered", ("DEL-1",),
-         "each turn that ended has one ordered stream: started, progress only for recorded "
-         "results, the exit line, and one completion last, carrying the durable answer")
+         "each turn that ended has one ordered stream: started, progress for every recorded "
+         "result of a call that ran and for nothing else, the exit line, and one completion "
+         "last, carrying the durable answer")
 def event_stream_ordered(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     seqs = [e.seq or 0 for e in obs.record.events]
@@ -40,6 +43,52 @@ def event_stream_ordered(obs: Observation) -> list[Violation]:
                              extra=key in ended)
         if problem:
             out.append(_v(f"turn {view.key}: {problem}"))
+    out.extend(_unreported_results(obs))
+    return out
+
+
+def _unreported_results(obs: Observation) -> list[Violation]:
+    """Progress is reported for every result of a call the tool world ran, not only for
+    some, and counts right: in a finished turn (its completion is durable, so every event
+    it emitted before is), each recorded result of a call the ledger shows it ran is named
+    by a ``tool.progress`` event (errors included: a failed tool is a result like any
+    other), and each event's ``errors`` is the number of its calls that did not apply
+    (the ledger's outcome, or no entry at all: answered in place, or never started; or
+    cut by the batch deadline, whatever the tool went on to do).
+    Calls answered in place never ran and the closing texts are no real result, so
+    neither is asked for."""
+    ran: dict[str | None, dict[str, str]] = defaultdict(dict)  # turn -> call id -> outcome
+    for entry in obs.ledger:
+        key = ran_in(obs, entry)
+        if key is not None:
+            ran[key[1]][entry.call_id] = entry.outcome
+    out = []
+    for view in obs.turns.values():
+        mine = ran.get(view.turn_id)
+        if not mine or view.completion is None:
+            continue
+        results = {m.tool_call_id: m.content or "" for m in view.rows if m.role is Role.TOOL}
+        reported: set[str] = set()
+        for event in view.events:
+            if event.kind == EventKind.TOOL_PROGRESS:
+                try:
+                    progress = ToolProgress.of(event)
+                except ValidationError:
+                    continue  # the stream's own finding (``_turn_problem``)
+                reported.update(progress.calls)
+                # a call that did not apply (failed, cut, or answered in place: never ran)
+                failed = sum(1 for c in progress.calls if mine.get(c) != "applied"
+                             or TIMED_OUT_MARK in results.get(c, ""))
+                if progress.errors != failed:
+                    out.append(_v(f"turn {view.key}: progress of {', '.join(progress.calls)} "
+                                  f"reports {progress.errors} errors where the tools' ledger "
+                                  f"shows {failed}"))
+        missing = sorted({m.tool_call_id or "" for m in view.rows if m.role is Role.TOOL
+                          and m.content not in CLOSING_TEXTS and m.tool_call_id in mine}
+                         - reported)
+        if missing:
+            out.append(_v(f"turn {view.key}: results of {', '.join(missing)} were recorded but "
+                          "no progress event reports them"))
     return out
 
 

@@ -246,7 +246,8 @@ def exit_line(obs: Observation) -> list[Violation]:
 
 
 @checker("failed_writes_reported", ("TOOL-9",),
-         "a delivered answer lists the writes of its turn that failed and were not redone")
+         "a delivered answer lists the writes of its turn that failed and were not redone, "
+         "and none that a later write redid")
 def failed_writes_reported(obs: Observation) -> list[Violation]:
     """Each write is placed in the turn it ran in by the record (``call_row_of``), never
     by its call id alone, which may repeat across turns. That reading names the session
@@ -277,4 +278,15 @@ def failed_writes_reported(obs: Observation) -> list[Violation]:
         elif not failed and footer is not None:
             out.append(Violation("failed_writes_reported", "TOOL-9",
                                  f"turn {view.key} reports failed writes that did not fail"))
+        elif footer is not None and (redone := sorted(
+                p for p, outcome in last.get(key, {}).items()
+                if outcome == "applied" and _listed(p, footer))):
+            out.append(Violation("failed_writes_reported", "TOOL-9",
+                                 f"turn {view.key} reports failed writes to "
+                                 f"{', '.join(redone)}, which a later write of the turn redid"))
     return out
+
+
+def _listed(path: str, footer: str) -> bool:
+    """Does the footer (`` p (tool), q (tool)]``) name ``path`` as one of its entries?"""
+    return f" {path} (" in footer

@@ -17,7 +17,6 @@ from collections import defaultdict
 from hermes_ref.closure import INTERRUPTED_CALL_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.models import Message, Role
 from hermes_ref.tool_batch import BatchBounds, is_timed_out
-from hermes_ref.tool_round import batch_bounds
 from hermes_ref.tool_spill import spilled_path
 from sim.checkers.base import Observation, Violation, call_row_of, checker, result_row_of
 from sim.checkers.compaction_record import turn_of
@@ -32,7 +31,18 @@ def _entries(obs: Observation) -> list[SimLedgerEntry]:
 
 
 def _bounds(obs: Observation) -> BatchBounds:
-    return batch_bounds(obs.limits)
+    """The turn's bounds, field by field from its limits (not ``tool_round.batch_bounds``,
+    the engine's own hand-off of them)."""
+    limits = obs.limits
+    return BatchBounds(limits.tool_workers_max, limits.tool_batch_deadline_s,
+                       limits.tool_start_gate_s)
+
+
+def _gate_s(obs: Observation) -> float:
+    """The start gate as the catalog words it, min([120 s], deadline / 2), computed here
+    from the turn's limits: ``BatchBounds.gate_s`` is the engine's reading of the same
+    words, and a gate the engine reads wrong must not widen the one it is judged by."""
+    return min(obs.limits.tool_start_gate_s, obs.limits.tool_batch_deadline_s / 2)
 
 
 def _by_batch(obs: Observation) -> tuple[dict[int, list[SimLedgerEntry]], list[SimLedgerEntry]]:
@@ -193,7 +203,7 @@ def _settled(obs: Observation, entry: SimLedgerEntry) -> bool:
          "than the gate, min([120 s], deadline / 2), or than its process's first waking "
          "moment after the gate expired")
 def start_gate_kept(obs: Observation) -> list[Violation]:
-    bounds = _bounds(obs)
+    gate_s = _gate_s(obs)
     out: list[Violation] = []
     batches, _ = _by_batch(obs)
     for batch, entries in batches.items():
@@ -203,14 +213,14 @@ def start_gate_kept(obs: Observation) -> list[Violation]:
             ready, passed = e.ready_at or 0.0, e.dispatched_at or 0.0
             waited = passed - ready
             tag = f"{e.name}({e.call_id}) of batch {batch}"
-            due = _gate_due(obs, e, ready + bounds.gate_s)
+            due = _gate_due(obs, e, ready + gate_s)
             if passed > due + EPS:
-                woke = "" if due <= ready + bounds.gate_s + EPS else \
+                woke = "" if due <= ready + gate_s + EPS else \
                     f", its process paused until {due - ready:g}s"
                 out.append(Violation("start_gate_kept", "TOOL-5",
                                      f"{tag} waited {waited:g}s at the start gate "
-                                     f"(at most {bounds.gate_s:g}s{woke})"))
-            elif waited < bounds.gate_s - EPS and e.call_id in order:
+                                     f"(at most {gate_s:g}s{woke})"))
+            elif waited < gate_s - EPS and e.call_id in order:
                 earlier = order[:order.index(e.call_id)]
                 behind = [cid for cid in earlier if cid in started and started[cid] > passed + EPS]
                 if behind:

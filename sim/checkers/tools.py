@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hermes_ref.closure import RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
+from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.lease import holder_fields
 from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
@@ -16,6 +16,7 @@ from sim.checkers.base import (
     Observation,
     Violation,
     _call_keys,
+    all_invalid,
     bound_spent,
     call_row_of,
     call_rows,
@@ -25,6 +26,7 @@ from sim.checkers.base import (
     invalid_streak_at_end,
     offered,
     result_row_of,
+    round_landed,
     stopped_at_the_bound,
     tool_replies,
 )
@@ -38,10 +40,17 @@ from sim.world import CallRecord
 
 @checker("persist_before_execute", ("TOOL-1",),
          "every tool side effect has an earlier durable assistant row of its own turn naming "
-         "its call id")
+         "its call id; once a segment's results could not be stored, no later call of that "
+         "row runs")
 def persist_before_execute(obs: Observation) -> list[Violation]:
-    """Judged per (session, turn, call id): a row of another turn never vouches for a call."""
-    out = []
+    """Judged per (session, turn, call id): a row of another turn never vouches for a call.
+
+    The check after execution is read the same way: a call whose durable result is the
+    finalizer's ``UNRECORDED_RESULT_TEXT`` lost its result write, and that write ended the
+    turn, so no call of the same row may have run in a later batch (the world's stamp) or,
+    where no batch was stamped, later in the ledger with a result of its own.
+    """
+    out = _ran_after_a_lost_write(obs)
     for entry in obs.ledger:
         found = call_row_of(obs, entry)
         if found is not None and found[1] is not None:
@@ -59,6 +68,45 @@ def persist_before_execute(obs: Observation) -> list[Violation]:
                              f"{entry.name}({entry.call_id}) ran with {where} "
                              f"(committed high-water mark was #{entry.watermark})"))
     return out
+
+
+def _ran_after_a_lost_write(obs: Observation) -> list[Violation]:
+    """TOOL-1's second check: a failed result write stops the round (see the checker)."""
+    if not any(m.message.role is Role.TOOL and m.message.content == UNRECORDED_RESULT_TEXT
+               for m in obs.record.messages):
+        return []  # no result write was lost (or none was told): nothing to place
+    by_row: dict[int, list[tuple[LedgerEntry, Message | None]]] = defaultdict(list)
+    for entry in obs.ledger:
+        found = call_row_of(obs, entry)
+        if found is None or found[1] is None:
+            continue  # no durable row: the first check's finding
+        placed = result_row_of(obs, entry)
+        by_row[found[1].row_id or 0].append((entry, placed[1] if placed is not None else None))
+    out = []
+    for row_id, runs in by_row.items():
+        lost = next(((e, i) for i, (e, r) in enumerate(runs)
+                     if r is not None and r.content == UNRECORDED_RESULT_TEXT), None)
+        if lost is None:
+            continue
+        first, at = lost
+        for entry, row in runs[at + 1:]:
+            if _same_batch(first, entry) or (
+                    _batch_of(first) is None and row is not None
+                    and row.content == UNRECORDED_RESULT_TEXT):
+                continue
+            out.append(Violation("persist_before_execute", "TOOL-1",
+                                 f"{entry.name}({entry.call_id}) of row #{row_id} ran after the "
+                                 f"results of {first.name}({first.call_id}) could not be stored"))
+            break
+    return out
+
+
+def _batch_of(entry: LedgerEntry) -> int | None:
+    return entry.batch if isinstance(entry, SimLedgerEntry) else None
+
+
+def _same_batch(a: LedgerEntry, b: LedgerEntry) -> bool:
+    return _batch_of(a) is not None and _batch_of(a) == _batch_of(b)
 
 
 @checker("one_result_per_call", ("TOOL-3",),
@@ -205,9 +253,18 @@ def _invalid_calls_dispatched(obs: Observation) -> list[Violation]:
 
 
 def _invalid_streak_exits(obs: Observation) -> list[Violation]:
+    """The streak that ends a turn is exactly [3]: fewer is no reason to stop, and a turn
+    that reached it and then called the model again went past it (an exit at the fourth
+    all-invalid round is as wrong as none at all)."""
     limit = obs.limits.invalid_tool_rounds_max
     by_turn = calls_by_turn(obs)
     out = []
+    for turn_id, records in by_turn.items():
+        past = _past_the_streak(obs, records, limit)
+        if past is not None:
+            out.append(Violation("calls_keep_their_place", "TOOL-2",
+                                 f"turn {turn_id} called the model at effect {past} after "
+                                 f"{limit} all-invalid tool rounds in a row (limit {limit})"))
     for view in obs.ended_turns():
         streak = invalid_streak_at_end(obs, by_turn.get(view.turn_id, []))
         reason = view.exit.reason.value if view.exit is not None else None
@@ -221,6 +278,21 @@ def _invalid_streak_exits(obs: Observation) -> list[Violation]:
                                  f"turn {view.key} exited invalid_tool_calls after {streak} "
                                  f"all-invalid tool rounds in a row (limit {limit})"))
     return out
+
+
+def _past_the_streak(obs: Observation, records: list[CallRecord], limit: int) -> int | None:
+    """The effect of the first call a turn made after its all-invalid streak reached
+    ``limit``, or None. Rounds that never landed (asked again unrecorded, LOOP-9) neither
+    count nor break the streak, and only a tool round moves it, as in
+    ``invalid_streak_at_end`` (the engine's count goes back to 0 only when a round runs)."""
+    rounds = {id(r) for r in tool_replies(records)}
+    streak = 0
+    for record in records:
+        if streak >= limit:
+            return record.seq
+        if id(record) in rounds and round_landed(obs, record):
+            streak = streak + 1 if all_invalid(record) else 0
+    return None
 
 
 @checker("recovered_calls_not_rerun", ("TOOL-10",),
@@ -285,10 +357,16 @@ def _recovered_results(obs: Observation) -> list[tuple[Message, Message]]:
 
 
 @checker("results_durable_before_sent", ("TOOL-8",),
-         "a tool result reaches the model only after it is durable")
+         "a tool result reaches the model only after it is durable; a call that ran and "
+         "lost its result is never recorded as not run")
 def results_durable_before_sent(obs: Observation) -> list[Violation]:
-    """Judged on the bytes each call sent, against the durable results of its own session."""
-    out = []
+    """Judged on the bytes each call sent, against the durable results of its own session.
+
+    A result that could not be stored is replaced by a closing row that says its effect is
+    unknown; a call the tool world ran (it is in the ledger) whose result row says
+    ``NOT_RUN_TEXT`` tells the model and the user that nothing happened when something did.
+    """
+    out = _ran_but_told_not_run(obs)
     durable: dict[tuple[str, str], list[tuple[int, str | None]]] = defaultdict(list)
     for stored in obs.record.messages:
         row = stored.message
@@ -308,6 +386,20 @@ def results_durable_before_sent(obs: Observation) -> list[Violation]:
                                      f"call at effect {call.seq} (turn {call.turn_id}) sent the "
                                      f"result of {cid} before it was durable"))
                 break
+    return out
+
+
+def _ran_but_told_not_run(obs: Observation) -> list[Violation]:
+    if not any(m.message.role is Role.TOOL and m.message.content == NOT_RUN_TEXT
+               for m in obs.record.messages):
+        return []
+    out = []
+    for entry in obs.ledger:
+        found = result_row_of(obs, entry)
+        if found is not None and found[1].content == NOT_RUN_TEXT:
+            out.append(Violation("results_durable_before_sent", "TOOL-8",
+                                 f"{entry.name}({entry.call_id}) ran at t={entry.at:g} but its "
+                                 f"result row #{found[1].row_id} says it was not run"))
     return out
 
 

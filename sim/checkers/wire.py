@@ -43,7 +43,8 @@ def sent_messages(call: CallRecord) -> list[WireMessage] | str:
 
 
 @checker("no_private_keys_on_wire", ("WIRE-3",),
-         "request bodies carry only wire keys: no _-keys, no sidecar or bookkeeping fields")
+         "request bodies carry only wire keys: no _-keys, no sidecar or bookkeeping fields, "
+         "in the messages, the body's own keys or its tool definitions")
 def no_private_keys_on_wire(obs: Observation) -> list[Violation]:
     out = []
     for call in obs.calls:  # a call's body never changes: its finding is read once
@@ -54,6 +55,15 @@ def no_private_keys_on_wire(obs: Observation) -> list[Violation]:
     return out
 
 
+# The chat-completions request as the wire knows it, written down here rather than read
+# from the engine (whose list is what a leak would edit too): the body's own keys, a tool
+# definition's, and its function's. Messages keep to ``WIRE_MESSAGE_KEYS``.
+REQUEST_KEYS = frozenset({"model", "messages", "tools", "tool_choice", "max_tokens", "stream",
+                          "stream_options", "temperature", "top_p", "stop", "seed"})
+TOOL_KEYS = frozenset({"type", "function"})
+FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
+
+
 def _private_keys(call: CallRecord) -> str | None:
     messages = sent_messages(call)
     if isinstance(messages, str):  # silence is no pass: a body must be there to judge
@@ -62,6 +72,26 @@ def _private_keys(call: CallRecord) -> str | None:
         bad = sorted(k for k in message if k.startswith("_") or k not in WIRE_MESSAGE_KEYS)
         if bad:
             return f"message {index} carries {', '.join(bad)}"
+    return _private_outside_messages(call.sent)
+
+
+def _private_outside_messages(body: dict[str, Any]) -> str | None:
+    """The rest of the body: its own keys, then each tool definition (a tool's parameter
+    schema is the tool's own and is not read)."""
+    bad = sorted(k for k in body if k.startswith("_") or k not in REQUEST_KEYS)
+    if bad:
+        return f"the body carries {', '.join(bad)}"
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        return "its tools are not a list"
+    for index, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or not isinstance(function, dict):
+            return f"tool {index} is not a function definition"
+        bad = sorted({k for k in tool if k.startswith("_") or k not in TOOL_KEYS}
+                     | {k for k in function if k.startswith("_") or k not in FUNCTION_KEYS})
+        if bad:
+            return f"tool {index} ({function.get('name')}) carries {', '.join(bad)}"
     return None
 
 
@@ -203,4 +233,27 @@ def sidecar_bytes_replayed(obs: Observation) -> list[Violation]:
                                      f"#{row.row_id} as {str(sent.get('content') or '')[:40]!r}, "
                                      "not its stored api_content"))
                 break
+    out.extend(_injection_in_the_record(obs))
+    return out
+
+
+def _injection_in_the_record(obs: Observation) -> list[Violation]:
+    """A turn's own user row stores the text the user gave, as the world handed it to the
+    turn (``TurnRun.text``): an injection folded into ``content`` itself has no sidecar to
+    give it away, so the row is judged against the input, not against its sidecar. A row
+    the harness rewrote since (a redaction) holds its new text and is not judged here."""
+    runs = obs.runs or ()
+    rewritten = {r.row_id for r in runs if isinstance(r, RewriteRun)}
+    out = []
+    for run in runs:
+        if isinstance(run, RewriteRun) or run.turn_id is None:
+            continue
+        own = next((m for m in obs.rows_of_turn(run.turn_id) if m.role is Role.USER), None)
+        if own is None or own.row_id in rewritten or own.content == run.text:
+            continue
+        out.append(Violation("sidecar_bytes_replayed", "WIRE-1",
+                             f"user row #{own.row_id} of turn {run.turn_id} stores "
+                             f"{(own.content or '')[:60]!r}, not the text the user gave "
+                             f"({run.text[:40]!r}): what went to the API copy went into the "
+                             "record"))
     return out

@@ -11,6 +11,12 @@
   rewrite it in the same round, naming it again, by its absolute path, through a symlink
   (``link-notes-1.txt``) or as ``./notes-1.txt``: one file, so the write waits for the
   read (TOOL-4);
+* ``folders``: in a world in five one turn writes a note into ``drafts/`` and searches
+  ``drafts`` in the same round: the search of the folder waits for the write inside it
+  (TOOL-4). It is drawn last and only adds its turn, so the other parts' draws stand;
+* ``retries``: in a world in five one turn patches a note into a file that is not there,
+  through ``./``, which fails, and then writes it under the plain path: the answer must
+  not report the write the turn redid (TOOL-9). Drawn last, like ``folders``;
 * ``returns``: a session's user comes back after its workload, within a minute or after
   a pause of 5-25 minutes, and half the time asks again what they asked first;
 * ``pressure``: in a world with a small context window, half the time idle compaction
@@ -79,6 +85,8 @@ if TYPE_CHECKING:
     from sim.world import World
 
 REWRITE = re.compile(r"^Read (\S+) and rewrite it as note (\d+) at (\S+)\.$")
+FOLDER = re.compile(r"^Write note (\d+) to (\S+)/(\S+) and search (\S+) for it\.$")
+RETRY = re.compile(r"^Patch note (\d+) into (\S+), or write it there\.$")
 CHORE = re.compile(r"^Go through part-1\.txt to part-(\d+)\.txt in order\.$")
 PART = re.compile(r"part-(\d+)\.txt")
 PATH = re.compile(r'"path": "([^"]+)"')
@@ -110,6 +118,9 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     idle, failures = _pressure(seed, kinds, plan)
     corrected = _corrections(seed, kinds, plan, steps, budget, grace, gate, outages)
     replies = _with_overflows(_refused_writes(seed, kinds, plan), corrected.pop("overflows", ()))
+    added = _folders(seed, plan, steps, taken)  # last: the parts before drew over the steps
+    if _retries(seed, plan, steps, taken) or added:  # as they were
+        steps.sort(key=lambda s: s.at_s)
     return plan.model_copy(update={
         "steps": tuple(steps), "replies": replies,
         "iteration_budget": budget, "grace_call": grace, "verify_before_answer": gate,
@@ -246,6 +257,32 @@ def _aliases(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> 
     return links
 
 
+def _folders(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> bool:
+    """A turn that writes a note into a folder and searches that folder in the same round
+    ("folders"); True when it added one."""
+    rng = _rng(seed, "folders")
+    if not plan.sessions or rng.random() >= 0.2:
+        return False
+    session = rng.choice(sorted(plan.sessions))
+    note = 80 + rng.randint(0, 9)
+    _turn(rng, plan, steps, taken, session, rng.uniform(0.0, 120.0),
+          f"Write note {note} to drafts/{session}-{note}.txt and search drafts for it.")
+    return True
+
+
+def _retries(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> bool:
+    """A turn whose patch of a missing file fails and whose write of it, under the other
+    spelling of its path, succeeds ("retries"); True when it added one."""
+    rng = _rng(seed, "retries")
+    if not plan.sessions or rng.random() >= 0.2:
+        return False
+    session = rng.choice(sorted(plan.sessions))
+    note = 90 + rng.randint(0, 9)
+    _turn(rng, plan, steps, taken, session, rng.uniform(0.0, 120.0),
+          f"Patch note {note} into drafts/{session}-{note}.txt, or write it there.")
+    return True
+
+
 def _returns(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> None:
     """A user comes back after the workload, soon or after a pause, and half the time
     asks again what they asked first ("returns")."""
@@ -370,6 +407,32 @@ def rewrite_round(asked: str) -> tuple[tuple[str, dict[str, Any]], ...] | None:
         return None
     return (("read_file", {"path": found.group(1)}),
             ("write_file", {"path": found.group(3), "content": f"note {found.group(2)}"}))
+
+
+def folder_round(asked: str) -> tuple[tuple[str, dict[str, Any]], ...] | None:
+    """The round a folder request asks for: the write into the folder, then the search of
+    the folder (the writer first, its path inside the reader's)."""
+    found = FOLDER.match(asked)
+    if found is None:
+        return None
+    note, folder, name, searched = found.groups()
+    return (("write_file", {"path": f"{folder}/{name}", "content": f"note {note}"}),
+            ("search_files", {"pattern": f"note {note}", "path": searched}))
+
+
+def retry_round(asked: str, since: tuple[Message, ...]) -> tuple[str, dict[str, Any]] | None:
+    """The next call of a retry request: the patch (through ``./``, of a file that is not
+    there: it fails), then the write under the plain path; None when both were made."""
+    found = RETRY.match(asked)
+    if found is None:
+        return None
+    note, path = found.groups()
+    made = {call.name for message in since for call in message.tool_calls}
+    if "patch" not in made:
+        return ("patch", {"path": f"./{path}", "old_string": "note 0", "new_string": f"note {note}"})
+    if "write_file" not in made:
+        return ("write_file", {"path": path, "content": f"note {note}"})
+    return None
 
 
 def chore_round(asked: str, since: tuple[Message, ...]) -> tuple[str, dict[str, Any]] | None:

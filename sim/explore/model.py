@@ -37,7 +37,7 @@ from sim.provider import LONE_SURROGATE, _FakeBase, calls_sharing_id, text, tool
 _READ = re.compile(r"^Read (\S+)\.$")
 _READ_TWO = re.compile(r"^Read (\S+) and (\S+)\.$")
 _WRITE = re.compile(r"^Write note (\d+) to (\S+)\.$")
-_ASKS = re.compile(r"^(Read |Write note |Say hello |Go through )")  # the texts the plan writes
+_ASKS = re.compile(r"^(Read |Write note |Patch note |Say hello |Go through )")  # the texts the plan writes
 
 
 class ExploreModel(_FakeBase):
@@ -162,6 +162,8 @@ def _answer(request: ProviderRequest) -> ProviderReply:
     if asked_at is None:
         return text("Nothing was asked.")
     asked = (messages[asked_at].content or "").split("\n\n<context>\n", 1)[0]  # sans its notes
+    if request.tools and (retry := edges.retry_round(asked, messages[asked_at + 1:])) is not None:
+        return tool_calls(retry)  # a patch that fails, then the write that redoes it
     if request.tools and (chore := edges.chore_round(asked, messages[asked_at + 1:])) is not None:
         return tool_calls(chore)  # a long chore: one read a round
     tools_ran = any(m.role is Role.TOOL for m in messages[asked_at + 1:])
@@ -169,6 +171,8 @@ def _answer(request: ProviderRequest) -> ProviderReply:
         return text(f"Done: {asked}")
     if (rewrite := edges.rewrite_round(asked)) is not None:  # a read and a write, one file
         return tool_calls(*rewrite)
+    if (folder := edges.folder_round(asked)) is not None:  # a write inside, a search of, one folder
+        return tool_calls(*folder)
     if (both := _READ_TWO.match(asked)) is not None:  # one round, two calls side by side
         return tool_calls(("read_file", {"path": both.group(1)}),
                           ("read_file", {"path": both.group(2)}))

@@ -1,5 +1,6 @@
 """Broken finalizers: no tail closure, stored scaffolding, ad-hoc exit reasons, unguarded
-writes, a wrong exit level, a wrong grace call, skipped boundary rows and guards."""
+writes, a wrong exit level, a wrong grace call, skipped boundary rows and guards, a
+failed-write footer that is missing or lists writes a later write redid."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import delivery, finalizer, loop
+from hermes_ref import delivery, finalizer, loop, tool_round
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import (
     AppendMessages,
@@ -23,6 +24,7 @@ from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Event, Message
 from hermes_ref.outcomes import Completion, ExitLine, ExitReason
 from hermes_ref.phases import Phase
+from hermes_ref.tool_specs import path_argument
 from sim.sabotage.base import sabotage
 
 # ---- FIN-3: the final row is never written --------------------------------------------------
@@ -147,6 +149,33 @@ def _no_footer() -> list[AbstractContextManager[Any]]:
 
 sabotage("failed_writes_unmentioned", ("TOOL-9",),
          "the answer never says that a write or patch of the turn failed")(_no_footer)
+
+
+def _redone_writes_kept() -> list[AbstractContextManager[Any]]:
+    original = tool_round._track_mutations
+
+    def keep_failures(ctx: TurnContext, calls: Any, results: Any, specs: Any) -> None:
+        before = dict(ctx.state.failed_mutations)
+        original(ctx, calls, results, specs)
+        ctx.state.failed_mutations.update(before)  # a success no longer clears its path
+    return [mock.patch.object(tool_round, "_track_mutations", keep_failures)]
+
+
+sabotage("redone_writes_still_reported", ("TOOL-9",),
+         "a write that failed stays in the footer after a later write to the same path "
+         "succeeded")(_redone_writes_kept)
+
+
+def _paths_as_written() -> list[AbstractContextManager[Any]]:
+    def as_written(call: Any, spec: Any = None) -> str | None:
+        return path_argument(call, spec)  # the string the model wrote, not normalized
+    return [mock.patch.object(tool_round, "scoped_path", as_written)]
+
+
+sabotage("failed_writes_keyed_as_written", ("TOOL-9",),
+         "failed writes are remembered by the path string the model wrote, so a write "
+         "redone under another spelling of the same file (./a.txt, a.txt) is still "
+         "reported as failed")(_paths_as_written)
 
 
 # ---- DEL-1: the completion goes out before the exit line -------------------------------------

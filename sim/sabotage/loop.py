@@ -1,5 +1,6 @@
 """Broken loops and wires: an off-by-one bound, missing refunds, ignored Retry-After, endless
-dropped-call re-prompts, bookkeeping on the wire, stored rows sent without their sidecar."""
+dropped-call re-prompts, bookkeeping on the wire (in the messages, the body or its tool
+definitions), stored rows sent without their sidecar."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from unittest import mock
 from hermes_ref import context, loop, preflight, wire
 from hermes_ref.context import TurnContext
 from hermes_ref.errors import ProviderError, ProviderServerError, TurnInterrupted
-from hermes_ref.models import Message, ProviderReply
+from hermes_ref.models import Message, ProviderReply, ToolSpec
 from sim.sabotage.base import sabotage
 
 # ---- WIRE-3: bookkeeping leaks onto the wire ------------------------------------------------
@@ -47,6 +48,35 @@ def _leak_in_cached_bytes() -> list[AbstractContextManager[Any]]:
 sabotage("cached_wire_json_leaks_row_id", ("WIRE-3",),
          "a stored message's cached wire JSON, the bytes every request body joins, carries "
          "its _row_id")(_leak_in_cached_bytes)
+
+
+def _leak_purpose() -> list[AbstractContextManager[Any]]:
+    original = wire.ProviderRequest._head
+
+    def head(self: wire.ProviderRequest) -> bytes:
+        rest: bytes = original(self)  # "the body says what the request is for"
+        return rest[:-1] + b', "purpose": ' + json.dumps(self.purpose).encode("utf-8") + b"}"
+    return [mock.patch.object(wire.ProviderRequest, "_head", head)]
+
+
+sabotage("request_purpose_on_the_wire", ("WIRE-3",),
+         "the request body carries the engine's own purpose field (turn or grace) beside "
+         "the model and the tools")(_leak_purpose)
+
+
+def _leak_tool_kind() -> list[AbstractContextManager[Any]]:
+    original = ToolSpec.wire
+
+    def tool_wire(self: ToolSpec) -> dict[str, Any]:
+        out = original(self)
+        return {**out, "function": {**out["function"], "_kind": self.kind.value}}
+    return [mock.patch.object(ToolSpec, "wire", tool_wire),
+            mock.patch.dict(wire._HEADS, clear=True)]  # heads built before carry no kind
+
+
+sabotage("tool_kind_on_the_wire", ("WIRE-3",),
+         "each tool definition sent carries the planner's _kind of the tool (reader, writer, "
+         "...) in its function")(_leak_tool_kind)
 
 # ---- LOOP-1 / LOOP-2 ------------------------------------------------------------------------
 

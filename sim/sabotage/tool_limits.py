@@ -1,5 +1,6 @@
 """Broken tool batches: results in the order they finished, no bound on workers, no
-deadline, a start gate that never opens, an oversized result sent inline (TOOL-5, TOOL-7)."""
+deadline, a start gate that never opens or opens late, an oversized result sent inline or
+a spill name that forgets its sequence number (TOOL-5, TOOL-7)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import tool_batch, tool_round
+from hermes_ref import tool_batch, tool_round, tool_spill
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import ExecuteTools
 from hermes_ref.models import ToolResult
+from hermes_ref.shell import workspace_tools
 from hermes_ref.tool_batch import BatchBounds
 from hermes_ref.tool_specs import GuardedRunner, call_problem
+from sim import tools as sim_tools
 from sim.sabotage.base import sabotage
 
 # ---- TOOL-5: results as the tools finished ---------------------------------------------
@@ -71,6 +74,20 @@ def _p_start_gate_ignored() -> list[AbstractContextManager[Any]]:
     return [mock.patch.object(tool_batch, "may_start", _strict_order)]
 
 
+# ---- TOOL-5: the gate takes the larger bound ------------------------------------------------
+
+
+def _wide_gate(self: BatchBounds) -> float:
+    return max(self.start_gate_s, self.deadline_s / 2)  # max where min belongs
+
+
+@sabotage("start_gate_takes_the_larger_bound", ("TOOL-5",),
+          "the start gate is max([120 s], deadline / 2) instead of the min, so a call slow "
+          "to begin holds back the calls behind it for half the deadline")
+def _p_start_gate_wide() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(BatchBounds, "gate_s", property(_wide_gate))]
+
+
 # ---- TOOL-7: the whole text inline ------------------------------------------------------------
 
 
@@ -83,3 +100,19 @@ def _inline(self: GuardedRunner, call: Any, result: ToolResult) -> ToolResult:
 def _p_oversized_result_inline() -> list[AbstractContextManager[Any]]:
     return [mock.patch.object(GuardedRunner, "spill", _inline)]
 
+
+
+# ---- TOOL-7: a spill's name forgets its sequence number ---------------------------------------
+
+
+def _name_by_call_id(seq: int, call_id: str) -> str:
+    safe = tool_spill._UNSAFE.sub("_", call_id)[:64].strip(".") or "call"
+    return f"{tool_spill.SPILL_DIR}/{safe}.txt"  # the sequence number dropped: "ids are unique"
+
+
+@sabotage("spill_named_by_call_id_only", ("TOOL-7",),
+          "a spill file is named by its call id alone, so a call id that repeats in a later "
+          "turn finds its name taken and the output is not spilled")
+def _p_spill_named_by_call_id() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(module, "spill_name", _name_by_call_id)
+            for module in (tool_spill, sim_tools, workspace_tools)]

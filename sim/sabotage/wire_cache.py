@@ -1,6 +1,7 @@
 """Broken replays that a provider's prompt cache pays for (a restarted engine that replays the
 prompt it has just built instead of the stored one; earlier turns' rows sent without the
-sidecar they were first sent with), and rewrites that keep a stale sidecar (WIRE-2)."""
+sidecar they were first sent with; an injection stored in the row's content instead of its
+sidecar), and rewrites that keep a stale sidecar (WIRE-2)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,25 @@ sabotage("sidecar_dropped_on_replay", ("WIRE-1",),
          "a row's api_content is sent only in the turn that injected it; later turns replay "
          "the row's bare content, so the bytes before it no longer repeat")(
     _sidecar_only_this_turn)
+
+
+# ---- WIRE-1: the injection goes into the stored row itself -----------------------------------
+
+
+def _injection_in_content() -> list[AbstractContextManager[Any]]:
+    original = prologue.build_turn_context
+
+    async def folded(inp: prologue.TurnInput, deps: prologue.PrologueDeps) -> Any:
+        if inp.injected_context:  # "one text is simpler than a text and its sidecar"
+            text = prologue.compose_api_content(inp.text, inp.injected_context) or inp.text
+            inp = dataclasses.replace(inp, text=text, injected_context=None)
+        return await original(inp, deps)
+    return [mock.patch.object(prologue, "build_turn_context", folded)]
+
+
+sabotage("injection_stored_as_content", ("WIRE-1",),
+         "the user row is built with the per-turn injection folded into its content and no "
+         "sidecar, so the record keeps what only the API copy may carry")(_injection_in_content)
 
 
 # ---- WIRE-2: a rewrite keeps the old sidecar -------------------------------------------------

@@ -45,6 +45,19 @@ def test_wire_checker_finds_a_key_only_the_bytes_carry() -> None:
     assert wire_findings(leaked) == ["call at effect 1: message 0 carries _row_id"]
 
 
+def test_wire_checker_reads_the_body_and_its_tools_beside_the_messages() -> None:
+    """A bookkeeping field of the request, or a private key in a tool definition, leaves
+    the process as surely as one in a message."""
+    request = ProviderRequest(model="m", messages=(Message(role=Role.USER, content="hi"),),
+                              tools=(TOOLS_BY_NAME["read_file"],), prompt_tokens=1)
+    clean = request.body()
+    assert wire_findings(clean) == []
+    assert wire_findings(clean.replace(b'{"messages"', b'{"purpose": "turn", "messages"')) == [
+        "call at effect 1: the body carries purpose"]
+    assert wire_findings(clean.replace(b'"name": "read_file"', b'"name": "read_file", "_kind": 1')) \
+        == ["call at effect 1: tool 0 (read_file) carries _kind"]
+
+
 def test_wire_checker_fails_on_a_missing_or_broken_body() -> None:
     """No body, or one that is not a chat-completions object, is a finding, never a pass."""
     assert wire_findings(b"") == ["call at effect 1: its recorded body is not a JSON object "
