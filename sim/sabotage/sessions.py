@@ -1,8 +1,8 @@
 """Broken session lanes: threads split per user, short ids, an old row left open, a new
 row left to the first turn, the released order in the reference's place, a daily reset at
-midnight, a notice on every message or never, a finalized row closed as an eviction, a
-closed row revived, background processes ignored by expiry and by pruning, a restart
-window read in minutes and a stuck threshold off by one (SES-1..SES-7)."""
+midnight, a kept lane left untouched, a notice on every message or never, a finalized row
+closed as an eviction, a closed row revived, background processes ignored by expiry and by
+pruning, a restart window read in minutes and a stuck threshold off by one (SES-1..SES-7)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hermes_ref import lane_restart, router, session
 from hermes_ref.effects import PutRoute
 from hermes_ref.models import SessionRecord
 from hermes_ref.outcomes import TurnResult
-from hermes_ref.session import Order, Route, SessionSource, Situation
+from hermes_ref.session import Cause, Order, Route, SessionSource, Situation
 from sim.sabotage.base import sabotage
 
 
@@ -87,6 +87,21 @@ def _daily_at_midnight() -> list[AbstractContextManager[Any]]:
 
 sabotage("daily_reset_at_midnight", ("SES-3",),
          "the daily policy resets at midnight whatever the configured hour")(_daily_at_midnight)
+
+
+def _kept_untouched() -> list[AbstractContextManager[Any]]:
+    original = Route.revise
+
+    def revise(self: Route, cause: Cause, at: float, **changes: Any) -> Route:
+        if cause in (Cause.TOUCHED, Cause.RESUMED):
+            changes.pop("updated_at", None)  # "a read is not activity"
+        return original(self, cause, at, **changes)
+    return [mock.patch.object(Route, "revise", revise)]
+
+
+sabotage("kept_lane_not_touched", ("SES-3",),
+         "a message that keeps its lane does not touch it, so the idle clock runs from the "
+         "lane's last reset and an active lane expires as idle")(_kept_untouched)
 
 
 def _notice_every_time() -> list[AbstractContextManager[Any]]:
