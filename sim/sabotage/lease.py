@@ -1,9 +1,11 @@
-"""Broken leases: a turn that runs without one, a refresher that wakes too late or shrugs off
-a loss, a reclaim that waits out a dead holder, a release before the refresher stops, and a
-late start that says nothing."""
+"""Broken leases: a turn that runs without one, a refresher that wakes too late, extends by
+too little or shrugs off a loss, a wait for a busy lease cut to one TTL, a reclaim that
+waits out a dead holder, a release before the refresher stops, and a late start that says
+nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
@@ -50,6 +52,35 @@ def _refresh_every_ttl() -> list[AbstractContextManager[Any]]:
 sabotage("refresh_interval_is_the_ttl", ("LEASE-2",),
          "the refresher waits lease_ttl_s between refreshes instead of lease_refresh_s")(
     _refresh_every_ttl)
+
+
+def _refresh_by_interval() -> list[AbstractContextManager[Any]]:
+    original = lease.keep_lease
+
+    async def short(grant: Lease, interval_s: float, ttl_s: float) -> None:
+        await original(grant, interval_s, interval_s)  # the interval passed where the TTL belongs
+    return [mock.patch.object(lease, "keep_lease", short)]
+
+
+sabotage("refresh_extends_by_the_interval", ("LEASE-2",),
+         "each refresh extends the lease by lease_refresh_s instead of lease_ttl_s, so a "
+         "late refresh finds it expired")(_refresh_by_interval)
+
+
+def _wait_one_ttl() -> list[AbstractContextManager[Any]]:
+    original = prologue._take_lease
+
+    async def impatient(inp: Any, deps: Any, cache: Any, holder: str, now: float,
+                        opening: Any = None) -> Any:
+        limits = deps.limits.model_copy(update={"lease_wait_s_max": deps.limits.lease_ttl_s})
+        return await original(inp, dataclasses.replace(deps, limits=limits), cache, holder,
+                              now, opening)
+    return [mock.patch.object(prologue, "_take_lease", impatient)]
+
+
+sabotage("lease_wait_is_one_ttl", ("LEASE-2",),
+         "a turn waits for a busy lease only lease_ttl_s, not lease_wait_s_max, before it "
+         "gives up")(_wait_one_ttl)
 
 
 # ---- LEASE-3: a dead holder's lease is only reclaimed once it expires -----------------------
