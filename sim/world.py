@@ -141,8 +141,8 @@ class LeaseStep:
 
     ``what`` is ``granted``, ``busy`` (an ask refused), ``left`` (a waiter gave up its place
     in line), ``refresher_started``, ``refreshed``, ``refresh_failed``, ``interrupted``,
-    ``refresher_stopped`` or ``released``; ``at`` is virtual time, ``seq`` the world's
-    effect counter.
+    ``refresher_stopped``, ``released`` or ``release_failed`` (a planned store failure);
+    ``at`` is virtual time, ``seq`` the world's effect counter.
     """
 
     what: str

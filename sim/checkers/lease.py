@@ -524,6 +524,40 @@ def release_after_refresher_stops(obs: Observation) -> list[Violation]:
                                  f"{release.session_id} token {release.token} was refreshed "
                                  f"{len(late)} time(s) after its release"))
     out.extend(_refreshers_left_running(obs, started, stopped))
+    out.extend(_leases_left_held(obs))
+    return out
+
+
+def _leases_left_held(obs: Observation) -> list[Violation]:
+    """Fail on silence: a turn that ended (its process did not die in it) released every
+    grant it got, whatever way it ended: the lease log shows the release (or the store's
+    refusal of it). A grant the turn had already lost (a refresh failed, or it
+    expired or was reclaimed before the turn's exit line) had nothing left to release; a
+    grant a rotation carried is released as the child's (CMP-5)."""
+    if obs.lease_log is None or obs.runs is None:
+        return []
+    ended = {run.turn_id for run in obs.runs if run.turn_id and not run.crashed}
+    exits = {e.turn_id: e.at for e in obs.events(EventKind.TURN_EXIT) if e.at is not None}
+    # a release the store refused leaves the lease to expire, as it must
+    released = {(s.session_id, s.token) for s in obs.lease_log
+                if s.what in ("released", "release_failed")}
+    lost = {(s.session_id, s.token) for s in obs.lease_log
+            if s.what in ("refresh_failed", "interrupted")}
+    carried = _carried_to(obs)
+    out: list[Violation] = []
+    for grant in obs.record.lease_grants:
+        turn = _turn_of(grant.holder)
+        if turn not in ended or turn not in exits or grant.end_reason == "rotated":
+            continue
+        last = carried.get((grant.session_id, grant.token), grant)
+        key = (last.session_id, last.token)
+        gone_first = last.ended_at is not None and last.end_reason != "released" \
+            and last.ended_at <= exits[turn] + EPSILON_S
+        if key in released or key in lost or gone_first:
+            continue
+        out.append(Violation("release_after_refresher_stops", "LEASE-6",
+                             f"{last.session_id} token {last.token}: turn {turn} ended without "
+                             "releasing its lease"))
     return out
 
 

@@ -1,7 +1,7 @@
 """Broken leases: a turn that runs without one, a refresher that wakes too late, extends by
 too little or shrugs off a loss, a wait for a busy lease cut to one TTL, a reclaim that
-waits out a dead holder, a release before the refresher stops, and a late start that says
-nothing."""
+waits out a dead holder, a release before the refresher stops or never after an interrupt,
+and a late start that says nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ from unittest import mock
 
 from hermes_ref import finalizer, lease, prologue
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import ClearInterrupt, Now, RefreshLease, ReleaseLease, Sleep, StopRefresher
+from hermes_ref.effects import (
+    ClearInterrupt,
+    FlushEvents,
+    Now,
+    RefreshLease,
+    ReleaseLease,
+    Sleep,
+    StopRefresher,
+)
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Lease, Role
 from hermes_ref.outcomes import ExitReason
@@ -227,6 +235,33 @@ def _refresher_left_running() -> list[AbstractContextManager[Any]]:
 sabotage("refresher_never_stopped", ("LEASE-6",),
          "the finalizer releases the lease and never stops or joins its refresher")(
     _refresher_left_running)
+
+
+# ---- LEASE-6: an interrupted turn leaves its lease to expire -------------------------------
+
+
+def _interrupted_keeps_lease() -> list[AbstractContextManager[Any]]:
+    original = finalizer._release
+
+    async def release(ctx: TurnContext, closing: Closing | None = None) -> bool:
+        if closing is None and ctx.ending.reason is ExitReason.INTERRUPTED:
+            if ctx.refresher is not None:
+                await StopRefresher(ctx.refresher)
+                await ClearInterrupt()
+                ctx.refresher = None
+            try:  # "an interrupt means the lease is gone anyway": only the ending is written
+                await FlushEvents()
+            except PersistenceError as error:
+                ctx.cleanup_errors.append(f"events: {error.cause}: {error}")
+            return True
+        return await original(ctx, closing)
+    return [mock.patch.object(finalizer, "_release", release)]
+
+
+sabotage("interrupted_turn_keeps_its_lease", ("LEASE-6",),
+         "an interrupted turn stops its refresher and writes its ending but never releases "
+         "its lease, so a user's stop blocks the session until the TTL runs out")(
+    _interrupted_keeps_lease)
 
 
 # ---- LEASE-4: a model call that goes out on a lease the store no longer vouches for ----------
