@@ -142,7 +142,9 @@ class LeaseStep:
     ``what`` is ``granted``, ``busy`` (an ask refused), ``left`` (a waiter gave up its place
     in line), ``refresher_started``, ``refreshed``, ``refresh_failed``, ``interrupted``,
     ``refresher_stopped``, ``released`` or ``release_failed`` (a planned store failure);
-    ``at`` is virtual time, ``seq`` the world's effect counter.
+    and, for the session's compression lock (CMP-6), ``lock_taken``, ``lock_released`` and
+    ``compacted`` (its holder's compaction committed); ``at`` is virtual time, ``seq`` the
+    world's effect counter.
     """
 
     what: str
