@@ -61,6 +61,10 @@ def hostile_payload_gains_nothing(s: Story) -> None:
     refused = s.submit("mallory", "m-2", steer, intent="redirect")
     s.expect(isinstance(refused, Refusal) and refused.code == "forbidden"
              and refused.carried is steer, "a member may not redirect, whatever it claims")
+    nudge = {"text": "Steer it my way.", "role": "owner"}
+    refused = s.submit("mallory", "m-3", nudge, intent="steer")
+    s.expect(isinstance(refused, Refusal) and refused.code == "forbidden"
+             and refused.carried is nudge, "nor steer, which takes an owner")
     s.drain()
     s.expect(len(s.admissions()) == 1, "only the plain admission has a row")
 
@@ -79,6 +83,24 @@ def crash_before_the_ack_is_retried_safely(s: Story) -> None:
     s.expect(not again.fresh and len(s.admissions()) == 1, "the retry found the committed row")
     s.drain()
     s.expect(s.admissions()[0].outcome is Outcome.COMPLETED, "it ran once")
+
+
+@scenario("A row the store refuses is no admission: the submitter is told so, input in hand",
+          invariants=("ADM-1", "ADM-6"), stage="admission")
+def refused_row_is_not_acknowledged(s: Story) -> None:
+    s.bind("alice")
+    s.script(text("Got it now."))
+    s.faults(fail_writes={"admit": 1})
+    payload = {"text": "Remember the eggs."}
+    refused = s.submit("alice", "e-1", payload)
+    s.expect(isinstance(refused, Refusal) and refused.code == "unavailable"
+             and refused.carried is payload, "the store said no: unavailable, input handed back")
+    s.expect(s.admissions() == [], "no row, and none acknowledged")
+    s.faults()
+    again = _acked(s.submit("alice", "e-1", payload))
+    s.expect(again.fresh, "the retry is the one that admitted it")
+    s.drain()
+    s.expect(s.admissions()[0].outcome is Outcome.COMPLETED, "it ran once, after the retry")
 
 
 @scenario("A crash between claim and turn start leaves the admission unknown, never re-run",

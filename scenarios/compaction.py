@@ -191,6 +191,20 @@ def summary_failure_cools_down_and_manual_bypasses(s: Story) -> None:
     s.expect(result is not None and result.final_response == "Compacted and here.", "answered")
 
 
+@scenario("A summary that times out starts the cooldown as a failed one does",
+          invariants=("CMP-4",), stage="compaction")
+def summary_timeout_cools_down(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW)
+    provider = s.script(text("Noted."), text("Still here."), text("Still here, again."))
+    provider.summarizer.fail(ProviderTimeout("the summarizer did not answer in time"))
+    s.turn("Here is where we are.", history=chat(19))
+    s.turn(long_question(19))
+    s.expect(len(s.world.summary_calls) == 1 and s.world.summary_calls[0].error is not None,
+             "the summary timed out and the request, which fit the window, was sent")
+    s.turn("One more short question.")
+    s.expect(len(s.world.summary_calls) == 1, "no compaction inside the cooldown")
+
+
 @scenario("Two ineffective passes block automatic compaction for the session",
           invariants=("CMP-4", "CTX-6"), stage="compaction")
 def ineffective_passes_block_automatic_compaction(s: Story) -> None:

@@ -81,7 +81,7 @@ def fallback_preflight_loses_the_lease(s: Story) -> None:
 
 @scenario("Turns waiting for a lease lose their places in line while their process is "
           "frozen, and rejoin in the order they ask again (explored seed 326)",
-          invariants=("LEASE-1",), stage="explore")
+          invariants=("LEASE-1", "LEASE-2"), stage="explore")
 def frozen_waiters_rejoin_the_line(s: Story) -> None:
     """Five terminal turns ask for ``t-1``'s lease; the second holds it reading the slow
     build log when the process freezes 400 s. Every waiter goes two polls without asking,

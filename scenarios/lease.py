@@ -88,6 +88,23 @@ def long_tool_batch_keeps_its_lease(s: Story) -> None:
              "the grant was renewed past the batch and released at the end")
 
 
+@scenario("A turn the user stops gives its lease back: the next message runs at once",
+          invariants=("LEASE-6", "FIN-4"), stage="lease")
+def stopped_turn_releases_its_lease(s: Story) -> None:
+    s.limits(stream_replies=False, lease_wait_s_max=60.0, lease_poll_s=1.0)
+    s.script(text("Too late."), text("Here now."))
+    s.delay_reply(1, 30.0)
+    s.interrupt(after_s=10.0)
+    stopped = s.turn("Take your time.")
+    s.expect(stopped is not None and stopped.exit_reason is ExitReason.INTERRUPTED,
+             "the user stopped it")
+    again = s.turn("Quickly, then.")
+    s.expect(again is not None and again.final_response == "Here now.",
+             "the next turn got the lease without waiting out the TTL")
+    grants = s.world.store.snapshot().lease_grants
+    s.expect(grants[0].end_reason == "released", "the stopped turn's grant was released")
+
+
 @scenario("A lease that cannot be refreshed stops the turn at once: no call after the loss",
           invariants=("LEASE-4", "LOOP-3", "FIN-5"), stage="lease")
 def unrefreshable_lease_interrupts_the_turn(s: Story) -> None:

@@ -49,6 +49,21 @@ def lanes_follow_the_isolation_defaults(s: Story) -> None:
     s.expect(_key(s, DM) == "agent:main:telegram:dm:99", "a DM with a chat id has no participant")
 
 
+@scenario("With per-user threads on, each participant of a thread has a lane of their own",
+          invariants=("SES-1",), stage="session")
+def threads_split_when_the_setting_says_so(s: Story) -> None:
+    s.limits(thread_sessions_per_user=True)
+    _answers(s, 2)
+    thread = {"chat_type": "group", "chat_id": "-1002285219667", "thread_id": "17585"}
+    alice = SessionSource(platform="telegram", participant="alice", **thread)
+    bob = SessionSource(platform="telegram", participant="bob", **thread)
+    s.message(alice, "In the thread.")
+    s.message(bob, "Me too.")
+    s.expect(_key(s, bob) == "agent:main:telegram:group:-1002285219667:17585:bob",
+             "Bob's own lane in the thread")
+    s.expect(_sid(s, alice) != _sid(s, bob), "two incarnations")
+
+
 @scenario("With per-user groups off, a whole group shares one lane",
           invariants=("SES-1",), stage="session")
 def shared_groups_are_one_lane(s: Story) -> None:
@@ -328,3 +343,19 @@ def daily_policy_resets_at_the_hour(s: Story) -> None:
     route = s.route_of(DM)
     s.expect(route is not None and route.session_id != first
              and route.auto_reset_reason == "daily", "05:00: last active before 04:00, reset")
+
+
+@scenario("Within the reset hour itself the daily boundary has passed: 03:50, then 04:10, "
+          "is a new day",
+          invariants=("SES-3",), stage="session")
+def daily_boundary_inside_the_reset_hour(s: Story) -> None:
+    s.limits(session_reset_mode="daily", session_reset_at_hour=4)
+    _answers(s, 2)
+    s.advance(3 * 3600 + 50 * 60)
+    s.message(DM, "At ten to four.")
+    first = _sid(s, DM)
+    s.advance(20 * 60)
+    s.message(DM, "At ten past four.")
+    route = s.route_of(DM)
+    s.expect(route is not None and route.session_id != first
+             and route.auto_reset_reason == "daily", "04:10: last active at 03:50, reset")

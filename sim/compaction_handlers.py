@@ -48,6 +48,8 @@ class CompactionHandlers:
                                   effect.holder, effect.now, effect.ttl_s)
         self.world.timeline.add("lock", f"{effect.session_id} "
                                 f"{'taken by' if taken else 'REFUSED to'} {_who(effect.holder)}")
+        if taken:
+            self._log_lock("lock_taken", effect.session_id, effect.holder)
         if taken and effect.session_id in self.world.lock_stalls:
             self._stall_holding(effect.session_id, self.world.lock_stalls.pop(effect.session_id))
         return taken
@@ -67,6 +69,16 @@ class CompactionHandlers:
         self._write(self.world.store.release_compression_lock, effect.session_id,
                     effect.holder, effect.now)
         self.world.timeline.add("unlock", f"{effect.session_id} by {_who(effect.holder)}")
+        self._log_lock("lock_released", effect.session_id, effect.holder)
+
+    def _log_lock(self, what: str, session_id: str, holder: str, token: int = 0) -> None:
+        """CMP-6: the compression lock's holder took it, gave it back, or compacted, in the
+        world's effect order (the durable lock log has only times, which one instant shares)."""
+        from sim.world import LeaseStep
+
+        world = self.world
+        world.lease_log.append(LeaseStep(what, session_id, holder, token, world.clock.now(),
+                                         world.effects_performed))
 
     def _compact(self, effect: fx.CompactSession) -> Compacted:
         self._fail_if_planned(effect.site)
@@ -85,6 +97,7 @@ class CompactionHandlers:
         else:
             text = f"{effect.session_id} in place ({len(done.rows)} rows, the rest archived)"
         self.world.timeline.add(str(effect.site), text)
+        self._log_lock("compacted", effect.session_id, done.lease.holder, effect.lease_token)
         return done
 
 

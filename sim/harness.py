@@ -239,8 +239,10 @@ class Story:
         ids = world.minted_turns[minted:]
         args = (session, text, ids[0] if ids else None, result is None,
                 world.write_failures - failures)
-        world.runs.append(TurnRun(*args) if history is None else
-                          CallerHistoryRun(*args, caller=history, held=held, rows_before=before))
+        retry = result.retryable if result is not None else None
+        world.runs.append(TurnRun(*args, retryable=retry) if history is None else
+                          CallerHistoryRun(*args, retryable=retry, caller=history, held=held,
+                                           rows_before=before))
         self._last = result
         if result is not None:
             world.timeline.add("result", f"{result.exit_reason.value} final={_brief(result.final_response)}")
@@ -472,7 +474,8 @@ class Story:
             result = None
         ids = world.minted_turns[minted:]
         world.runs.append(TurnRun(inp.session_id, inp.text, ids[0] if ids else None,
-                                  result is None, world.write_failures - failures))
+                                  result is None, world.write_failures - failures,
+                                  result.retryable if result is not None else None))
         self._last = result
         if result is not None:
             world.timeline.add("result", f"{result.exit_reason.value} "

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from hermes_ref import effects as fx
 from hermes_ref import lease as lease_rules
 from hermes_ref.effects import Site
-from hermes_ref.errors import LeaseLost, TurnInterrupted
+from hermes_ref.errors import LeaseLost, PersistenceError, TurnInterrupted
 from hermes_ref.models import Closed, Closing, Event, EventKind, Lease, LeaseGrant
 
 if TYPE_CHECKING:
@@ -125,7 +125,11 @@ class LeaseHandlers:
                                      acquired_at=0.0, expires_at=0.0))
 
     def _release_lease(self, effect: fx.ReleaseLease) -> None:
-        self._fail_if_planned(Site.RELEASE)
+        try:
+            self._fail_if_planned(Site.RELEASE)
+        except PersistenceError:
+            self.log_lease("release_failed", effect.lease)  # the store refused it (LEASE-6)
+            raise
         self._write(self.world.store.release_lease, effect.lease)
         self.world.timeline.add("write", f"release   token {effect.lease.token}")
         self.log_lease("released", effect.lease)
@@ -154,8 +158,7 @@ class LeaseHandlers:
         finally:
             seqs.settle_closing(closing, committed)
         self._narrate_closed(closing, closed, lease)
-        if closed.release_failure is None:
-            self.log_lease("released", lease)
+        self.log_lease("released" if closed.release_failure is None else "release_failed", lease)
         return closed
 
     def _narrate_closed(self, closing: Closing, closed: Closed, lease: Lease) -> None:

@@ -76,7 +76,8 @@ class TurnRun:
     """One turn the harness asked a process to run, as the world saw it (not the engine).
 
     The turn id is the one the world minted while the turn ran; ``crashed`` says the
-    process died during it; ``write_failures`` counts store writes the world failed.
+    process died during it; ``write_failures`` counts store writes the world failed;
+    ``retryable`` is what the result the caller got said of a retry (LEASE-5).
     """
 
     session_id: str
@@ -84,6 +85,7 @@ class TurnRun:
     turn_id: str | None
     crashed: bool
     write_failures: int = 0
+    retryable: bool | None = None  # what the caller's result said (None: no result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +143,10 @@ class LeaseStep:
 
     ``what`` is ``granted``, ``busy`` (an ask refused), ``left`` (a waiter gave up its place
     in line), ``refresher_started``, ``refreshed``, ``refresh_failed``, ``interrupted``,
-    ``refresher_stopped`` or ``released``; ``at`` is virtual time, ``seq`` the world's
-    effect counter.
+    ``refresher_stopped``, ``released`` or ``release_failed`` (a planned store failure);
+    and, for the session's compression lock (CMP-6), ``lock_taken``, ``lock_released`` and
+    ``compacted`` (its holder's compaction committed); ``at`` is virtual time, ``seq`` the
+    world's effect counter.
     """
 
     what: str

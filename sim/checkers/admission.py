@@ -146,9 +146,20 @@ def inputs_come_through_the_door(obs: Observation) -> list[Violation]:
 # ---- ADM-2: authority from the binding -----------------------------------------------------
 
 
+# What each bound role may ask for, restated here (not read from the engine's table, so a
+# widened table cannot also widen its judge): a member queues, an owner may also steer, an
+# operator may also redirect.
+ROLE_MAY: dict[str, frozenset[str]] = {
+    "member": frozenset({"queue"}),
+    "owner": frozenset({"queue", "steer"}),
+    "operator": frozenset({"queue", "steer", "redirect"}),
+}
+
+
 @checker("authority_from_binding", ("ADM-2",),
          "every admission's role and principal kind are its durable binding's, and its "
-         "intent is one that role may use")
+         "intent is one that role may use; an internal event is admitted only from a "
+         "principal bound as that kind")
 def authority_from_binding(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     bindings = {(b.principal_id, b.session_id): b for b in obs.record.bindings}
@@ -161,11 +172,23 @@ def authority_from_binding(obs: Observation) -> list[Violation]:
             problem = f"was admitted as {row.role.value}, but the binding says {binding.role.value}"
         elif row.principal_kind is not binding.kind:
             problem = f"came as {row.principal_kind.value}, bound as {binding.kind.value}"
-        elif row.intent not in admission.ROLE_INTENTS[binding.role]:
+        elif row.intent.value not in ROLE_MAY.get(binding.role.value, frozenset()):
             problem = f"asked to {row.intent.value}, which a {binding.role.value} may not"
         else:
             continue
         out.append(Violation("authority_from_binding", "ADM-2", f"{where} {problem}"))
+    for rec in _acks(obs):  # the kind an internal event claims is the submitter's say-so
+        sub, answer = rec.submitted, rec.answer
+        claimed = getattr(sub, "kind", None)
+        if claimed is None or not isinstance(answer, Ack):
+            continue
+        binding = bindings.get((answer.principal_id, answer.session_id))
+        if binding is None or binding.kind.value != str(claimed):
+            bound = binding.kind.value if binding is not None else "nothing"
+            out.append(Violation("authority_from_binding", "ADM-2",
+                                 f"a {claimed} event from {answer.principal_id} was admitted "
+                                 f"as {answer.admission_id}, but the principal is bound as "
+                                 f"{bound}"))
     return out
 
 
@@ -203,6 +226,28 @@ def one_request_one_row(obs: Observation) -> list[Violation]:
         if isinstance(answer, Refusal) and answer.code == "admission_conflict" and (
                 not found or found[0].payload_digest == digest):
             out.append(_v3(f"request {_key(rec)} was refused as a conflict without one"))
+    out.extend(_stale_fresh_acks(obs))
+    return out
+
+
+def _stale_fresh_acks(obs: Observation) -> list[Violation]:
+    """An ack says ``fresh`` only for the submission that inserted its row: once an earlier
+    answer of the same request (an ack, or a submission whose process died before it
+    answered) saw the row committed, a later ack of it is the existing admission."""
+    out: list[Violation] = []
+    seen: dict[tuple[str, str, str], list[int]] = defaultdict(list)  # marks of earlier answers
+    by_id = _by_id(obs)
+    for rec in _acks(obs):
+        sub, answer = rec.submitted, rec.answer
+        if sub is None:
+            continue
+        key = (str(sub.principal_id), str(sub.session_id), str(sub.request_id))
+        row = by_id.get(answer.admission_id) if isinstance(answer, Ack) else None
+        if isinstance(answer, Ack) and answer.fresh and row is not None \
+                and any(mark >= row.seq for mark in seen[key]):
+            out.append(_v3(f"request {_key(rec)} was acknowledged as a fresh admission, but "
+                           f"its row {row.admission_id} was committed before it was submitted"))
+        seen[key].append(rec.mark)
     return out
 
 
@@ -406,3 +451,47 @@ def refusal_hands_input_back(obs: Observation) -> list[Violation]:
                                  f"submission {_key(rec)} was refused ({answer.code}) "
                                  "but admitted all the same"))
     return out
+
+
+# ---- ADM-5 / ADM-6: a settle tells how its turn ended ---------------------------------------
+
+
+@checker("settled_as_its_turn_ended", ("ADM-5", "ADM-6"),
+         "a settled admission's outcome is how its turn ended, as the turn's own exit and "
+         "completion events record it: a refused turn's input was handed back (rejected), "
+         "an interrupted turn is interrupted, a failed one failed, only the rest completed")
+def settled_as_its_turn_ended(obs: Observation) -> list[Violation]:
+    """Read from the event log the turn left durably (its exit line and completion), never
+    from the settle itself. A settled admission whose turn left neither is a violation: the
+    settle then told something nobody recorded."""
+    exits = {e.turn_id: e for e in obs.events("turn.exit")}
+    completions = {e.turn_id: e for e in obs.events("turn.completed")}
+    out: list[Violation] = []
+    for row in obs.record.admissions:
+        if row.settled_via is not Move.SETTLE or row.turn_id is None:
+            continue
+        where = f"admission {row.admission_id} (turn {row.turn_id})"
+        exit_line, completion = exits.get(row.turn_id), completions.get(row.turn_id)
+        if exit_line is None or completion is None:
+            out.append(_v5s(f"{where} was settled {row.outcome}, but its turn left no "
+                            "exit line and completion"))
+            continue
+        if completion.data.get("carried_input") is not None:
+            want, invariant = Outcome.REJECTED, "ADM-6"
+        elif exit_line.data.get("reason") == "interrupted":
+            want, invariant = Outcome.INTERRUPTED, "ADM-5"
+        elif completion.data.get("failed"):
+            want, invariant = Outcome.FAILED, "ADM-5"
+        else:
+            want, invariant = Outcome.COMPLETED, "ADM-5"
+        if row.outcome is not want:
+            if want is Outcome.REJECTED or row.outcome is Outcome.REJECTED:
+                invariant = "ADM-6"
+            out.append(Violation("settled_as_its_turn_ended", invariant,
+                                 f"{where} was settled {row.outcome}, but its turn ended "
+                                 f"{want.value} ({exit_line.data.get('reason')})"))
+    return out
+
+
+def _v5s(message: str) -> Violation:
+    return Violation("settled_as_its_turn_ended", "ADM-5", message)

@@ -32,11 +32,12 @@ from sim.checkers.compaction_record import (
     scaffolding_tokens,
     smallest_window,
     summary_of,
+    tail_tokens,
     threshold_tokens,
     tokens_of,
     tokens_sent,
 )
-from sim.checkers.compaction_split import prunable
+from sim.checkers.compaction_split import prunable, split
 from sim.checkers.compaction_streak import blind_passes
 from sim.checkers.loop_fire import interrupted
 from sim.checkers.wire import sent_messages
@@ -56,8 +57,33 @@ def _prunable_saving(step: Pass, limits: Limits) -> int:
                for row, text in prunable(tuple(step.before), limits))
 
 
+def _kept_tail(before: list[Message], after: list[Message]) -> int:
+    """How many of ``before``'s last messages ``after`` ends with, unchanged, after its
+    summary (the summary itself is never one of them)."""
+    count = 0
+    while count < len(before) and count < len(after) \
+            and not is_summary(after[-1 - count]) \
+            and _key(after[-1 - count]) == _key(before[-1 - count]):
+        count += 1
+    return count
+
+
+def _tail_allowance(before: list[Message], limits: Limits) -> int:
+    """The most messages the tail may keep: the spec's split of the list as pruning leaves
+    it (``compaction_split``, the catalog's threshold × target ratio), plus one for the
+    turn's own message when it stood just before the tail (lifted, it is kept there too).
+    A retry's scaffolding, which the record does not show, could only have made the tail
+    shorter."""
+    texts = {id(row): text for row, text in prunable(tuple(before), limits)}
+    pruned = tuple(row.model_copy(update={"content": texts[id(row)], "api_content": None})
+                   if id(row) in texts else row for row in before)
+    _, start = split(pruned, limits)
+    return len(before) - start + 1
+
+
 @checker("compaction_shape", ("CMP-2",),
-         "a compaction keeps the protected head and a tail of at least [8] messages, replaces "
+         "a compaction keeps the protected head and a tail of at least [8] messages and no "
+         "more than its token budget allows over them, replaces "
          "the middle with one summary the auxiliary model wrote (updating an earlier one), and "
          "summarizes only when pruning old tool outputs would not have been enough; a pass "
          "whose list has a middle past the head and the tail's budget summarizes it")
@@ -84,6 +110,10 @@ def compaction_shape(obs: Observation) -> list[Violation]:
         floor = min(len(before), limits.compression_tail_floor_messages)
         if [_key(m) for m in after[-floor:]] != [_key(m) for m in before[-floor:]]:
             bad(step, f"did not keep the last {floor} messages as they were")
+        kept, budget = _kept_tail(before, after), _tail_allowance(before, limits)
+        if kept > budget:
+            bad(step, f"kept the last {kept} messages as they were, past the tail's budget of "
+                f"{tail_tokens(limits)} tokens over its floor ({budget} messages)")
         if not any(is_summary(m) for m in before):
             head = before[:limits.compression_protect_first]
             if [_key(m) for m in after[:len(head)]] != [_key(m) for m in head]:

@@ -12,7 +12,8 @@ from what the engine says of itself:
   lease (a turn that goes ahead without it is the "fail open" bug); grants of one session
   never overlap.
 * LEASE-2: every grant's holder names pid, pid namespace, turn and platform; while a turn
-  holds its lease, refreshes come at least every ``lease_refresh_s``.
+  holds its lease, refreshes come at least every ``lease_refresh_s``, and each grant or
+  refresh runs ``lease_ttl_s``; a turn gives up waiting only after ``lease_wait_s_max``.
 * LEASE-3: a lease is taken only when it is free, expired or its holder is dead; a dead
   holder's lease is not left standing in a waiter's way.
 * LEASE-4: nothing a turn does happens after its grant stopped being live.
@@ -338,7 +339,8 @@ def _steps(obs: Observation, what: str) -> list[LeaseStep]:
 
 @checker("lease_kept_alive", ("LEASE-2",),
          "every holder names pid, pid namespace, turn and platform; a held lease is "
-         "refreshed at least every lease_refresh_s until its refresher stops")
+         "refreshed at least every lease_refresh_s until its refresher stops, each grant and "
+         "refresh for lease_ttl_s; a turn gives up on a busy lease only after lease_wait_s_max")
 def lease_kept_alive(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     for grant in obs.record.lease_grants:
@@ -372,6 +374,62 @@ def lease_kept_alive(obs: Observation) -> list[Violation]:
             out.append(Violation("lease_kept_alive", "LEASE-2",
                                  f"{grant.session_id} token {grant.token} ({grant.holder}) went "
                                  f"{gap:g} s without a refresh (every {interval:g} s is due)"))
+    out.extend(_short_grants(obs))
+    out.extend(_waits_cut_short(obs))
+    return out
+
+
+def _short_grants(obs: Observation) -> list[Violation]:
+    """Each grant and each refresh runs ``lease_ttl_s`` from its own instant: the grant's
+    stored expiry is its last beat (its acquisition or the last refresh the world saw)
+    plus the TTL. A refresh reads the clock just before it writes, so the expiry may lag
+    the logged beat a little, never by a whole refresh interval."""
+    out: list[Violation] = []
+    ttl, slack = obs.limits.lease_ttl_s, obs.limits.lease_refresh_s
+    carried = {(g.session_id, g.token) for g in obs.record.lease_grants
+               if g.end_reason == "rotated"}
+    refreshed: dict[tuple[str, int], float] = {}
+    for step in _steps(obs, "refreshed"):
+        key = (step.session_id, step.token)
+        refreshed[key] = max(refreshed.get(key, step.at), step.at)
+    for grant in obs.record.lease_grants:
+        key = (grant.session_id, grant.token)
+        if key in carried:
+            continue  # its expiry went on in the child's grant (CMP-5)
+        beat = max(grant.acquired_at, refreshed.get(key, grant.acquired_at))
+        if grant.expires_at < beat + ttl - slack - EPSILON_S:
+            out.append(Violation("lease_kept_alive", "LEASE-2",
+                                 f"{grant.session_id} token {grant.token} was last granted or "
+                                 f"refreshed at {beat - grant.acquired_at:g} s and expires "
+                                 f"{grant.expires_at - beat:g} s later (the TTL is {ttl:g} s)"))
+    return out
+
+
+def _waits_cut_short(obs: Observation) -> list[Violation]:
+    """A turn that gave up on a busy lease (``session_turn_lease_timeout``) waited the whole
+    ``lease_wait_s_max`` from its first ask (less one poll: the ask may lag the turn's
+    start), as the world's lease log shows: a turn that gives up sooner refuses a user who
+    was promised the wait. (How much longer it may wait is not judged here: a clock jump or
+    a frozen process stretches any wait.)"""
+    out: list[Violation] = []
+    first: dict[tuple[str, str], float] = {}
+    for step in obs.lease_log or ():
+        turn = _turn_of(step.holder)
+        if step.what in ("busy", "granted") and turn is not None:
+            first.setdefault((step.session_id, turn), step.at)
+    wait = obs.limits.lease_wait_s_max - obs.limits.lease_poll_s  # its first ask may lag
+    for event in obs.events(EventKind.TURN_EXIT):
+        if event.data.get("reason") != "session_turn_lease_timeout" or event.at is None:
+            continue
+        began = first.get((event.session_id, event.turn_id))
+        if began is None:
+            continue
+        waited = event.at - began
+        if waited < wait - EPSILON_S:
+            out.append(Violation("lease_kept_alive", "LEASE-2",
+                                 f"turn {event.turn_id} of {event.session_id} gave up on the "
+                                 f"lease {waited:g} s after it first asked (the wait "
+                                 f"is {obs.limits.lease_wait_s_max:g} s)"))
     return out
 
 
@@ -466,6 +524,40 @@ def release_after_refresher_stops(obs: Observation) -> list[Violation]:
                                  f"{release.session_id} token {release.token} was refreshed "
                                  f"{len(late)} time(s) after its release"))
     out.extend(_refreshers_left_running(obs, started, stopped))
+    out.extend(_leases_left_held(obs))
+    return out
+
+
+def _leases_left_held(obs: Observation) -> list[Violation]:
+    """Fail on silence: a turn that ended (its process did not die in it) released every
+    grant it got, whatever way it ended: the lease log shows the release (or the store's
+    refusal of it). A grant the turn had already lost (a refresh failed, or it
+    expired or was reclaimed before the turn's exit line) had nothing left to release; a
+    grant a rotation carried is released as the child's (CMP-5)."""
+    if obs.lease_log is None or obs.runs is None:
+        return []
+    ended = {run.turn_id for run in obs.runs if run.turn_id and not run.crashed}
+    exits = {e.turn_id: e.at for e in obs.events(EventKind.TURN_EXIT) if e.at is not None}
+    # a release the store refused leaves the lease to expire, as it must
+    released = {(s.session_id, s.token) for s in obs.lease_log
+                if s.what in ("released", "release_failed")}
+    lost = {(s.session_id, s.token) for s in obs.lease_log
+            if s.what in ("refresh_failed", "interrupted")}
+    carried = _carried_to(obs)
+    out: list[Violation] = []
+    for grant in obs.record.lease_grants:
+        turn = _turn_of(grant.holder)
+        if turn not in ended or turn not in exits or grant.end_reason == "rotated":
+            continue
+        last = carried.get((grant.session_id, grant.token), grant)
+        key = (last.session_id, last.token)
+        gone_first = last.ended_at is not None and last.end_reason != "released" \
+            and last.ended_at <= exits[turn] + EPSILON_S
+        if key in released or key in lost or gone_first:
+            continue
+        out.append(Violation("release_after_refresher_stops", "LEASE-6",
+                             f"{last.session_id} token {last.token}: turn {turn} ended without "
+                             "releasing its lease"))
     return out
 
 

@@ -292,6 +292,29 @@ def one_compressor_at_a_time(obs: Observation) -> list[Violation]:
             out.append(Violation("one_compressor_at_a_time", "CMP-6",
                                  f"{done.session_id} was compacted at {done.at:g} by "
                                  f"{done.holder}, which did not hold its compression lock"))
+    out.extend(_compacted_under_the_lock(obs))
+    return out
+
+
+def _compacted_under_the_lock(obs: Observation) -> list[Violation]:
+    """The same, in the world's effect order: a lock given back and a compaction written at
+    one instant share a time, so the durable spans cannot tell which came first. The holder's
+    last lock step before its compaction must be a take, not a release (fail on silence: a
+    compaction with no take before it at all is one)."""
+    if obs.lease_log is None:
+        return []
+    last: dict[tuple[str, str], str] = {}
+    out: list[Violation] = []
+    for step in obs.lease_log:
+        key = (step.session_id, step.holder)
+        if step.what in ("lock_taken", "lock_released"):
+            last[key] = step.what
+        elif step.what == "compacted" and last.get(key) != "lock_taken":
+            out.append(Violation("one_compressor_at_a_time", "CMP-6",
+                                 f"{step.session_id} was compacted by {step.holder} at effect "
+                                 f"{step.seq}, after it had "
+                                 f"{'given back' if key in last else 'never taken'} the "
+                                 "session's compression lock"))
     return out
 
 

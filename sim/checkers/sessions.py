@@ -206,6 +206,11 @@ def resolution_priority(obs: Observation) -> list[Violation]:
         elif want == "resume" and r.resume_pending:
             out.append(Violation("resolution_priority", "SES-3",
                                  f"{r.key} r{r.revision}: resumed but resume_pending is still set"))
+        elif want in ("keep", "resume") and r.updated_at != r.at:
+            # a kept lane is touched by the message: its idle clock starts again at r.at
+            out.append(Violation("resolution_priority", "SES-3",
+                                 f"{r.key} r{r.revision}: kept the lane but left it last "
+                                 f"active {r.at - r.updated_at:g} s before the message"))
     return out
 
 

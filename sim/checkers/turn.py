@@ -45,8 +45,8 @@ from sim.world import CallRecord
 
 
 @checker("refusal_is_not_loss", ("LEASE-5",),
-         "a turn whose message never became durable hands back the user's own text; "
-         "a refused turn writes nothing")
+         "a turn whose message never became durable hands back the user's own text, and its "
+         "caller is told it may retry; a refused turn writes nothing")
 def refusal_is_not_loss(obs: Observation) -> list[Violation]:
     out = []
     for view in obs.ended_turns():
@@ -60,6 +60,9 @@ def refusal_is_not_loss(obs: Observation) -> list[Violation]:
         if carried is None or (wanted is not None and carried != wanted):
             out.append(_v5(f"turn {view.key} did not record the user's message and handed back "
                            f"{carried!r} instead of it"))
+        elif view.run is not None and view.run.retryable is False:
+            out.append(_v5(f"turn {view.key} handed the user's message back, but its caller "
+                           "was told not to retry it"))
     return out
 
 

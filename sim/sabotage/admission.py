@@ -1,7 +1,9 @@
-"""Broken admission doors: an ack before its commit, a role read from the payload, a digest
-ignored, a newest-first claim, a queue that does not pause, recovery that re-queues or
-suspects the queue, a refusal that drops the input, every turn settled as completed, and a
-recovery that takes a live process's admissions."""
+"""Broken admission doors: an ack before its commit or for a row the store refused, a role
+read from the payload, a member allowed to steer, an internal event's kind taken on its
+word, a digest ignored, a resubmission acknowledged as fresh, a newest-first claim, a queue
+that does not pause, recovery that re-queues or suspects the queue, a refusal that drops
+the input, every turn settled as completed, an interrupted or refused turn settled as
+failed, and a recovery that takes a live process's admissions."""
 
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ from hermes_ref.admission import (
     BindingRole,
     ClaimAnswer,
     EpochRecord,
+    Intent,
     Outcome,
     Refusal,
     Verdict,
 )
 from hermes_ref.effects import Acknowledge, AdmitInput
+from hermes_ref.errors import PersistenceError
 from hermes_ref.outcomes import TurnResult
 from sim.sabotage.base import sabotage
 
@@ -199,3 +203,107 @@ def _recovery_retires_live_epochs() -> list[AbstractContextManager[Any]]:
 sabotage("recovery_retires_live_epochs", ("ADM-5",),
          "recovery retires every other process's epoch, so a live process's started "
          "admissions become unknown")(_recovery_retires_live_epochs)
+
+
+# ---- ADM-1: a row the store refused is acknowledged all the same ---------------------------
+
+
+def _failed_admit_acked() -> list[AbstractContextManager[Any]]:
+    async def hopeful(sub: door.Submission, candidate: AdmissionRow) -> Ack | Refusal:
+        answered: Ack | Refusal
+        try:
+            answer = await AdmitInput(candidate)
+        except PersistenceError:  # "the write probably went through"
+            answered = Ack(admission_id=candidate.admission_id, seq=0,
+                           session_id=candidate.session_id, principal_id=candidate.principal_id,
+                           request_id=candidate.request_id, fresh=True)
+        else:
+            if answer.verdict == "conflict":
+                answered = door.refusal(sub, "admission_conflict", "admitted before with "
+                                        "another payload")
+            elif answer.verdict == "not_found" or answer.row is None:
+                answered = door.refusal(sub, "not_found", "no such session")
+            else:
+                row = answer.row
+                answered = Ack(admission_id=row.admission_id, seq=row.seq,
+                               session_id=row.session_id, principal_id=row.principal_id,
+                               request_id=row.request_id, fresh=answer.verdict == "new")
+        await Acknowledge(answered)
+        return answered
+    return [mock.patch.object(door, "commit_then_ack", hopeful)]
+
+
+sabotage("failed_admit_acked", ("ADM-1",),
+         "a submission whose row the store refused is acknowledged as admitted")(
+    _failed_admit_acked)
+
+
+# ---- ADM-2: a member may steer; an internal event's kind is taken on its word ---------------
+
+
+def _member_may_steer() -> list[AbstractContextManager[Any]]:
+    wider = {BindingRole.MEMBER: frozenset({Intent.QUEUE, Intent.STEER})}
+    return [mock.patch.dict(admission.ROLE_INTENTS, wider)]
+
+
+sabotage("member_may_steer", ("ADM-2",),
+         "the role table lets a member steer, which only owners and operators may")(
+    _member_may_steer)
+
+
+def _kind_on_its_word() -> list[AbstractContextManager[Any]]:
+    def any_kind(sub: door.Submission, keys: door.Keys, binding: Any) -> Any:
+        try:
+            return admission.authorize(binding, keys.principal_id, keys.session_id, keys.intent)
+        except admission.AdmissionRefused as refused:  # the kind the event claims is not asked
+            return door.refusal(sub, refused.code, str(refused).split(": ", 1)[-1])
+    return [mock.patch.object(door, "_role", any_kind)]
+
+
+sabotage("internal_kind_unchecked", ("ADM-2",),
+         "an internal event is admitted from any bound principal, whatever kind it is bound "
+         "as")(_kind_on_its_word)
+
+
+# ---- ADM-3: a resubmission is acknowledged as a fresh admission ----------------------------
+
+
+def _always_fresh() -> list[AbstractContextManager[Any]]:
+    def fresh_ack(**fields: Any) -> Ack:
+        return Ack(**{**fields, "fresh": True})  # "it was accepted, wasn't it"
+    return [mock.patch.object(door, "Ack", fresh_ack)]
+
+
+sabotage("resubmission_acked_fresh", ("ADM-3",),
+         "the door tells an idempotent resubmission it made a new admission")(_always_fresh)
+
+
+# ---- ADM-5 / ADM-6: the settle does not tell how its turn ended -----------------------------
+
+
+def _interrupt_as_failure() -> list[AbstractContextManager[Any]]:
+    def coarse(result: TurnResult) -> Outcome:
+        if result.carried_input is not None:
+            return Outcome.REJECTED
+        return Outcome.FAILED if result.failed else Outcome.COMPLETED
+    return [mock.patch.object(door, "outcome_of", coarse)]
+
+
+sabotage("interrupted_turn_settles_failed", ("ADM-5",),
+         "the drain settles an interrupted turn's admission as failed (or completed)")(
+    _interrupt_as_failure)
+
+
+def _refusal_as_failure() -> list[AbstractContextManager[Any]]:
+    original = door.outcome_of
+
+    def forgetful(result: TurnResult) -> Outcome:
+        if result.carried_input is not None:  # "it did not run: a failure"
+            return Outcome.FAILED
+        return original(result)
+    return [mock.patch.object(door, "outcome_of", forgetful)]
+
+
+sabotage("refused_turn_settles_failed", ("ADM-6",),
+         "a turn that could not begin and handed its input back settles its admission as "
+         "failed, as if the input had run")(_refusal_as_failure)

@@ -1,6 +1,7 @@
-"""Broken compaction: the wrong threshold, a summary that starts over, no pruning, a split tool
-group, an ignored cooldown or block, an overflow resent or ended, a preflight skipped, an idle
-gap ignored, passes that ignore progress, the wrong user message kept."""
+"""Broken compaction: the wrong threshold, a summary that starts over, no pruning, a tail past
+its budget, a split tool group, an ignored cooldown or block, a timed-out summary that
+starts no cooldown, an overflow resent or ended, a preflight skipped, an idle gap ignored,
+passes that ignore progress, the wrong user message kept."""
 
 from __future__ import annotations
 
@@ -100,6 +101,33 @@ def _cooldown_ignored() -> list[AbstractContextManager[Any]]:
 sabotage("cooldown_ignored", ("CMP-4",),
          "a failed summary starts no cooldown: the next turn over the threshold asks again")(
     _cooldown_ignored)
+
+
+def _target_ratio_floor_high() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(compression, "TARGET_RATIO_MIN", 0.40)]  # 0.40 for 0.10
+
+
+sabotage("target_ratio_clamped_at_0_40", ("CMP-2",),
+         "the target ratio's lower clamp is 0.40 instead of 0.10, so the default 0.20 keeps "
+         "a tail of twice its budget and summarizes too little")(_target_ratio_floor_high)
+
+
+def _timeout_not_a_failure() -> list[AbstractContextManager[Any]]:
+    original = compaction.run_pass
+
+    async def run_pass(ctx: TurnContext, now: float, *, target_tokens: int) -> Any:
+        state = ctx.cache.compression
+        before = state.cooldown_until
+        outcome = await original(ctx, now, target_tokens=target_tokens)
+        if outcome.timed_out:  # "a slow summarizer is not a broken one: try again next time"
+            state.cooldown_until = before
+        return outcome
+    return [mock.patch.object(compaction, "run_pass", run_pass)]
+
+
+sabotage("summary_timeout_starts_no_cooldown", ("CMP-4",),
+         "a summary that times out starts no cooldown, only one that fails outright")(
+    _timeout_not_a_failure)
 
 
 def _ineffective_never_counted() -> list[AbstractContextManager[Any]]:

@@ -1,16 +1,26 @@
-"""Broken leases: a turn that runs without one, a refresher that wakes too late or shrugs off
-a loss, a reclaim that waits out a dead holder, a release before the refresher stops, and a
-late start that says nothing."""
+"""Broken leases: a turn that runs without one, a refresher that wakes too late, extends by
+too little or shrugs off a loss, a wait for a busy lease cut to one TTL, a reclaim that
+waits out a dead holder, a release before the refresher stops or never after an interrupt,
+and a late start that says nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
 from hermes_ref import finalizer, lease, prologue
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import ClearInterrupt, Now, RefreshLease, ReleaseLease, Sleep, StopRefresher
+from hermes_ref.effects import (
+    ClearInterrupt,
+    FlushEvents,
+    Now,
+    RefreshLease,
+    ReleaseLease,
+    Sleep,
+    StopRefresher,
+)
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Lease, Role
 from hermes_ref.outcomes import ExitReason
@@ -50,6 +60,35 @@ def _refresh_every_ttl() -> list[AbstractContextManager[Any]]:
 sabotage("refresh_interval_is_the_ttl", ("LEASE-2",),
          "the refresher waits lease_ttl_s between refreshes instead of lease_refresh_s")(
     _refresh_every_ttl)
+
+
+def _refresh_by_interval() -> list[AbstractContextManager[Any]]:
+    original = lease.keep_lease
+
+    async def short(grant: Lease, interval_s: float, ttl_s: float) -> None:
+        await original(grant, interval_s, interval_s)  # the interval passed where the TTL belongs
+    return [mock.patch.object(lease, "keep_lease", short)]
+
+
+sabotage("refresh_extends_by_the_interval", ("LEASE-2",),
+         "each refresh extends the lease by lease_refresh_s instead of lease_ttl_s, so a "
+         "late refresh finds it expired")(_refresh_by_interval)
+
+
+def _wait_one_ttl() -> list[AbstractContextManager[Any]]:
+    original = prologue._take_lease
+
+    async def impatient(inp: Any, deps: Any, cache: Any, holder: str, now: float,
+                        opening: Any = None) -> Any:
+        limits = deps.limits.model_copy(update={"lease_wait_s_max": deps.limits.lease_ttl_s})
+        return await original(inp, dataclasses.replace(deps, limits=limits), cache, holder,
+                              now, opening)
+    return [mock.patch.object(prologue, "_take_lease", impatient)]
+
+
+sabotage("lease_wait_is_one_ttl", ("LEASE-2",),
+         "a turn waits for a busy lease only lease_ttl_s, not lease_wait_s_max, before it "
+         "gives up")(_wait_one_ttl)
 
 
 # ---- LEASE-3: a dead holder's lease is only reclaimed once it expires -----------------------
@@ -196,6 +235,33 @@ def _refresher_left_running() -> list[AbstractContextManager[Any]]:
 sabotage("refresher_never_stopped", ("LEASE-6",),
          "the finalizer releases the lease and never stops or joins its refresher")(
     _refresher_left_running)
+
+
+# ---- LEASE-6: an interrupted turn leaves its lease to expire -------------------------------
+
+
+def _interrupted_keeps_lease() -> list[AbstractContextManager[Any]]:
+    original = finalizer._release
+
+    async def release(ctx: TurnContext, closing: Closing | None = None) -> bool:
+        if closing is None and ctx.ending.reason is ExitReason.INTERRUPTED:
+            if ctx.refresher is not None:
+                await StopRefresher(ctx.refresher)
+                await ClearInterrupt()
+                ctx.refresher = None
+            try:  # "an interrupt means the lease is gone anyway": only the ending is written
+                await FlushEvents()
+            except PersistenceError as error:
+                ctx.cleanup_errors.append(f"events: {error.cause}: {error}")
+            return True
+        return await original(ctx, closing)
+    return [mock.patch.object(finalizer, "_release", release)]
+
+
+sabotage("interrupted_turn_keeps_its_lease", ("LEASE-6",),
+         "an interrupted turn stops its refresher and writes its ending but never releases "
+         "its lease, so a user's stop blocks the session until the TTL runs out")(
+    _interrupted_keeps_lease)
 
 
 # ---- LEASE-4: a model call that goes out on a lease the store no longer vouches for ----------

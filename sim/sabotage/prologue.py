@@ -1,6 +1,7 @@
 """Broken prologues: the caller's history used in place, a session row before its prompt, a
 late user row, a budget carried across turns, nudge counters reset per turn or never
-hydrated, a refused turn that drops its input, a volatile prompt, a prompt rebuilt per turn."""
+hydrated, a refused turn that drops its input or forbids a retry, a volatile prompt, a
+prompt rebuilt per turn."""
 
 from __future__ import annotations
 
@@ -123,6 +124,20 @@ def _drop_refused_input() -> list[AbstractContextManager[Any]]:
 
 sabotage("refused_turn_drops_input", ("LEASE-5",),
          "a turn that cannot get the lease returns without the user's message")(_drop_refused_input)
+
+
+
+def _refusal_not_retryable() -> list[AbstractContextManager[Any]]:
+    original = prologue.refused_result
+
+    def final(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **kwargs).model_copy(update={"retryable": False})
+    return [mock.patch.object(prologue, "refused_result", final)]
+
+
+sabotage("refused_turn_not_retryable", ("LEASE-5",),
+         "a turn that cannot begin hands its message back but tells its caller not to "
+         "retry it")(_refusal_not_retryable)
 
 # ---- CTX-3: the system prompt is rebuilt for every request ----------------------------------
 

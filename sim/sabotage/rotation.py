@@ -1,6 +1,7 @@
 """Broken compaction durability: a rotation that leaves its parent live, a lock taken as a
-hint, a turn that goes on writing to the rotated parent, a route that does not walk to the
-tip, and a lease that stays with the session it was granted on."""
+hint or given back before the write, a turn that goes on writing to the rotated parent, a
+route that does not walk to the tip, and a lease that stays with the session it was
+granted on."""
 
 from __future__ import annotations
 
@@ -42,6 +43,25 @@ def _lock_as_hint() -> list[AbstractContextManager[Any]]:
 sabotage("compression_lock_ignored", ("CMP-6",),
          "a compaction goes ahead when another holder has the session's compression lock")(
     _lock_as_hint)
+
+
+# ---- CMP-6: the lock is given back before the compaction is written ------------------------
+
+
+def _unlock_before_the_write() -> list[AbstractContextManager[Any]]:
+    original = rotation._stop_refresher
+
+    async def stop_and_unlock(ctx: TurnContext) -> bool:
+        lost = await original(ctx)
+        # "the child is all set up: nothing else needs the lock"
+        await rotation._release_lock(ctx, ctx.session_id, ctx.lease.holder)
+        return lost
+    return [mock.patch.object(rotation, "_stop_refresher", stop_and_unlock)]
+
+
+sabotage("lock_released_before_the_write", ("CMP-6",),
+         "a rotation gives its compression lock back once the child is set up, before the "
+         "compaction is written")(_unlock_before_the_write)
 
 
 # ---- CMP-5: after a rotation the turn keeps writing to the parent ----------------------------

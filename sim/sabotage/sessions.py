@@ -1,13 +1,14 @@
-"""Broken session lanes: threads split per user, short ids, an old row left open, a new
-row left to the first turn, the released order in the reference's place, a daily reset at
-midnight, a notice on every message or never, a finalized row closed as an eviction, a
-closed row revived, background processes ignored by expiry and by pruning, a restart
-window read in minutes and a stuck threshold off by one (SES-1..SES-7)."""
+"""Broken session lanes: threads split per user or never, short ids, an old row left open,
+a new row left to the first turn, the released order in the reference's place, a daily
+reset at midnight or an hour late inside the reset hour, a kept lane left untouched, a
+notice on every message or never, a finalized row closed as an eviction, a closed row
+revived, background processes ignored by expiry and by pruning, a restart window read in
+minutes and a stuck threshold off by one (SES-1..SES-7)."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
@@ -15,7 +16,7 @@ from hermes_ref import lane_restart, router, session
 from hermes_ref.effects import PutRoute
 from hermes_ref.models import SessionRecord
 from hermes_ref.outcomes import TurnResult
-from hermes_ref.session import Order, Route, SessionSource, Situation
+from hermes_ref.session import Cause, Order, Route, SessionSource, Situation
 from sim.sabotage.base import sabotage
 
 
@@ -31,6 +32,20 @@ def _threads_per_user() -> list[AbstractContextManager[Any]]:
 sabotage("threads_split_per_user", ("SES-1",),
          "the key builder ignores the thread setting: every participant of a thread gets "
          "a lane of their own")(_threads_per_user)
+
+
+def _threads_always_shared() -> list[AbstractContextManager[Any]]:
+    original = session.build_session_key
+
+    def shared(source: SessionSource, *, group_per_user: bool = True,
+               thread_per_user: bool = False) -> str:
+        return original(source, group_per_user=group_per_user, thread_per_user=False)
+    return [mock.patch.object(session, "build_session_key", shared)]
+
+
+sabotage("thread_setting_ignored", ("SES-1",),
+         "the key builder ignores thread_sessions_per_user: a thread stays one shared lane "
+         "when the setting asks for a lane per participant")(_threads_always_shared)
 
 
 def _six_hex_ids() -> list[AbstractContextManager[Any]]:
@@ -87,6 +102,42 @@ def _daily_at_midnight() -> list[AbstractContextManager[Any]]:
 
 sabotage("daily_reset_at_midnight", ("SES-3",),
          "the daily policy resets at midnight whatever the configured hour")(_daily_at_midnight)
+
+
+def _boundary_hour_late() -> list[AbstractContextManager[Any]]:
+    def an_hour_late(policy: session.ResetPolicy, updated_at: float, now: float) -> str | None:
+        if policy.mode in (session.ResetMode.IDLE, session.ResetMode.BOTH) and \
+                now > updated_at + policy.idle_minutes * 60:
+            return "idle"
+        if policy.mode in (session.ResetMode.DAILY, session.ResetMode.BOTH):
+            moment = datetime.fromtimestamp(now, tz=UTC)
+            boundary = moment.replace(hour=policy.at_hour, minute=0, second=0, microsecond=0)
+            if moment.hour <= policy.at_hour:  # <= for <: the reset hour counts as the day before
+                boundary -= timedelta(days=1)
+            if updated_at < boundary.timestamp():
+                return "daily"
+        return None
+    return [mock.patch.object(session, "policy_reason", an_hour_late)]
+
+
+sabotage("daily_boundary_an_hour_late", ("SES-3",),
+         "during the reset hour itself the daily boundary is taken from the day before, so a "
+         "lane last active just before it is kept")(_boundary_hour_late)
+
+
+def _kept_untouched() -> list[AbstractContextManager[Any]]:
+    original = Route.revise
+
+    def revise(self: Route, cause: Cause, at: float, **changes: Any) -> Route:
+        if cause in (Cause.TOUCHED, Cause.RESUMED):
+            changes.pop("updated_at", None)  # "a read is not activity"
+        return original(self, cause, at, **changes)
+    return [mock.patch.object(Route, "revise", revise)]
+
+
+sabotage("kept_lane_not_touched", ("SES-3",),
+         "a message that keeps its lane does not touch it, so the idle clock runs from the "
+         "lane's last reset and an active lane expires as idle")(_kept_untouched)
 
 
 def _notice_every_time() -> list[AbstractContextManager[Any]]:
