@@ -57,6 +57,7 @@ from sim.checkers.base import (
 )
 from sim.checkers.lease import lost_leases
 from sim.checkers.wire import sent_messages
+from sim.interventions import raw_partial
 from sim.world import CallRecord
 
 # ---- shared readings ----------------------------------------------------------------------
@@ -658,6 +659,44 @@ def corrections_taken_in(obs: Observation) -> list[Violation]:
         if not fenced and view.exit is not None and view.exit.reason is not ExitReason.INTERRUPTED:
             out.extend(_v4(f"turn {view.key}: {p}") for p in _skipped_corrections(obs, view))
         out.extend(_v4(f"turn {view.key}: {p}") for p in _reasoning_stored(view))
+        out.extend(_v4(f"turn {view.key}: {p}") for p in _cut_work_rows(view))
+    return out
+
+
+def _cut_work_rows(view: TurnView) -> list[str]:
+    """The work a correction cut gets an assistant row of its own, before the correction's
+    user row: the visible part of the reply the call was streaming when it was cut (as the
+    world streamed it: ``raw_partial``), or, when nothing of it was visible, a hidden row
+    with no text. Work that was not a call (a tool round the correction waited on) gets
+    an assistant row too, so a correction row never follows a user or tool row.
+
+    Each user row of the turn after its first is a correction it took in (the turn's own
+    message opens it; rows a compaction copied are not the turn's). A cut call's
+    correction is the first of them written after the call was made (its watermark):
+    the turn drains the queue before its next call. A record without such a row says
+    nothing here: whether the correction had to be taken in is judged above."""
+    rows = view.rows
+    corrections = [i for i, m in enumerate(rows) if m.role is Role.USER][1:]
+    out = []
+    for i in corrections:
+        before = rows[i - 1]
+        if before.role is not Role.ASSISTANT or before.tool_calls:
+            out.append(f"its correction row #{rows[i].row_id} follows the {before.role.value} "
+                       f"row #{before.row_id}: the work the correction cut got no assistant row")
+    for call in view.calls:
+        if call.cut is None:
+            continue
+        taken = next((i for i in corrections if (rows[i].row_id or 0) > call.watermark), None)
+        if taken is None or rows[taken - 1].role is not Role.ASSISTANT:
+            continue
+        kept, shown = rows[taken - 1], visible_text(raw_partial(call.reply))
+        if shown and (kept.hidden or kept.content != shown):
+            out.append(f"the call at effect {call.seq} was cut after it showed {shown[:30]!r}, "
+                       f"but row #{kept.row_id} before the correction holds "
+                       f"{(kept.content or '')[:30]!r}{' hidden' if kept.hidden else ''}")
+        elif not shown and not (kept.hidden and not kept.content):
+            out.append(f"the call at effect {call.seq} was cut before it showed any text, but "
+                       f"row #{kept.row_id} before the correction is not a hidden row without text")
     return out
 
 

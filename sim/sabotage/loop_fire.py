@@ -12,7 +12,7 @@ from unittest import mock
 
 from hermes_ref import closure, finalizer, ladder, loop, redirect, routes
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import Sleep
+from hermes_ref.effects import DrainRedirects, Site, Sleep
 from hermes_ref.limits import ProviderRoute
 from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
@@ -216,6 +216,37 @@ def _partial_kept_raw() -> list[AbstractContextManager[Any]]:
 sabotage("cut_reply_keeps_its_reasoning", ("LOOP-4",),
          "the reply a correction cut is stored as the raw text streamed, think block and all")(
     _partial_kept_raw)
+
+
+async def _correction_alone(ctx: TurnContext) -> None:
+    """``redirect.take_redirects`` without the assistant row for the work that was cut."""
+    corrections = await DrainRedirects(ctx.session_id, ctx.turn_id)
+    ctx.state.cut_partial = None
+    if not corrections:
+        return
+    ctx.transcript.drop_scaffolding()
+    row = Message(role=Role.USER, content="\n\n".join(corrections), turn_id=ctx.turn_id)
+    if await ctx.persist((row,), Site.REDIRECT):
+        state = ctx.state
+        state.last_round_had_tools = state.post_tool_nudged = False
+        state.empty_retries = state.thinking_prefills = 0
+
+
+sabotage("cut_reply_left_out", ("LOOP-4",),
+         "a correction is stored as a user row right after whatever came before it: the reply "
+         "it cut, visible text and all, leaves no assistant row")(
+    lambda: [mock.patch.object(redirect, "take_redirects", _correction_alone)])
+
+
+def _partial_always_hidden() -> list[AbstractContextManager[Any]]:
+    def placeholder(ctx: TurnContext, partial: str | None) -> Message:
+        return Message(role=Role.ASSISTANT, content="", hidden=True, turn_id=ctx.turn_id)
+    return [mock.patch.object(redirect, "placeholder", placeholder)]
+
+
+sabotage("cut_reply_always_hidden", ("LOOP-4",),
+         "the reply a correction cut is always stored hidden, so the text the user already saw "
+         "streamed is lost from the record")(_partial_always_hidden)
 
 
 def _never_drained() -> list[AbstractContextManager[Any]]:
