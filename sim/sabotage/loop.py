@@ -190,3 +190,33 @@ def _charge_refused_requests() -> list[AbstractContextManager[Any]]:
 sabotage("refused_request_charged", ("LOOP-2",),
          "the loop counts the API call and keeps the budget unit before preflight decides, so "
          "a request that is never sent costs a unit and an API call")(_charge_refused_requests)
+
+
+# ---- LOOP-9: arguments cut off are told apart only by the finish reason --------------------
+
+
+sabotage("cut_off_arguments_taken_for_malformed", ("LOOP-9",),
+         "arguments cut off mid-value count as truncated only when the provider says "
+         "finish_reason=length, so a cut-off call under finish_reason=tool_calls is asked "
+         "for again, then recorded")(
+    lambda: [mock.patch.object(loop, "_looks_truncated", lambda arguments: False)])
+
+
+# ---- LOOP-9: the count of malformed tries never starts over --------------------------------
+
+
+def _malformed_count_kept() -> list[AbstractContextManager[Any]]:
+    original = loop._arguments_usable
+
+    def usable(ctx: TurnContext, reply: ProviderReply) -> bool:
+        tries = ctx.state.invalid_json_retries
+        fine = original(ctx, reply)
+        if fine and all(c.arguments_object is not None for c in reply.tool_calls):
+            ctx.state.invalid_json_retries = tries  # a parsed round no longer resets it
+        return fine
+    return [mock.patch.object(loop, "_arguments_usable", usable)]
+
+
+sabotage("malformed_count_never_restarts", ("LOOP-9",),
+         "a round whose arguments all parse leaves the count of malformed tries where it was, "
+         "so a later malformed reply is recorded before its third try")(_malformed_count_kept)
