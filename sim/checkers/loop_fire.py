@@ -26,7 +26,7 @@ from typing import Any
 
 from hermes_ref.closure import NOT_RUN_TEXT
 from hermes_ref.finalizer import MUTATION_FOOTER
-from hermes_ref.ladder import HOUSEKEEPING_TOOLS, inline_reasoning, reasoning_of, visible_text
+from hermes_ref.ladder import HOUSEKEEPING_TOOLS, visible_text
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role, ToolKind
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
@@ -56,6 +56,7 @@ from sim.checkers.base import (
     window_tokens,
 )
 from sim.checkers.lease import lost_leases
+from sim.checkers.thoughts import inline_thought, thought_of
 from sim.checkers.wire import sent_messages
 from sim.interventions import raw_partial
 from sim.world import CallRecord
@@ -230,9 +231,9 @@ class _Walk:
         if self.tool_rounds and _prior_text(calls, index, landed) is not None:
             return "prior_text"
         if self.tool_rounds and self.nudged_round != self.tool_rounds \
-                and not inline_reasoning(reply.content):
+                and not inline_thought(reply.content):
             return "nudge"
-        if reasoning_of(reply) and self.prefills < limits.thinking_prefill_retries_max:
+        if thought_of(reply) and self.prefills < limits.thinking_prefill_retries_max:
             return "prefill"
         if self.retries < limits.empty_retries_max:
             return "retry"
@@ -319,11 +320,11 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
         return "fallback"
     sent, before = _messages(nxt), _messages(call)
     if sent == before:  # the very request again (a nudged request retried stays nudged)
-        return _again(sent, reasoning_of(reply))
+        return _again(sent, thought_of(reply))
     if len(sent) >= 2 and sent[-1].get("content") == EMPTY_AFTER_TOOLS_NUDGE \
             and sent[-2].get("content") == EMPTY_SENTINEL:
         return "nudge"
-    thought = reasoning_of(reply)
+    thought = thought_of(reply)
     if sent and thought and sent[-1].get("role") == Role.ASSISTANT.value \
             and sent[-1].get("content") == thought:
         return "prefill"
@@ -717,7 +718,7 @@ def _skipped_corrections(obs: Observation, view: TurnView) -> list[str]:
 
 
 def _reasoning_stored(view: TurnView) -> list[str]:
-    thoughts = {reasoning_of(c.reply) for c in view.calls if c.reply is not None}
+    thoughts = {thought_of(c.reply) for c in view.calls if c.reply is not None}
     thoughts = {t for t in thoughts if len(t) >= 6}
     for row in view.rows:
         for stored in (row.content or "", row.api_content or ""):
