@@ -9,7 +9,7 @@ from hermes_ref.finalizer import MUTATION_FOOTER
 from hermes_ref.ladder import without_reasoning
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ToolCall, ToolKind
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitLine, ExitReason
+from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
 from sim.checkers import lineage, loop_fire
 from sim.checkers.base import (
@@ -74,6 +74,12 @@ def _ran_out(limits: Limits, line: ExitLine, records: list[CallRecord]) -> bool:
     return regular >= limits.max_iterations or line.budget_used >= line.budget_max
 
 
+# FIN-5's exception, as the catalog names it: the failures caused by context pressure. Kept
+# here rather than read from the engine (``outcomes.CONTEXT_PRESSURE_EXITS``), so an engine
+# that widened its own list to skip a boundary row it owes is judged, not excused.
+PRESSURE_FAILURES = frozenset({ExitReason.COMPRESSION_TIMEOUT, ExitReason.COMPRESSION_EXHAUSTED})
+
+
 @checker("failure_boundary", ("FIN-5",),
          "a failed turn whose exit reports no cleanup errors ends on an assistant row "
          "(context-pressure failures excepted)")
@@ -82,7 +88,7 @@ def failure_boundary(obs: Observation) -> list[Violation]:
     for view in obs.ended_turns():
         done, line = view.completion, view.exit
         if done is None or line is None or not done.failed \
-                or line.reason in CONTEXT_PRESSURE_EXITS:
+                or line.reason in PRESSURE_FAILURES:
             continue
         rows = view.rows
         if line.cleanup_errors == 0 and rows and rows[-1].role is not Role.ASSISTANT:

@@ -133,6 +133,12 @@ sabotage("skip_failure_boundary", ("FIN-5",),
          "a failed turn that ends on a user or tool row gets no boundary row")(
     lambda: [mock.patch.object(finalizer, "_failure_boundary", _skip_async)])
 
+sabotage("truncated_call_counted_as_context_pressure", ("FIN-5",),
+         "the finalizer's list of context-pressure exits also holds truncated_tool_call, so a "
+         "turn cut off mid-call leaves its user row open with no boundary row")(
+    lambda: [mock.patch.object(finalizer, "CONTEXT_PRESSURE_EXITS", frozenset(
+        {*finalizer.CONTEXT_PRESSURE_EXITS, ExitReason.TRUNCATED_TOOL_CALL}))])
+
 sabotage("no_silent_stop_guard", ("FIN-8",),
          "a turn that stops on a tool result ends quietly, not as pending_tool_result")(
     lambda: [mock.patch.object(finalizer, "_silent_stop_guard", lambda ctx: None)])
