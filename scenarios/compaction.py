@@ -80,6 +80,22 @@ def provider_overflow_is_compacted_and_retried(s: Story) -> None:
     s.expect(len(s.world.summary_calls) == 1, "one forced pass")
 
 
+@scenario("The request rebuilt after an overflow is a new request with retries of its own: "
+          "transient errors before the overflow do not use them up",
+          invariants=("LOOP-5", "CMP-7"), stage="compaction")
+def rebuilt_request_gets_its_own_retries(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW)
+    busy = [ProviderServerError("overloaded", status=503) for _ in range(5)]
+    s.script(text("Noted."), busy[0], busy[1],
+             ContextOverflow("maximum context length exceeded", status=400),
+             busy[2], busy[3], busy[4], text("Here is the short version."))
+    s.turn("Here is where we are.", history=chat(12))
+    result = s.turn("Summarize everything so far.")
+    s.expect(result is not None and result.final_response == "Here is the short version.",
+             "the rebuilt request was retried three times, then answered")
+    s.expect(len(s.world.summary_calls) == 1, "one forced pass")
+
+
 @scenario("An overflow that compaction cannot relieve fails closed: the refused request is "
           "not sent again, and no boundary row is added; the next turn closes that tail first",
           invariants=("CMP-7", "LOOP-5", "FIN-5", "CTX-9"), stage="compaction")

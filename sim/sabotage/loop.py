@@ -3,12 +3,14 @@ dropped-call re-prompts, bookkeeping on the wire, stored rows sent without their
 
 from __future__ import annotations
 
+import inspect
 import json
+import textwrap
 from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import context, loop, preflight, wire
+from hermes_ref import context, finalizer, loop, preflight, wire
 from hermes_ref.context import TurnContext
 from hermes_ref.errors import ProviderError, ProviderServerError, TurnInterrupted
 from hermes_ref.models import Message, ProviderReply
@@ -220,3 +222,31 @@ def _malformed_count_kept() -> list[AbstractContextManager[Any]]:
 sabotage("malformed_count_never_restarts", ("LOOP-9",),
          "a round whose arguments all parse leaves the count of malformed tries where it was, "
          "so a later malformed reply is recorded before its third try")(_malformed_count_kept)
+
+
+# ---- LOOP-5: the request rebuilt after an overflow inherits the retries already spent --------
+
+
+def _with_one_line_changed(module: Any, name: str, old: str, new: str) -> Any:
+    """``module.name`` rebuilt from its own source with ``old`` replaced by ``new`` (which
+    must occur once), in the module's namespace: the engine's step with one line broken."""
+    source = textwrap.dedent(inspect.getsource(getattr(module, name)))
+    if source.count(old) != 1:
+        raise RuntimeError(f"{module.__name__}.{name} no longer holds {old!r} once")
+    namespace: dict[str, Any] = {}
+    exec(compile(source.replace(old, new), inspect.getfile(module), "exec"),
+         vars(module), namespace)
+    return namespace[name]
+
+
+def _retries_inherited() -> list[AbstractContextManager[Any]]:
+    broken = _with_one_line_changed(loop, "call_with_retries",
+                                    "request, attempt, sent = rebuilt, 0, False",
+                                    "request, sent = rebuilt, False")
+    return [mock.patch.object(loop, "call_with_retries", broken),
+            mock.patch.object(finalizer, "call_with_retries", broken)]
+
+
+sabotage("rebuilt_request_inherits_retries", ("LOOP-5",),
+         "the request rebuilt after an overflow keeps the transient-retry count of the one it "
+         "replaced, so it is given up on before its own retries are spent")(_retries_inherited)
