@@ -85,7 +85,7 @@ def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "
     system = ctx.cache.system_message
     return ProviderRequest(
         model=ctx.limits.model,
-        messages=(system, *(m for m in ctx.transcript if not m.hidden)),  # LOOP-4: hidden stay off
+        messages=(system, *ctx.transcript.sendable()),  # LOOP-4: hidden rows stay off
         tools=ctx.tools if with_tools else (),
         prompt_tokens=_route_tokens(ctx, system.tokens + ctx.transcript.tokens),
         max_tokens=ctx.limits.max_tokens,

@@ -52,6 +52,12 @@ class Transcript:
     def messages(self) -> tuple[Message, ...]:
         return tuple(self._messages)
 
+    def sendable(self) -> tuple[Message, ...]:
+        """What a request carries of the list: every message but the hidden rows, which are
+        never replayed (LOOP-4). Every request is built from this, the loop's and the one
+        rebuilt after an overflow alike, and ``tokens`` already counts it so."""
+        return tuple(m for m in self._messages if not m.hidden)
+
     def copy(self) -> Transcript:
         """A copy sharing the (immutable) messages: O(n) pointer copy, no re-counting."""
         twin = Transcript()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hermes_ref.compression import PRUNED_PREFIX, SUMMARY_PREFIX
 from hermes_ref.errors import ContextOverflow, ProviderServerError, ProviderTimeout
-from hermes_ref.models import Message, Role
+from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
@@ -94,6 +94,24 @@ def rebuilt_request_gets_its_own_retries(s: Story) -> None:
     s.expect(result is not None and result.final_response == "Here is the short version.",
              "the rebuilt request was retried three times, then answered")
     s.expect(len(s.world.summary_calls) == 1, "one forced pass")
+
+
+@scenario("The request rebuilt after an overflow leaves out the hidden row a correction left, "
+          "as every request does", invariants=("LOOP-4", "CMP-7", "LOOP-5"), stage="compaction")
+def rebuilt_request_leaves_the_hidden_row_out(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW)
+    s.script(text("Noted."), ProviderReply(content=None, reasoning="maybe the plan changed"),
+             ContextOverflow("maximum context length exceeded", status=400),
+             text("Here is the short version."))
+    s.turn("Here is where we are.", history=chat(12))
+    s.delay_reply(2, 30.0)
+    s.redirect("Summarize, do not guess.", after_s=10.0)
+    result = s.turn("Summarize everything so far.")
+    s.expect(result is not None and result.final_response == "Here is the short version.",
+             "the rebuilt request was answered")
+    sent = s.world.calls[-1].sent["messages"]
+    s.expect(not any(m["role"] == "assistant" and not m.get("content") and not m.get("tool_calls")
+                     for m in sent), "no empty assistant message went out")
 
 
 @scenario("An overflow that compaction cannot relieve fails closed: the refused request is "

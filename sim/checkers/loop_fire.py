@@ -661,6 +661,34 @@ def corrections_taken_in(obs: Observation) -> list[Violation]:
             out.extend(_v4(f"turn {view.key}: {p}") for p in _skipped_corrections(obs, view))
         out.extend(_v4(f"turn {view.key}: {p}") for p in _reasoning_stored(view))
         out.extend(_v4(f"turn {view.key}: {p}") for p in _cut_work_rows(view))
+    out.extend(_v4(p) for p in _hidden_rows_sent(obs))
+    return out
+
+
+def _hidden_rows_sent(obs: Observation) -> list[str]:
+    """A hidden row marks where a correction cut a reply that showed nothing; it is never
+    replayed, so no request carries it. On the wire it would be an assistant message with
+    no text and no call right before the correction's user row: that pair is looked for in
+    every recorded body, for each correction the record holds after a hidden row."""
+    after_hidden: set[str] = set()
+    previous = None
+    for stored in lineage.written(obs.record):
+        row = stored.message
+        if previous is not None and previous.hidden and row.role is Role.USER and row.content:
+            after_hidden.add(row.content)
+        previous = row
+    if not after_hidden:
+        return []
+    out = []
+    for call in obs.calls:
+        sent = _messages(call)
+        for message, nxt in pairwise(sent):
+            if message.get("role") == Role.ASSISTANT.value and not message.get("content") \
+                    and not message.get("tool_calls") and nxt.get("role") == Role.USER.value \
+                    and nxt.get("content") in after_hidden:
+                out.append(f"call at effect {call.seq} (turn {call.turn_id}) sends the hidden row "
+                           f"before the correction {str(nxt.get('content'))[:30]!r}")
+                break
     return out
 
 

@@ -17,7 +17,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.wire import ProviderRequest
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- CMP-1: the 0.85 rule forgotten --------------------------------------------------------
 
@@ -240,3 +240,18 @@ def _exemption_forgotten() -> list[AbstractContextManager[Any]]:
 sabotage("exhausted_context_gets_a_boundary_row", ("FIN-5",),
          "the finalizer's context-pressure exemption lists only the timeout, so a turn that "
          "failed closed is closed with a boundary row")(_exemption_forgotten)
+
+
+# ---- LOOP-4: the request rebuilt after an overflow carries the hidden rows --------------------
+
+
+def _hidden_rows_resent() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(compaction, "after_overflow", "*ctx.transcript.sendable()",
+                              "*ctx.transcript")
+    return [mock.patch.object(compaction, "after_overflow", broken)]
+
+
+sabotage("hidden_row_sent_after_an_overflow", ("LOOP-4",),
+         "the request rebuilt after an overflow is made of the whole working list, so the "
+         "hidden row a correction left goes out as an empty assistant message")(
+    _hidden_rows_resent)

@@ -3,9 +3,7 @@ dropped-call re-prompts, bookkeeping on the wire, stored rows sent without their
 
 from __future__ import annotations
 
-import inspect
 import json
-import textwrap
 from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
@@ -14,7 +12,7 @@ from hermes_ref import context, finalizer, loop, preflight, wire
 from hermes_ref.context import TurnContext
 from hermes_ref.errors import ProviderError, ProviderServerError, TurnInterrupted
 from hermes_ref.models import Message, ProviderReply
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- WIRE-3: bookkeeping leaks onto the wire ------------------------------------------------
 
@@ -227,20 +225,8 @@ sabotage("malformed_count_never_restarts", ("LOOP-9",),
 # ---- LOOP-5: the request rebuilt after an overflow inherits the retries already spent --------
 
 
-def _with_one_line_changed(module: Any, name: str, old: str, new: str) -> Any:
-    """``module.name`` rebuilt from its own source with ``old`` replaced by ``new`` (which
-    must occur once), in the module's namespace: the engine's step with one line broken."""
-    source = textwrap.dedent(inspect.getsource(getattr(module, name)))
-    if source.count(old) != 1:
-        raise RuntimeError(f"{module.__name__}.{name} no longer holds {old!r} once")
-    namespace: dict[str, Any] = {}
-    exec(compile(source.replace(old, new), inspect.getfile(module), "exec"),
-         vars(module), namespace)
-    return namespace[name]
-
-
 def _retries_inherited() -> list[AbstractContextManager[Any]]:
-    broken = _with_one_line_changed(loop, "call_with_retries",
+    broken = one_line_changed(loop, "call_with_retries",
                                     "request, attempt, sent = rebuilt, 0, False",
                                     "request, sent = rebuilt, False")
     return [mock.patch.object(loop, "call_with_retries", broken),
