@@ -223,9 +223,12 @@ def _same_answer(delivered: object, given: str | None) -> bool:
 
 @checker("exit_line", ("FIN-7",),
          "every turn that ended logged exactly one exit line; WARNING exactly when the durable "
-         "tail it left is a tool result")
+         "tail it left is a tool result and the turn was not interrupted")
 def exit_line(obs: Observation) -> list[Violation]:
+    """Interrupted means stopped from outside, as the world logged it (the user's interrupt,
+    a lost lease), and ended ``interrupted``: such a turn is not silent about its tool tail."""
     out = []
+    stopped = loop_fire.interrupted(obs)
     for view in obs.ended_turns():
         line = view.exit
         if line is None:
@@ -233,7 +236,9 @@ def exit_line(obs: Observation) -> list[Violation]:
             out.append(Violation("exit_line", "FIN-7",
                                  f"turn {view.key} ended without exactly one exit line ({shown})"))
             continue
-        want = "WARNING" if line.last_role == Role.TOOL.value else "INFO"
+        interrupted = line.reason is ExitReason.INTERRUPTED \
+            and (view.session_id, view.turn_id) in stopped
+        want = "WARNING" if line.last_role == Role.TOOL.value and not interrupted else "INFO"
         if line.level != want:
             out.append(Violation("exit_line", "FIN-7",
                                  f"turn {view.key} ended on {line.last_role} but logged "

@@ -103,6 +103,20 @@ def _always_info() -> list[AbstractContextManager[Any]]:
 sabotage("exit_line_always_info", ("FIN-7",),
          "the exit line is always INFO, even when the turn ends on a tool result")(_always_info)
 
+def _tool_tail_always_warns() -> list[AbstractContextManager[Any]]:
+    original = finalizer.exit_line
+
+    def line(ctx: TurnContext, tail: Message | None = None) -> ExitLine:
+        built = original(ctx, tail)
+        return built.model_copy(update={"level": "WARNING"}) if built.last_role == "tool" else built
+    return [mock.patch.object(finalizer, "exit_line", line)]
+
+
+sabotage("interrupted_tool_tail_warns", ("FIN-7",),
+         "the exit line is WARNING whenever the tail is a tool result, an interrupted turn's "
+         "too")(_tool_tail_always_warns)
+
+
 # ---- FIN-1: the grace call offers tools, or never happens ------------------------------------
 
 
