@@ -177,8 +177,10 @@ def _drain_once(story: Story, session: str, current: int) -> door.DrainStep | No
     if ids or step is None:
         row = step.admission if step is not None else _last_claimed(story, session)
         text = row.text if row is not None else ""
+        result = step.result if step is not None else None
         world.runs.append(TurnRun(session, text, ids[0] if ids else None, step is None,
-                                  world.write_failures - failures))
+                                  world.write_failures - failures, returned=result is not None,
+                                  answer=result.final_response if result is not None else None))
     if step is not None and step.result is not None:
         world.timeline.add("result", f"{step.result.exit_reason.value}")
     story.check()
@@ -320,8 +322,10 @@ def _record_drain(story: Story, handed: DoorActor) -> None:
     if row is None and turn_id is None:
         return
     failed = world.write_failures_by_turn.get(turn_id, 0) if turn_id is not None else 0
+    result = step.result if isinstance(step, door.DrainStep) else None
     world.runs.append(TurnRun(handed.session_id, row.text if row is not None else "", turn_id,
-                              step is None, failed))
+                              step is None, failed, returned=result is not None,
+                              answer=result.final_response if result is not None else None))
     if isinstance(step, door.DrainStep) and step.result is not None:
         world.timeline.add("result", f"pid={handed.pid} {step.result.turn_id} "
                            f"{step.result.exit_reason.value}")

@@ -164,8 +164,12 @@ def _record_ended(story: Story) -> None:
         turn_id = turn.actor.turn_id
         failed = world.write_failures_by_turn.get(turn_id, 0) if turn_id is not None else 0
         args = (turn.session_id, turn.text, turn_id, turn.result is None, failed)
-        world.runs.append(TurnRun(*args) if turn.history is None else CallerHistoryRun(
-            *args, caller=turn.history, held=turn.held, rows_before=turn.rows_before))
+        returned = turn.result is not None
+        answer = turn.result.final_response if turn.result is not None else None
+        world.runs.append(
+            TurnRun(*args, returned=returned, answer=answer) if turn.history is None else
+            CallerHistoryRun(*args, caller=turn.history, held=turn.held,
+                             rows_before=turn.rows_before, returned=returned, answer=answer))
         if turn.result is not None:
             answer = turn.result.final_response
             shown = "None" if answer is None else repr(answer[:40])

@@ -77,6 +77,8 @@ class TurnRun:
 
     The turn id is the one the world minted while the turn ran; ``crashed`` says the
     process died during it; ``write_failures`` counts store writes the world failed.
+    ``returned`` says the engine handed its caller a result, and ``answer`` is the final
+    response that result held: what the user waits for, as the caller received it (FIN-6).
     """
 
     session_id: str
@@ -84,6 +86,8 @@ class TurnRun:
     turn_id: str | None
     crashed: bool
     write_failures: int = 0
+    returned: bool = False
+    answer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,6 +198,23 @@ def answer_delivered(obs: Observation) -> list[Violation]:
     return out
 
 
+@checker("result_carries_the_answer", ("FIN-6",),
+         "the result a turn hands its caller holds the answer its completion carries, "
+         "whatever cleanup failed")
+def result_carries_the_answer(obs: Observation) -> list[Violation]:
+    """Read from the world's log of what each run returned (``TurnRun.answer``) against
+    the turn's completion event: the two are the same ending, told twice."""
+    out = []
+    for view in obs.ended_turns():
+        run, done = view.run, view.completion
+        if run is None or not run.returned or done is None or run.answer == done.final_response:
+            continue
+        out.append(Violation("result_carries_the_answer", "FIN-6",
+                             f"turn {view.key} completed with {done.final_response!r:.40} but "
+                             f"handed its caller {run.answer!r:.40}"))
+    return out
+
+
 @checker("store_errors_stay_in_the_result", ("FIN-6",),
          "a store error never escapes a turn: it goes into the turn's result")
 def store_errors_stay_in_the_result(obs: Observation) -> list[Violation]:

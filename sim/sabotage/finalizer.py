@@ -21,9 +21,9 @@ from hermes_ref.effects import (
 )
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Event, Message
-from hermes_ref.outcomes import Completion, ExitLine, ExitReason
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason
 from hermes_ref.phases import Phase
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- FIN-3: the final row is never written --------------------------------------------------
 
@@ -151,7 +151,7 @@ sabotage("truncated_call_counted_as_context_pressure", ("FIN-5",),
          "the finalizer's list of context-pressure exits also holds truncated_tool_call, so a "
          "turn cut off mid-call leaves its user row open with no boundary row")(
     lambda: [mock.patch.object(finalizer, "CONTEXT_PRESSURE_EXITS", frozenset(
-        {*finalizer.CONTEXT_PRESSURE_EXITS, ExitReason.TRUNCATED_TOOL_CALL}))])
+        {*CONTEXT_PRESSURE_EXITS, ExitReason.TRUNCATED_TOOL_CALL}))])
 
 sabotage("no_silent_stop_guard", ("FIN-8",),
          "a turn that stops on a tool result ends quietly, not as pending_tool_result")(
@@ -245,3 +245,18 @@ sabotage("failed_closing_keeps_its_numbers", ("DEL-1",),
          "when the final row's commit fails, the turn's event counter keeps the numbers its "
          "exit line and completion took, so the ending it then emits leaves a gap")(
     _closing_numbers_kept)
+
+
+# ---- FIN-6: a result with cleanup errors loses the answer ------------------------------------
+
+
+def _answer_dropped_on_cleanup_errors() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(
+        finalizer, "_result", "final_response=ending.answer,",
+        "final_response=None if ctx.cleanup_errors else ending.answer,")
+    return [mock.patch.object(finalizer, "_result", broken)]
+
+
+sabotage("result_drops_the_answer_after_cleanup_errors", ("FIN-6",),
+         "a turn whose cleanup failed hands its caller a result without the answer, though "
+         "its completion event carries it")(_answer_dropped_on_cleanup_errors)
