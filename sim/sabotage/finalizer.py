@@ -117,6 +117,20 @@ sabotage("interrupted_tool_tail_warns", ("FIN-7",),
          "too")(_tool_tail_always_warns)
 
 
+def _stripped_length() -> list[AbstractContextManager[Any]]:
+    original = finalizer.exit_line
+
+    def line(ctx: TurnContext, tail: Message | None = None) -> ExitLine:
+        built = original(ctx, tail)
+        return built.model_copy(update={"response_len": len((ctx.ending.answer or "").strip())})
+    return [mock.patch.object(finalizer, "exit_line", line)]
+
+
+sabotage("exit_line_counts_the_stripped_answer", ("FIN-7",),
+         "the exit line's response_len counts the answer without its surrounding whitespace, "
+         "not the answer delivered")(_stripped_length)
+
+
 # ---- FIN-1: the grace call offers tools, or never happens ------------------------------------
 
 
