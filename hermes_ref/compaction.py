@@ -261,7 +261,8 @@ async def after_overflow(ctx: TurnContext, request: ProviderRequest,
     and the anti-thrash block do not apply; a cooldown does: the summarizer just failed).
     None means the turn stops: it failed closed, or the retry has no budget left (the
     finalizer then takes over as for any exhausted budget). The rebuilt request is a new
-    call and is charged as one.
+    call and is charged as one; like every request it carries the list without its hidden
+    rows (``rebuilt``, LOOP-4).
     """
     if ctx.tracker.phase is Phase.FINALIZE:
         return None  # the grace call overflowed: no summary, and nothing is sent again

@@ -180,7 +180,9 @@ class ToolProgress(EventRecord):
 
 
 class ExitLine(EventRecord):
-    """FIN-7: the one turn-exit line; WARNING when the durable tail is a tool result."""
+    """FIN-7: the one turn-exit line; WARNING when the durable tail is a tool result and the
+    turn was not interrupted (an interrupted turn, the user's stop or a lost lease, says why
+    it rests there: its line is INFO)."""
 
     kind: ClassVar[EventKind] = EventKind.TURN_EXIT
 
@@ -201,7 +203,8 @@ class ExitLine(EventRecord):
         if ending.reason is None:  # every path to the exit line records a reason first
             raise InvariantBroken("a turn reached its exit line without an exit reason")
         last_role = tail.role.value if tail is not None else "none"
-        return cls(level="WARNING" if last_role == Role.TOOL.value else "INFO",
+        pending = last_role == Role.TOOL.value and ending.reason is not ExitReason.INTERRUPTED
+        return cls(level="WARNING" if pending else "INFO",
                    reason=ending.reason, detail=ending.detail,
                    api_calls=api_calls, max_iterations=max_iterations, budget_used=budget_used,
                    budget_max=budget_max, last_role=last_role,

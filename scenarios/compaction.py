@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hermes_ref.compression import PRUNED_PREFIX, SUMMARY_PREFIX
 from hermes_ref.errors import ContextOverflow, ProviderServerError, ProviderTimeout
-from hermes_ref.models import Message, Role
+from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
@@ -78,6 +78,40 @@ def provider_overflow_is_compacted_and_retried(s: Story) -> None:
     s.expect(len(turn_calls) == 2 and len(turn_calls[1].body) < len(turn_calls[0].body),
              "the retry is a smaller request")
     s.expect(len(s.world.summary_calls) == 1, "one forced pass")
+
+
+@scenario("The request rebuilt after an overflow is a new request with retries of its own: "
+          "transient errors before the overflow do not use them up",
+          invariants=("LOOP-5", "CMP-7"), stage="compaction")
+def rebuilt_request_gets_its_own_retries(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW)
+    busy = [ProviderServerError("overloaded", status=503) for _ in range(5)]
+    s.script(text("Noted."), busy[0], busy[1],
+             ContextOverflow("maximum context length exceeded", status=400),
+             busy[2], busy[3], busy[4], text("Here is the short version."))
+    s.turn("Here is where we are.", history=chat(12))
+    result = s.turn("Summarize everything so far.")
+    s.expect(result is not None and result.final_response == "Here is the short version.",
+             "the rebuilt request was retried three times, then answered")
+    s.expect(len(s.world.summary_calls) == 1, "one forced pass")
+
+
+@scenario("The request rebuilt after an overflow leaves out the hidden row a correction left, "
+          "as every request does", invariants=("LOOP-4", "CMP-7", "LOOP-5"), stage="compaction")
+def rebuilt_request_leaves_the_hidden_row_out(s: Story) -> None:
+    s.limits(context_window_tokens=WINDOW)
+    s.script(text("Noted."), ProviderReply(content=None, reasoning="maybe the plan changed"),
+             ContextOverflow("maximum context length exceeded", status=400),
+             text("Here is the short version."))
+    s.turn("Here is where we are.", history=chat(12))
+    s.delay_reply(2, 30.0)
+    s.redirect("Summarize, do not guess.", after_s=10.0)
+    result = s.turn("Summarize everything so far.")
+    s.expect(result is not None and result.final_response == "Here is the short version.",
+             "the rebuilt request was answered")
+    sent = s.world.calls[-1].sent["messages"]
+    s.expect(not any(m["role"] == "assistant" and not m.get("content") and not m.get("tool_calls")
+                     for m in sent), "no empty assistant message went out")
 
 
 @scenario("An overflow that compaction cannot relieve fails closed: the refused request is "

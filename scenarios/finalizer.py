@@ -166,6 +166,17 @@ def open_tool_tail_logs_a_warning(s: Story) -> None:
              "the exit line is a WARNING naming the tool tail")
 
 
+@scenario("The exit line's answer length counts the answer as delivered, its edges included",
+          invariants=("FIN-7", "FIN-3"), stage="finalizer")
+def exit_line_counts_the_whole_answer(s: Story) -> None:
+    s.script(text("  Indented, and a line break after.\n"))
+    result = s.turn("Answer with some space around it.")
+    exits = [ExitLine.of(e) for e in s.world.stream if e.kind is EventKind.TURN_EXIT]
+    s.expect(result is not None and result.final_response is not None
+             and exits[-1].response_len == len(result.final_response),
+             "response_len is the length of the answer delivered")
+
+
 @scenario("An answer says which file writes failed, unless a later write fixed them",
           invariants=("TOOL-9", "TOOL-6", "FIN-3"), stage="finalizer")
 def failed_write_is_reported_in_the_answer(s: Story) -> None:

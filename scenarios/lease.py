@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hermes_ref.errors import RateLimited
-from hermes_ref.models import ProviderReply
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.models import EventKind, ProviderReply
+from hermes_ref.outcomes import ExitLine, ExitReason
 from hermes_ref.wire import ProviderRequest
 from sim.harness import Story, scenario
 from sim.provider import FunctionProvider, text, tool_calls
@@ -144,6 +144,28 @@ def stalled_holder_is_fenced_off(s: Story) -> None:
              "token 1 expired under the stall; token 2 was granted and released")
     turns = {r.turn_id for r in s.transcript()}
     s.expect(len(turns) == 2, "rows of two turns: the stalled one wrote nothing after its loss")
+
+
+@scenario("A turn fenced off after its tool round rests on a tool result, and its exit line is "
+          "INFO: it was interrupted, not silent", invariants=("FIN-7", "LEASE-4"), stage="lease")
+def fenced_turn_on_a_tool_result_logs_info(s: Story) -> None:
+    s.files({"notes.txt": "buy milk"})
+    s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("It says: buy milk."),
+             text("An answer from the new one."))
+    first = s.main_process()
+    other = s.process()
+    s.delay_reply(2, 30.0)
+    stalled = s.start_turn("What is in my notes?", process=first)
+    s.stall(first, 400.0, after_s=10.0)
+    s.start_turn("Question two.", process=other, after_s=310.0)
+    s.run_all()
+    s.expect(stalled.result is not None and stalled.result.exit_reason is ExitReason.INTERRUPTED,
+             "the stalled turn woke to a fenced write: interrupted")
+    lines = [ExitLine.of(e) for e in s.world.store.snapshot().events
+             if e.kind is EventKind.TURN_EXIT and stalled.result is not None
+             and e.turn_id == stalled.result.turn_id]
+    s.expect([(x.last_role, x.level) for x in lines] == [("tool", "INFO")],
+             "its exit line names the tool tail, at INFO")
 
 
 @scenario("A turn waiting in line recovers the open call of a holder that froze while its tool "

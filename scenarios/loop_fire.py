@@ -58,6 +58,47 @@ def housekeeping_round_text_answers_an_empty_reply(s: Story) -> None:
              "the answer is the durable tail")
 
 
+@scenario("Each tool round earns its own nudge: an empty reply after the second round is "
+          "nudged again, not retried", invariants=("LOOP-8", "SCAF-1", "TOOL-3"), stage="loop_fire")
+def every_tool_round_earns_a_nudge(s: Story) -> None:
+    s.files({"a.txt": "alpha", "b.txt": "beta"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})), EMPTY,
+             tool_calls(("read_file", {"path": "b.txt"})), EMPTY, text("alpha, then beta."))
+    result = s.turn("Read a.txt, then b.txt.")
+    s.expect(result is not None and result.final_response == "alpha, then beta.", "answered")
+    calls = s.world.calls
+    s.expect(len(calls) == 5 and all(calls[n].request.messages[-1].content == EMPTY_AFTER_TOOLS_NUDGE
+                                     for n in (2, 4)), "both empty replies were nudged")
+
+
+@scenario("An empty reply that reasoned in a think block after a tool round gets its reasoning "
+          "back as a prefill, not the nudge", invariants=("LOOP-8", "LOOP-4", "SCAF-1"),
+          stage="loop_fire")
+def inline_reasoning_after_tools_is_prefilled(s: Story) -> None:
+    s.files({"a.txt": "alpha"})
+    s.script(tool_calls(("read_file", {"path": "a.txt"})),
+             text("<think>The file says alpha.</think>"), text("It says alpha."))
+    result = s.turn("What does a.txt say?")
+    s.expect(result is not None and result.final_response == "It says alpha.", "answered")
+    last = s.world.calls[-1].request.messages[-1]
+    s.expect(last.role is Role.ASSISTANT and last.content == "The file says alpha.",
+             "the reasoning came back as a prefill")
+
+
+@scenario("An empty reply after a round that mixed housekeeping with other tools is nudged: "
+          "that round's text is no answer", invariants=("LOOP-8", "FIN-3", "TOOL-3"),
+          stage="loop_fire")
+def mixed_round_text_is_no_answer(s: Story) -> None:
+    s.files({"a.txt": "alpha"})
+    s.script(tool_calls(("todo", {"action": "add", "text": "check a.txt"}),
+                        ("read_file", {"path": "a.txt"}), content="Noted, and reading a.txt."),
+             EMPTY, text("a.txt says alpha."))
+    result = s.turn("Note it and read a.txt.")
+    s.expect(result is not None and result.final_response == "a.txt says alpha.",
+             "the answer came after the nudge")
+    s.expect(s.world.calls[2].request.messages[-1].content == EMPTY_AFTER_TOOLS_NUDGE, "nudged")
+
+
 @scenario("The empty-reply ladder runs in order: nudge, two prefills, retries, the fallback "
           "provider, its retries, then the (empty) sentinel",
           invariants=("LOOP-8", "LOOP-6", "SCAF-1", "TOOL-3", "LOOP-3"), stage="loop_fire")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hermes_ref.models import Role
 from hermes_ref.outcomes import ExitReason
 from sim.harness import Story, scenario
-from sim.provider import text, tool_calls
+from sim.provider import FunctionProvider, text, tool_calls
 
 
 @scenario("A tool call is written down before the tool runs",
@@ -162,6 +162,34 @@ def truncated_tool_call_ends_the_turn(s: Story) -> None:
     s.expect(s.world.tools.ledger == [], "the cut-off call never ran")
     s.expect([r.role for r in s.transcript()] == [Role.USER, Role.ASSISTANT],
              "the call was never recorded; a boundary row closes the tail")
+
+
+@scenario("Arguments cut off mid-value end the turn as truncated even when the provider "
+          "reports finish_reason=tool_calls, not length",
+          invariants=("LOOP-9", "LOOP-3"), stage="tool_round")
+def cut_off_arguments_without_a_length_stop(s: Story) -> None:
+    cut = tool_calls(("write_file", '{"path": "a.txt", "content": "the first half of'))
+    s.use_provider(FunctionProvider(lambda request: cut))  # asked again, it is cut again
+    result = s.turn("Write a long file.")
+    s.expect(result is not None and result.exit_reason is ExitReason.TRUNCATED_TOOL_CALL,
+             "exit reason truncated_tool_call")
+    s.expect(len(s.world.calls) == 1, "the cut-off call is not asked for again")
+    s.expect(s.world.tools.ledger == [], "the cut-off call never ran")
+
+
+@scenario("A round whose arguments all parse starts the count of malformed tries over",
+          invariants=("LOOP-9", "TOOL-2", "TOOL-3"), stage="tool_round")
+def parsed_round_restarts_the_malformed_count(s: Story) -> None:
+    s.files({"notes.txt": "x"})
+    bad = tool_calls(("read_file", '{"path": notes.txt}'))
+    s.script(bad, tool_calls(("read_file", {"path": "notes.txt"})), bad, bad, bad,
+             text("The notes say x."))
+    result = s.turn("Read notes.txt.")
+    s.expect(result is not None and result.final_response == "The notes say x.", "answered")
+    rows = s.transcript()
+    s.expect([r.role for r in rows] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.ASSISTANT,
+                                        Role.TOOL, Role.ASSISTANT],
+             "the parsed round, then only the third malformed try after it, are recorded")
 
 
 @scenario("If the tool-call row cannot be written, no tool runs and the turn ends "

@@ -180,7 +180,9 @@ def _drain_once(story: Story, session: str, current: int) -> door.DrainStep | No
         result = step.result if step is not None else None
         world.runs.append(TurnRun(session, text, ids[0] if ids else None, step is None,
                                   world.write_failures - failures,
-                                  result.retryable if result is not None else None))
+                                  result.retryable if result is not None else None,
+                                  returned=result is not None,
+                                  answer=result.final_response if result is not None else None))
     if step is not None and step.result is not None:
         world.timeline.add("result", f"{step.result.exit_reason.value}")
     story.check()
@@ -325,7 +327,9 @@ def _record_drain(story: Story, handed: DoorActor) -> None:
     result = step.result if isinstance(step, door.DrainStep) else None
     world.runs.append(TurnRun(handed.session_id, row.text if row is not None else "", turn_id,
                               step is None, failed,
-                              result.retryable if result is not None else None))
+                              result.retryable if result is not None else None,
+                              returned=result is not None,
+                              answer=result.final_response if result is not None else None))
     if isinstance(step, door.DrainStep) and step.result is not None:
         world.timeline.add("result", f"pid={handed.pid} {step.result.turn_id} "
                            f"{step.result.exit_reason.value}")

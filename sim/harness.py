@@ -240,9 +240,12 @@ class Story:
         args = (session, text, ids[0] if ids else None, result is None,
                 world.write_failures - failures)
         retry = result.retryable if result is not None else None
-        world.runs.append(TurnRun(*args, retryable=retry) if history is None else
-                          CallerHistoryRun(*args, retryable=retry, caller=history, held=held,
-                                           rows_before=before))
+        answer = result.final_response if result is not None else None
+        world.runs.append(
+            TurnRun(*args, retryable=retry, returned=result is not None, answer=answer)
+            if history is None else
+            CallerHistoryRun(*args, retryable=retry, caller=history, held=held,
+                             rows_before=before, returned=result is not None, answer=answer))
         self._last = result
         if result is not None:
             world.timeline.add("result", f"{result.exit_reason.value} final={_brief(result.final_response)}")

@@ -180,9 +180,13 @@ def _record_ended(story: Story) -> None:
         failed = world.write_failures_by_turn.get(turn_id, 0) if turn_id is not None else 0
         args = (turn.session_id, turn.text, turn_id, turn.result is None, failed)
         retry = turn.result.retryable if turn.result is not None else None
-        world.runs.append(TurnRun(*args, retryable=retry) if turn.history is None else
-                          CallerHistoryRun(*args, retryable=retry, caller=turn.history,
-                                           held=turn.held, rows_before=turn.rows_before))
+        returned = turn.result is not None
+        answer = turn.result.final_response if turn.result is not None else None
+        world.runs.append(
+            TurnRun(*args, retryable=retry, returned=returned, answer=answer)
+            if turn.history is None else
+            CallerHistoryRun(*args, retryable=retry, caller=turn.history, held=turn.held,
+                             rows_before=turn.rows_before, returned=returned, answer=answer))
         if turn.result is not None:
             answer = turn.result.final_response
             shown = "None" if answer is None else repr(answer[:40])

@@ -78,6 +78,8 @@ class TurnRun:
     The turn id is the one the world minted while the turn ran; ``crashed`` says the
     process died during it; ``write_failures`` counts store writes the world failed;
     ``retryable`` is what the result the caller got said of a retry (LEASE-5).
+    ``returned`` says the engine handed its caller a result, and ``answer`` is the final
+    response that result held: what the user waits for, as the caller received it (FIN-6).
     """
 
     session_id: str
@@ -86,6 +88,8 @@ class TurnRun:
     crashed: bool
     write_failures: int = 0
     retryable: bool | None = None  # what the caller's result said (None: no result)
+    returned: bool = False
+    answer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hermes_ref.ladder import inline_reasoning, reasoning_of, visible_text
+from hermes_ref.ladder import visible_text
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ScaffoldFlag
@@ -35,6 +35,7 @@ from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
 )
 from sim.checkers.lineage import roots
 from sim.checkers.rotation import CompactionRun  # a story's own compaction, not judged here
+from sim.checkers.thoughts import inline_thought, thought_of
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
 
@@ -302,11 +303,11 @@ def _after_reply(limits: Limits, call: CallRecord, carried: list[Message],
         return carried
     after_tools = bool(call.request.messages) and call.request.messages[-1].role is Role.TOOL
     nudged = any(m.content == EMPTY_AFTER_TOOLS_NUDGE for m in carried)
-    if after_tools and not nudged and not inline_reasoning(reply.content):
+    if after_tools and not nudged and not inline_thought(reply.content):
         flag = ScaffoldFlag.EMPTY_RECOVERY
         return [*carried, Message(role=Role.ASSISTANT, content=EMPTY_SENTINEL, scaffold=flag),
                 Message(role=Role.USER, content=EMPTY_AFTER_TOOLS_NUDGE, scaffold=flag)]
-    thought = reasoning_of(reply)
+    thought = thought_of(reply)
     if thought and prefills < limits.thinking_prefill_retries_max:
         kept = carried[:-1] if carried and carried[-1].scaffold is ScaffoldFlag.THINKING_PREFILL \
             else carried

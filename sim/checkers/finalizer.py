@@ -9,7 +9,7 @@ from hermes_ref.finalizer import MUTATION_FOOTER
 from hermes_ref.ladder import without_reasoning
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ToolCall, ToolKind
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, FAILED_EXITS, ExitLine, ExitReason
+from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
 from sim.checkers import lineage, loop_fire
 from sim.checkers.base import (
@@ -74,6 +74,12 @@ def _ran_out(limits: Limits, line: ExitLine, records: list[CallRecord]) -> bool:
     return regular >= limits.max_iterations or line.budget_used >= line.budget_max
 
 
+# FIN-5's exception, as the catalog names it: the failures caused by context pressure. Kept
+# here rather than read from the engine (``outcomes.CONTEXT_PRESSURE_EXITS``), so an engine
+# that widened its own list to skip a boundary row it owes is judged, not excused.
+PRESSURE_FAILURES = frozenset({ExitReason.COMPRESSION_TIMEOUT, ExitReason.COMPRESSION_EXHAUSTED})
+
+
 @checker("failure_boundary", ("FIN-5",),
          "a failed turn whose exit reports no cleanup errors ends on an assistant row "
          "(context-pressure failures excepted)")
@@ -82,7 +88,7 @@ def failure_boundary(obs: Observation) -> list[Violation]:
     for view in obs.ended_turns():
         done, line = view.completion, view.exit
         if done is None or line is None or not done.failed \
-                or line.reason in CONTEXT_PRESSURE_EXITS:
+                or line.reason in PRESSURE_FAILURES:
             continue
         rows = view.rows
         if line.cleanup_errors == 0 and rows and rows[-1].role is not Role.ASSISTANT:
@@ -192,6 +198,23 @@ def answer_delivered(obs: Observation) -> list[Violation]:
     return out
 
 
+@checker("result_carries_the_answer", ("FIN-6",),
+         "the result a turn hands its caller holds the answer its completion carries, "
+         "whatever cleanup failed")
+def result_carries_the_answer(obs: Observation) -> list[Violation]:
+    """Read from the world's log of what each run returned (``TurnRun.answer``) against
+    the turn's completion event: the two are the same ending, told twice."""
+    out = []
+    for view in obs.ended_turns():
+        run, done = view.run, view.completion
+        if run is None or not run.returned or done is None or run.answer == done.final_response:
+            continue
+        out.append(Violation("result_carries_the_answer", "FIN-6",
+                             f"turn {view.key} completed with {done.final_response!r:.40} but "
+                             f"handed its caller {run.answer!r:.40}"))
+    return out
+
+
 @checker("store_errors_stay_in_the_result", ("FIN-6",),
          "a store error never escapes a turn: it goes into the turn's result")
 def store_errors_stay_in_the_result(obs: Observation) -> list[Violation]:
@@ -217,9 +240,12 @@ def _same_answer(delivered: object, given: str | None) -> bool:
 
 @checker("exit_line", ("FIN-7",),
          "every turn that ended logged exactly one exit line; WARNING exactly when the durable "
-         "tail it left is a tool result")
+         "tail it left is a tool result and the turn was not interrupted")
 def exit_line(obs: Observation) -> list[Violation]:
+    """Interrupted means stopped from outside, as the world logged it (the user's interrupt,
+    a lost lease), and ended ``interrupted``: such a turn is not silent about its tool tail."""
     out = []
+    stopped = loop_fire.interrupted(obs)
     for view in obs.ended_turns():
         line = view.exit
         if line is None:
@@ -227,7 +253,9 @@ def exit_line(obs: Observation) -> list[Violation]:
             out.append(Violation("exit_line", "FIN-7",
                                  f"turn {view.key} ended without exactly one exit line ({shown})"))
             continue
-        want = "WARNING" if line.last_role == Role.TOOL.value else "INFO"
+        interrupted = line.reason is ExitReason.INTERRUPTED \
+            and (view.session_id, view.turn_id) in stopped
+        want = "WARNING" if line.last_role == Role.TOOL.value and not interrupted else "INFO"
         if line.level != want:
             out.append(Violation("exit_line", "FIN-7",
                                  f"turn {view.key} ended on {line.last_role} but logged "

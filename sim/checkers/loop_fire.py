@@ -26,7 +26,7 @@ from typing import Any
 
 from hermes_ref.closure import NOT_RUN_TEXT
 from hermes_ref.finalizer import MUTATION_FOOTER
-from hermes_ref.ladder import HOUSEKEEPING_TOOLS, inline_reasoning, reasoning_of, visible_text
+from hermes_ref.ladder import HOUSEKEEPING_TOOLS, visible_text
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role, ToolKind
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
@@ -56,7 +56,9 @@ from sim.checkers.base import (
     window_tokens,
 )
 from sim.checkers.lease import lost_leases
+from sim.checkers.thoughts import inline_thought, thought_of
 from sim.checkers.wire import sent_messages
+from sim.interventions import raw_partial
 from sim.world import CallRecord
 
 # ---- shared readings ----------------------------------------------------------------------
@@ -239,9 +241,9 @@ class _Walk:
         if self.tool_rounds and _prior_text(calls, index, landed) is not None:
             return "prior_text"
         if self.tool_rounds and self.nudged_round != self.tool_rounds \
-                and not inline_reasoning(reply.content):
+                and not inline_thought(reply.content):
             return "nudge"
-        if reasoning_of(reply) and self.prefills < limits.thinking_prefill_retries_max:
+        if thought_of(reply) and self.prefills < limits.thinking_prefill_retries_max:
             return "prefill"
         if self.retries < limits.empty_retries_max:
             return "retry"
@@ -328,11 +330,11 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
         return "fallback"
     sent, before = _messages(nxt), _messages(call)
     if sent == before:  # the very request again (a nudged request retried stays nudged)
-        return _again(sent, reasoning_of(reply))
+        return _again(sent, thought_of(reply))
     if len(sent) >= 2 and sent[-1].get("content") == EMPTY_AFTER_TOOLS_NUDGE \
             and sent[-2].get("content") == EMPTY_SENTINEL:
         return "nudge"
-    thought = reasoning_of(reply)
+    thought = thought_of(reply)
     if sent and thought and sent[-1].get("role") == Role.ASSISTANT.value \
             and sent[-1].get("content") == thought:
         return "prefill"
@@ -668,6 +670,72 @@ def corrections_taken_in(obs: Observation) -> list[Violation]:
         if not fenced and view.exit is not None and view.exit.reason is not ExitReason.INTERRUPTED:
             out.extend(_v4(f"turn {view.key}: {p}") for p in _skipped_corrections(obs, view))
         out.extend(_v4(f"turn {view.key}: {p}") for p in _reasoning_stored(view))
+        out.extend(_v4(f"turn {view.key}: {p}") for p in _cut_work_rows(view))
+    out.extend(_v4(p) for p in _hidden_rows_sent(obs))
+    return out
+
+
+def _hidden_rows_sent(obs: Observation) -> list[str]:
+    """A hidden row marks where a correction cut a reply that showed nothing; it is never
+    replayed, so no request carries it. On the wire it would be an assistant message with
+    no text and no call right before the correction's user row: that pair is looked for in
+    every recorded body, for each correction the record holds after a hidden row."""
+    after_hidden: set[str] = set()
+    previous = None
+    for stored in lineage.written(obs.record):
+        row = stored.message
+        if previous is not None and previous.hidden and row.role is Role.USER and row.content:
+            after_hidden.add(row.content)
+        previous = row
+    if not after_hidden:
+        return []
+    out = []
+    for call in obs.calls:
+        sent = _messages(call)
+        for message, nxt in pairwise(sent):
+            if message.get("role") == Role.ASSISTANT.value and not message.get("content") \
+                    and not message.get("tool_calls") and nxt.get("role") == Role.USER.value \
+                    and nxt.get("content") in after_hidden:
+                out.append(f"call at effect {call.seq} (turn {call.turn_id}) sends the hidden row "
+                           f"before the correction {str(nxt.get('content'))[:30]!r}")
+                break
+    return out
+
+
+def _cut_work_rows(view: TurnView) -> list[str]:
+    """The work a correction cut gets an assistant row of its own, before the correction's
+    user row: the visible part of the reply the call was streaming when it was cut (as the
+    world streamed it: ``raw_partial``), or, when nothing of it was visible, a hidden row
+    with no text. Work that was not a call (a tool round the correction waited on) gets
+    an assistant row too, so a correction row never follows a user or tool row.
+
+    Each user row of the turn after its first is a correction it took in (the turn's own
+    message opens it; rows a compaction copied are not the turn's). A cut call's
+    correction is the first of them written after the call was made (its watermark):
+    the turn drains the queue before its next call. A record without such a row says
+    nothing here: whether the correction had to be taken in is judged above."""
+    rows = view.rows
+    corrections = [i for i, m in enumerate(rows) if m.role is Role.USER][1:]
+    out = []
+    for i in corrections:
+        before = rows[i - 1]
+        if before.role is not Role.ASSISTANT or before.tool_calls:
+            out.append(f"its correction row #{rows[i].row_id} follows the {before.role.value} "
+                       f"row #{before.row_id}: the work the correction cut got no assistant row")
+    for call in view.calls:
+        if call.cut is None:
+            continue
+        taken = next((i for i in corrections if (rows[i].row_id or 0) > call.watermark), None)
+        if taken is None or rows[taken - 1].role is not Role.ASSISTANT:
+            continue
+        kept, shown = rows[taken - 1], visible_text(raw_partial(call.reply))
+        if shown and (kept.hidden or kept.content != shown):
+            out.append(f"the call at effect {call.seq} was cut after it showed {shown[:30]!r}, "
+                       f"but row #{kept.row_id} before the correction holds "
+                       f"{(kept.content or '')[:30]!r}{' hidden' if kept.hidden else ''}")
+        elif not shown and not (kept.hidden and not kept.content):
+            out.append(f"the call at effect {call.seq} was cut before it showed any text, but "
+                       f"row #{kept.row_id} before the correction is not a hidden row without text")
     return out
 
 
@@ -688,7 +756,7 @@ def _skipped_corrections(obs: Observation, view: TurnView) -> list[str]:
 
 
 def _reasoning_stored(view: TurnView) -> list[str]:
-    thoughts = {reasoning_of(c.reply) for c in view.calls if c.reply is not None}
+    thoughts = {thought_of(c.reply) for c in view.calls if c.reply is not None}
     thoughts = {t for t in thoughts if len(t) >= 6}
     for row in view.rows:
         for stored in (row.content or "", row.api_content or ""):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_ref.ladder import reasoning_of, visible_text
+from hermes_ref.ladder import visible_text
 from hermes_ref.models import Message, Role
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
@@ -16,6 +16,7 @@ from sim.checkers.base import (
     Violation,
     checker,
 )
+from sim.checkers.thoughts import thought_of
 
 # ---- transcript shape --------------------------------------------------------------------
 
@@ -46,9 +47,9 @@ def prefills(obs: Observation) -> set[tuple[str, str]]:
     """(turn, text) of every thinking prefill the ladder may have made: the reasoning of a
     reply that said nothing visible and called nothing, which the next request of its turn
     ends on as a synthetic assistant message (LOOP-8)."""
-    return {(call.turn_id, reasoning_of(call.reply)) for call in obs.calls
+    return {(call.turn_id, thought_of(call.reply)) for call in obs.calls
             if call.reply is not None and not call.reply.tool_calls
-            and not visible_text(call.reply.content) and reasoning_of(call.reply)}
+            and not visible_text(call.reply.content) and thought_of(call.reply)}
 
 
 def _is_prefill(message: Message, made: set[tuple[str, str]]) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -35,3 +37,15 @@ def sabotage(name: str, invariants: tuple[str, ...], description: str) -> Callab
         SABOTAGES[name] = Sabotage(name, invariants, description, fn)
         return fn
     return register
+
+
+def one_line_changed(module: Any, name: str, old: str, new: str) -> Any:
+    """``module.name`` rebuilt from its own source with ``old`` replaced by ``new`` (which
+    must occur once), in the module's namespace: the engine's step with one line broken."""
+    source = textwrap.dedent(inspect.getsource(getattr(module, name)))
+    if source.count(old) != 1:
+        raise RuntimeError(f"{module.__name__}.{name} no longer holds {old!r} once")
+    namespace: dict[str, Any] = {}
+    exec(compile(source.replace(old, new), inspect.getfile(module), "exec"),
+         vars(module), namespace)
+    return namespace[name]

@@ -270,10 +270,10 @@ sabotage("exhausted_context_gets_a_boundary_row", ("FIN-5",),
          "failed closed is closed with a boundary row")(_exemption_forgotten)
 
 
-# ---- CTX-2 / LOOP-4: the request sent again after an overflow carries the hidden rows ---------
+# ---- LOOP-4: the request rebuilt after an overflow carries the hidden rows --------------------
 
 
-def _overflow_retry_sends_every_row() -> list[AbstractContextManager[Any]]:
+def _hidden_rows_resent() -> list[AbstractContextManager[Any]]:
     def rebuilt(ctx: TurnContext, request: ProviderRequest) -> ProviderRequest:
         system = ctx.cache.system_message  # "the whole working list": hidden rows too
         return dataclasses.replace(request, messages=(system, *ctx.transcript),
@@ -281,7 +281,7 @@ def _overflow_retry_sends_every_row() -> list[AbstractContextManager[Any]]:
     return [mock.patch.object(compaction, "rebuilt", rebuilt)]
 
 
-sabotage("overflow_retry_sends_every_row", ("CTX-2",),
-         "the request sent again after an overflow is rebuilt from every message of the "
-         "working list, so the hidden row a correction left goes on the wire")(
-    _overflow_retry_sends_every_row)
+sabotage("hidden_row_sent_after_an_overflow", ("LOOP-4",),
+         "the request rebuilt after an overflow is made of the whole working list, so the "
+         "hidden row a correction left goes out as an empty assistant message")(
+    _hidden_rows_resent)

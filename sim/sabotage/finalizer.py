@@ -22,10 +22,10 @@ from hermes_ref.effects import (
 )
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Event, Message
-from hermes_ref.outcomes import Completion, ExitLine, ExitReason
+from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason
 from hermes_ref.phases import Phase
 from hermes_ref.tool_specs import path_argument
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- FIN-3: the final row is never written --------------------------------------------------
 
@@ -105,6 +105,34 @@ def _always_info() -> list[AbstractContextManager[Any]]:
 sabotage("exit_line_always_info", ("FIN-7",),
          "the exit line is always INFO, even when the turn ends on a tool result")(_always_info)
 
+def _tool_tail_always_warns() -> list[AbstractContextManager[Any]]:
+    original = finalizer.exit_line
+
+    def line(ctx: TurnContext, tail: Message | None = None) -> ExitLine:
+        built = original(ctx, tail)
+        return built.model_copy(update={"level": "WARNING"}) if built.last_role == "tool" else built
+    return [mock.patch.object(finalizer, "exit_line", line)]
+
+
+sabotage("interrupted_tool_tail_warns", ("FIN-7",),
+         "the exit line is WARNING whenever the tail is a tool result, an interrupted turn's "
+         "too")(_tool_tail_always_warns)
+
+
+def _stripped_length() -> list[AbstractContextManager[Any]]:
+    original = finalizer.exit_line
+
+    def line(ctx: TurnContext, tail: Message | None = None) -> ExitLine:
+        built = original(ctx, tail)
+        return built.model_copy(update={"response_len": len((ctx.ending.answer or "").strip())})
+    return [mock.patch.object(finalizer, "exit_line", line)]
+
+
+sabotage("exit_line_counts_the_stripped_answer", ("FIN-7",),
+         "the exit line's response_len counts the answer without its surrounding whitespace, "
+         "not the answer delivered")(_stripped_length)
+
+
 # ---- FIN-1: the grace call offers tools, or never happens ------------------------------------
 
 
@@ -134,6 +162,12 @@ sabotage("grace_call_skipped", ("FIN-1",),
 sabotage("skip_failure_boundary", ("FIN-5",),
          "a failed turn that ends on a user or tool row gets no boundary row")(
     lambda: [mock.patch.object(finalizer, "_failure_boundary", _skip_async)])
+
+sabotage("truncated_call_counted_as_context_pressure", ("FIN-5",),
+         "the finalizer's list of context-pressure exits also holds truncated_tool_call, so a "
+         "turn cut off mid-call leaves its user row open with no boundary row")(
+    lambda: [mock.patch.object(finalizer, "CONTEXT_PRESSURE_EXITS", frozenset(
+        {*CONTEXT_PRESSURE_EXITS, ExitReason.TRUNCATED_TOOL_CALL}))])
 
 sabotage("no_silent_stop_guard", ("FIN-8",),
          "a turn that stops on a tool result ends quietly, not as pending_tool_result")(
@@ -254,3 +288,18 @@ sabotage("failed_closing_keeps_its_numbers", ("DEL-1",),
          "when the final row's commit fails, the turn's event counter keeps the numbers its "
          "exit line and completion took, so the ending it then emits leaves a gap")(
     _closing_numbers_kept)
+
+
+# ---- FIN-6: a result with cleanup errors loses the answer ------------------------------------
+
+
+def _answer_dropped_on_cleanup_errors() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(
+        finalizer, "_result", "final_response=ending.answer,",
+        "final_response=None if ctx.cleanup_errors else ending.answer,")
+    return [mock.patch.object(finalizer, "_result", broken)]
+
+
+sabotage("result_drops_the_answer_after_cleanup_errors", ("FIN-6",),
+         "a turn whose cleanup failed hands its caller a result without the answer, though "
+         "its completion event carries it")(_answer_dropped_on_cleanup_errors)

@@ -9,11 +9,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import context, loop, preflight, wire
+from hermes_ref import context, finalizer, loop, preflight, wire
 from hermes_ref.context import TurnContext
 from hermes_ref.errors import ProviderError, ProviderServerError, TurnInterrupted
 from hermes_ref.models import Message, ProviderReply, ToolSpec
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- WIRE-3: bookkeeping leaks onto the wire ------------------------------------------------
 
@@ -238,3 +238,49 @@ def _stop_in_preflight_keeps_the_unit() -> list[AbstractContextManager[Any]]:
 sabotage("stop_in_preflight_keeps_the_unit", ("CTX-1",),
          "a turn stopped during preflight (its lease lost while a compaction ran) keeps the "
          "budget unit of the iteration, though no call went out")(_stop_in_preflight_keeps_the_unit)
+
+
+# ---- LOOP-9: arguments cut off are told apart only by the finish reason --------------------
+
+
+sabotage("cut_off_arguments_taken_for_malformed", ("LOOP-9",),
+         "arguments cut off mid-value count as truncated only when the provider says "
+         "finish_reason=length, so a cut-off call under finish_reason=tool_calls is asked "
+         "for again, then recorded")(
+    lambda: [mock.patch.object(loop, "_looks_truncated", lambda arguments: False)])
+
+
+# ---- LOOP-9: the count of malformed tries never starts over --------------------------------
+
+
+def _malformed_count_kept() -> list[AbstractContextManager[Any]]:
+    original = loop._arguments_usable
+
+    def usable(ctx: TurnContext, reply: ProviderReply) -> bool:
+        tries = ctx.state.invalid_json_retries
+        fine = original(ctx, reply)
+        if fine and all(c.arguments_object is not None for c in reply.tool_calls):
+            ctx.state.invalid_json_retries = tries  # a parsed round no longer resets it
+        return fine
+    return [mock.patch.object(loop, "_arguments_usable", usable)]
+
+
+sabotage("malformed_count_never_restarts", ("LOOP-9",),
+         "a round whose arguments all parse leaves the count of malformed tries where it was, "
+         "so a later malformed reply is recorded before its third try")(_malformed_count_kept)
+
+
+# ---- LOOP-5: the request rebuilt after an overflow inherits the retries already spent --------
+
+
+def _retries_inherited() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(loop, "call_with_retries",
+                                    "request, attempt, sent = rebuilt, 0, False",
+                                    "request, sent = rebuilt, False")
+    return [mock.patch.object(loop, "call_with_retries", broken),
+            mock.patch.object(finalizer, "call_with_retries", broken)]
+
+
+sabotage("rebuilt_request_inherits_retries", ("LOOP-5",),
+         "the request rebuilt after an overflow keeps the transient-retry count of the one it "
+         "replaced, so it is given up on before its own retries are spent")(_retries_inherited)

@@ -10,9 +10,9 @@ from dataclasses import replace
 from typing import Any
 from unittest import mock
 
-from hermes_ref import closure, finalizer, ladder, loop, redirect, routes
+from hermes_ref import closure, finalizer, ladder, loop, redirect, routes, tool_round
 from hermes_ref.context import TurnContext
-from hermes_ref.effects import Sleep
+from hermes_ref.effects import DrainRedirects, Site, Sleep
 from hermes_ref.limits import ProviderRoute
 from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
@@ -72,6 +72,58 @@ def _retries_never_spent() -> list[AbstractContextManager[Any]]:
 sabotage("empty_retries_never_counted", ("LOOP-8",),
          "the retry rung forgets to count its retry, so empty replies are retried until the "
          "budget ends")(_retries_never_spent)
+
+
+def _nudged_once_per_turn() -> list[AbstractContextManager[Any]]:
+    original = tool_round.run_tool_round
+
+    async def run_round(ctx: TurnContext, assistant: Message) -> bool:
+        nudged = ctx.state.post_tool_nudged
+        landed = await original(ctx, assistant)
+        ctx.state.post_tool_nudged = nudged  # a new round no longer re-arms the nudge
+        return landed
+    return [mock.patch.object(tool_round, "run_tool_round", run_round)]
+
+
+sabotage("nudge_once_per_turn", ("LOOP-8",),
+         "the nudge after a tool round is given once per turn, not once per tool round, so an "
+         "empty reply after a later round is retried blind")(_nudged_once_per_turn)
+
+
+def _nudge_over_reasoning() -> list[AbstractContextManager[Any]]:
+    rungs = list(ladder.RUNGS)
+    index = _rung("nudge")
+
+    def due(ctx: TurnContext, reply: ProviderReply) -> bool:
+        return ctx.state.last_round_had_tools and not ctx.state.post_tool_nudged
+    rungs[index] = replace(rungs[index], applies=due)
+    return [mock.patch.object(ladder, "RUNGS", tuple(rungs))]
+
+
+sabotage("nudge_over_inline_reasoning", ("LOOP-8",),
+         "an empty reply after a tool round is nudged even when it reasoned in a think block, "
+         "so its reasoning never comes back as a prefill")(_nudge_over_reasoning)
+
+
+def _any_housekeeping_round() -> list[AbstractContextManager[Any]]:
+    def prior_round_text(ctx: TurnContext) -> str | None:
+        if not ctx.state.last_round_had_tools:
+            return None
+        for message in reversed(ctx.transcript.current_turn()):
+            if message.role is Role.TOOL or message.scaffold is not None:
+                continue
+            if message.role is Role.ASSISTANT and message.tool_calls:
+                text = ladder.visible_text(message.content)
+                names = {c.name for c in message.tool_calls}
+                return text if text and names & ladder.HOUSEKEEPING_TOOLS else None
+            return None
+        return None
+    return [mock.patch.object(ladder, "prior_round_text", prior_round_text)]
+
+
+sabotage("prior_text_after_any_housekeeping", ("LOOP-8",),
+         "an empty reply reuses the text of the round before when that round called any "
+         "housekeeping tool, not only housekeeping tools")(_any_housekeeping_round)
 
 
 # ---- LOOP-6: fallback providers ---------------------------------------------------------------
@@ -216,6 +268,37 @@ def _partial_kept_raw() -> list[AbstractContextManager[Any]]:
 sabotage("cut_reply_keeps_its_reasoning", ("LOOP-4",),
          "the reply a correction cut is stored as the raw text streamed, think block and all")(
     _partial_kept_raw)
+
+
+async def _correction_alone(ctx: TurnContext) -> None:
+    """``redirect.take_redirects`` without the assistant row for the work that was cut."""
+    corrections = await DrainRedirects(ctx.session_id, ctx.turn_id)
+    ctx.state.cut_partial = None
+    if not corrections:
+        return
+    ctx.transcript.drop_scaffolding()
+    row = Message(role=Role.USER, content="\n\n".join(corrections), turn_id=ctx.turn_id)
+    if await ctx.persist((row,), Site.REDIRECT):
+        state = ctx.state
+        state.last_round_had_tools = state.post_tool_nudged = False
+        state.empty_retries = state.thinking_prefills = 0
+
+
+sabotage("cut_reply_left_out", ("LOOP-4",),
+         "a correction is stored as a user row right after whatever came before it: the reply "
+         "it cut, visible text and all, leaves no assistant row")(
+    lambda: [mock.patch.object(redirect, "take_redirects", _correction_alone)])
+
+
+def _partial_always_hidden() -> list[AbstractContextManager[Any]]:
+    def placeholder(ctx: TurnContext, partial: str | None) -> Message:
+        return Message(role=Role.ASSISTANT, content="", hidden=True, turn_id=ctx.turn_id)
+    return [mock.patch.object(redirect, "placeholder", placeholder)]
+
+
+sabotage("cut_reply_always_hidden", ("LOOP-4",),
+         "the reply a correction cut is always stored hidden, so the text the user already saw "
+         "streamed is lost from the record")(_partial_always_hidden)
 
 
 def _never_drained() -> list[AbstractContextManager[Any]]:
