@@ -189,7 +189,7 @@ def budget_accounting(obs: Observation) -> list[Violation]:
                                         unsent=line.api_calls - len(requests),
                                         earlier=_others_called_before(obs, view),
                                         occasions=refunds + hops + _compactions_of(obs, view)
-                                        + _refused_last(view)))
+                                        + _refused_last(view) + _stopped_unsent(obs, view)))
         if line.budget_max != obs.limits.iteration_budget:
             out.append(Violation("budget_accounting", "CTX-1",
                                  f"{tag} ran with a budget of {line.budget_max}, "
@@ -269,8 +269,9 @@ def _units_violation(tag: str, used: int, regular: int, refunds: int, *, unsent:
     Extra units matched by as many calls the turn counted but the provider never saw were
     charged for requests that were never sent (a preflight refusal, say): LOOP-2. Extra
     units no more than the turn's own occasions for a unit wrongly kept (its refundable
-    rounds and fallback hops, whose units come back; a request preflight refused, whose
-    unit comes back; the compactions it committed, whose passes spend none) are a refund
+    rounds and fallback hops, whose units come back; a request preflight refused, or one a
+    stop from outside cut off before it went out, whose unit comes back; the compactions
+    it committed, whose passes spend none) are a refund
     withheld or a pass charged: LOOP-2. Beyond those, units carried in from earlier turns
     (CTX-1) are the likelier reading, if another turn called the model before; a carry no
     larger than the turn's occasions reads as LOOP-2 (a budget carried across turns grows
@@ -300,6 +301,16 @@ def _refused_last(view: TurnView) -> int:
         return 0
     last = view.calls[-1] if view.calls else None
     return int(last is None or last.error != ContextOverflow.__name__)
+
+
+def _stopped_unsent(obs: Observation, view: TurnView) -> int:
+    """1 when the user or a lost lease stopped the turn (the world's logs say so) and it
+    ended interrupted: its last iteration may have been stopped before its request went
+    out (in preflight, say), and that unit comes back."""
+    line = view.exit
+    if line is None or line.reason is not ExitReason.INTERRUPTED:
+        return 0
+    return int((view.session_id, view.turn_id) in loop_fire.interrupted(obs))
 
 
 def _compactions_of(obs: Observation, view: TurnView) -> int:

@@ -48,9 +48,9 @@
   grace call, or during a call preparing a tool call, cut before it showed anything; a
   world with no bound gets a ``max_iterations`` of 1-3, and one with a correction of a
   call, outages at every grace call and a fallback route of 150-260 tokens (LOOP-4, LOOP-6);
-  half the worlds with a correction of a call also get three overflows among model calls
-  3-14, so a request is sent again after a compaction with the hidden row the cut left in
-  its history (LOOP-4, LOOP-5).
+  a world with a correction of a call, a small window and the overflow fault kind also
+  gets overflows at four of model calls 3-20, so a request is sent again after a
+  compaction with the hidden row the cut left in its history (LOOP-4, LOOP-5).
 """
 
 from __future__ import annotations

@@ -222,7 +222,7 @@ sabotage("refused_request_charged", ("LOOP-2",),
          "a request that is never sent costs a unit and an API call")(_charge_refused_requests)
 
 
-# ---- CTX-1 / LOOP-2: a turn stopped in preflight keeps the unit of a call it never sent ---------
+# ---- LOOP-2: a turn stopped in preflight keeps the unit of a call it never sent -----------------
 
 
 def _stop_in_preflight_keeps_the_unit() -> list[AbstractContextManager[Any]]:
@@ -235,7 +235,7 @@ def _stop_in_preflight_keeps_the_unit() -> list[AbstractContextManager[Any]]:
     return [mock.patch.object(loop, "cleared_to_send", kept)]
 
 
-sabotage("stop_in_preflight_keeps_the_unit", ("CTX-1",),
+sabotage("stop_in_preflight_keeps_the_unit", ("LOOP-2",),
          "a turn stopped during preflight (its lease lost while a compaction ran) keeps the "
          "budget unit of the iteration, though no call went out")(_stop_in_preflight_keeps_the_unit)
 
