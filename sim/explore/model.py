@@ -18,7 +18,11 @@ not counted again), the one other call a turn's budget leaves; no other fault st
 grace call or a compaction's summary. A slow
 reply thinks aloud first (an inline think block), so a correction that cuts it has
 something to leave out; a stream cut is the world's (``World.stream_cuts``), not the
-model's. In the calm phase the model answers every call. The model behind a fallback
+model's. The reply shapes of ``sim/explore/shapes.py`` (a cut-off call, malformed arguments
+around a round that parses, a think-only reply after tools, a mixed housekeeping round
+before an empty reply, 503s around an overflow, a padded answer) begin at their call and
+go on with the same turn's next requests (``_Shaping``), kept by the turn's user row. In
+the calm phase the model answers every call. The model behind a fallback
 route (``for_fallback``) is never faulted.
 """
 
