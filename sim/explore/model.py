@@ -69,9 +69,13 @@ class ExploreModel(_FakeBase):
             return text("Summary: the work so far is recorded above.")
         fault = None if self.calm else self._faults.get(self.calls)
         if fault is not None and fault.kind in _SHAPES:  # a shape goes on with its turn
-            self._shaping.setdefault(_turn_of(request), []).append(_Shaping(fault))
-            fault = None
-        if self._outage is not None and not self.calm and self._outage[0] == _asked(request):
+            turn = "" if fault.kind is FaultKind.ERRORS_AROUND_OVERFLOW else _turn_of(request)
+            self._shaping.setdefault(turn, []).append(_Shaping(fault))  # "": the first turn
+            fault = None  # with a history a compaction can relieve takes it
+        refused = self._outage is not None and not self.calm and self._outage[0] == _asked(request)
+        if not refused and not self.calm and (shaped := self._shaped(request, fault)) is not None:
+            return shaped  # a shape under way goes on over what the plan holds for the call
+        if refused and self._outage is not None:
             fault = self._outage[1]  # a retry of the request an outage refused: refused again,
             # whatever the plan holds for this call (an outage is one kind of failure)
         elif fault is not None:
@@ -81,8 +85,6 @@ class ExploreModel(_FakeBase):
             raise ProviderServerError(f"503 at call {self.calls}: outage", status=503)
         if fault is not None and fault.kind is FaultKind.SLOW_REPLY:  # the world delays it
             return _thought_first(_answer(request))
-        if fault is None and not self.calm and (shaped := self._shaped(request)) is not None:
-            return shaped
         if fault is None or fault.kind is FaultKind.STREAM_CUT:  # the world cuts it (run.py)
             return _answer(request)
         if fault.kind is FaultKind.LONE_SURROGATE:
@@ -94,10 +96,16 @@ class ExploreModel(_FakeBase):
                                     ("read_file", {"path": "notes-2.txt"}))
         return _faulty(fault)
 
-    def _shaped(self, request: ProviderRequest) -> ProviderReply | None:
-        """The next reply of a shape under way in the request's turn, if one is due now
-        (``sim/explore/shapes.py``); its first reply counts it as fired."""
+    def _shaped(self, request: ProviderRequest, planned: ReplyFault | None) -> ProviderReply | None:
+        """The next reply of a shape in the request's turn, if one is due now
+        (``sim/explore/shapes.py``); its first reply counts it as fired. A shape not begun
+        yet leaves a call the plan faults to that fault; one under way goes on over it."""
+        waiting = self._shaping.get("", [])
+        if waiting and len(request.messages) >= _HISTORY_TO_COMPACT:
+            self._shaping.setdefault(_turn_of(request), []).append(waiting.pop(0))
         for shaping in self._shaping.get(_turn_of(request), []):
+            if planned is not None and shaping.step == 0:
+                continue
             reply = shaping.next(request)
             if reply is None:
                 continue
@@ -137,6 +145,9 @@ _SHAPES = frozenset({FaultKind.CUT_OFF_ARGUMENTS, FaultKind.TRUNCATED_CALL,
                      FaultKind.PADDED_ANSWER})
 _MALFORMED = '{"path" "notes-1.txt"}'  # not JSON, and not cut off: it ends in a brace
 _CUT_OFF = '{"path": "notes-1.t'  # cut off mid-value
+# the 503s around an overflow wait for a request this long, whose compaction can relieve it
+# (a short history has no middle to summarize, and the turn fails closed: CMP-7)
+_HISTORY_TO_COMPACT = 12
 
 
 class _Shaping:

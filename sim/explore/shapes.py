@@ -1,10 +1,11 @@
 """The model's odder reply shapes, one part drawn from a sub-stream of its own ("shapes").
 
-In a world in six, one to three of these shapes, each aimed at a model call of the faulty
-phase (``ReplyFault``, numbered by world call like the other reply faults, at a call no
-other fault holds). A shape that needs a moment of a turn (after a tool round, a round
-before it) begins at its call and goes on with that turn's next requests, whoever else
-calls in between (``ExploreModel`` keeps it by the turn's user row):
+In a world in six (in a third of those with a context window), one to three of these
+shapes, each aimed at a model call of the faulty phase (``ReplyFault``, numbered by world
+call like the other reply faults, at a call no other fault holds). A shape that needs a
+moment of a turn (after a tool round, a round before it) begins at its call and goes on
+with that turn's next requests, whoever else calls in between and over any fault the plan
+holds for them (``ExploreModel`` keeps it by the turn's user row):
 
 * ``cut_off_arguments``: a read whose arguments are cut off mid-value under
   ``finish_reason=tool_calls``: cut off all the same, so the turn ends as a truncated tool
@@ -20,7 +21,12 @@ calls in between (``ExploreModel`` keeps it by the turn's user row):
   the round was not only housekeeping, so its text is no answer and the reply is nudged
   (LOOP-8);
 * ``errors_around_overflow``: two 503s, a 400 saying the context is too long, two 503s,
-  in one iteration: the request rebuilt after the overflow has retries of its own (LOOP-5);
+  in one iteration: the request rebuilt after the overflow has retries of its own (LOOP-5).
+  Only in a world with a context window, where it is drawn first, and in a third of
+  those worlds rather than a sixth: with no window a compaction finds no middle to
+  summarize, the overflow fails closed and the rebuilt request is never made. Aimed at
+  one of the first four calls, it waits there for a request of 12 messages or more, the
+  first of any turn;
 * ``padded_answer``: the answer with whitespace at its edges, delivered as it came; the
   exit line counts what was delivered (FIN-7).
 
@@ -38,19 +44,28 @@ SHAPES = (FaultKind.CUT_OFF_ARGUMENTS, FaultKind.TRUNCATED_CALL, FaultKind.MALFO
           FaultKind.THINK_ONLY, FaultKind.MIXED_HOUSEKEEPING, FaultKind.ERRORS_AROUND_OVERFLOW,
           FaultKind.PADDED_ANSWER)
 SHARE = 1 / 6  # of the worlds
+WINDOWED_SHARE = 1 / 3  # of the worlds with a context window, where ``around`` comes first
 
 
 def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     """``plan`` with one to three reply shapes, in a world in six (see the module docstring)."""
     rng = random.Random(f"{seed}:shapes")
     wanted = [k for k in SHAPES if k in kinds]
-    if not wanted or rng.random() >= SHARE:
+    windowed = plan.context_window is not None
+    if not wanted or rng.random() >= (WINDOWED_SHARE if windowed else SHARE):
         return plan
+    around = FaultKind.ERRORS_AROUND_OVERFLOW
     calls = 2 * max(1, sum(isinstance(s, Submit) for s in plan.steps))
     taken = {r.call for r in plan.replies}
     added = []
-    for _ in range(rng.randint(1, 3)):
+    for n in range(rng.randint(1, 3)):
         call, kind = rng.randint(1, calls), rng.choice(wanted)
+        if n == 0 and windowed and around in wanted:
+            kind = around  # first of all, where a compaction can relieve an overflow; at
+            call = rng.randint(1, 4)  # an early call, from which it waits for a long request
+        elif kind is around and not windowed:
+            continue  # no window: no middle to compact, so the overflow fails closed and
+            # the rebuilt request the errors are about is never made (CMP-7)
         if call not in taken:
             taken.add(call)
             added.append(ReplyFault(call=call, kind=kind))
