@@ -18,7 +18,11 @@ not counted again), the one other call a turn's budget leaves; no other fault st
 grace call or a compaction's summary. A slow
 reply thinks aloud first (an inline think block), so a correction that cuts it has
 something to leave out; a stream cut is the world's (``World.stream_cuts``), not the
-model's. In the calm phase the model answers every call. The model behind a fallback
+model's. The reply shapes of ``sim/explore/shapes.py`` (a cut-off call, malformed arguments
+around a round that parses, a think-only reply after tools, a mixed housekeeping round
+before an empty reply, 503s around an overflow, a padded answer) begin at their call and
+go on with the same turn's next requests (``_Shaping``), kept by the turn's user row. In
+the calm phase the model answers every call. The model behind a fallback
 route (``for_fallback``) is never faulted.
 """
 
@@ -55,6 +59,7 @@ class ExploreModel(_FakeBase):
         self._outage: tuple[tuple[tuple[str, str], ...], ReplyFault] | None = None
         self._grace_outages = frozenset(grace_outages)
         self.graces = 0  # grace requests of the faulty phase, a retry not counted again
+        self._shaping: dict[str, list[_Shaping]] = {}  # a turn's reply shapes under way
 
     def _reply(self, request: ProviderRequest) -> ProviderReply:
         self.calls += 1
@@ -63,7 +68,14 @@ class ExploreModel(_FakeBase):
         if request.purpose != "turn":  # grace or compaction summary: otherwise never faulted
             return text("Summary: the work so far is recorded above.")
         fault = None if self.calm else self._faults.get(self.calls)
-        if self._outage is not None and not self.calm and self._outage[0] == _asked(request):
+        if fault is not None and fault.kind in _SHAPES:  # a shape goes on with its turn
+            turn = "" if fault.kind is FaultKind.ERRORS_AROUND_OVERFLOW else _turn_of(request)
+            self._shaping.setdefault(turn, []).append(_Shaping(fault))  # "": the first turn
+            fault = None  # with a history a compaction can relieve takes it
+        refused = self._outage is not None and not self.calm and self._outage[0] == _asked(request)
+        if not refused and not self.calm and (shaped := self._shaped(request, fault)) is not None:
+            return shaped  # a shape under way goes on over what the plan holds for the call
+        if refused and self._outage is not None:
             fault = self._outage[1]  # a retry of the request an outage refused: refused again,
             # whatever the plan holds for this call (an outage is one kind of failure)
         elif fault is not None:
@@ -84,6 +96,28 @@ class ExploreModel(_FakeBase):
                                     ("read_file", {"path": "notes-2.txt"}))
         return _faulty(fault)
 
+    def _shaped(self, request: ProviderRequest, planned: ReplyFault | None) -> ProviderReply | None:
+        """The next reply of a shape in the request's turn, if one is due now
+        (``sim/explore/shapes.py``); its first reply counts it as fired. A shape not begun
+        yet leaves a call the plan faults to that fault; one under way goes on over it."""
+        waiting = self._shaping.get("", [])
+        if waiting and len(request.messages) >= _HISTORY_TO_COMPACT:
+            self._shaping.setdefault(_turn_of(request), []).append(waiting.pop(0))
+        for shaping in self._shaping.get(_turn_of(request), []):
+            if planned is not None and shaping.step == 0:
+                continue
+            reply = shaping.next(request)
+            if reply is None:
+                continue
+            if shaping.step == 1:
+                self.fired.append(shaping.fault)
+            if shaping.done:
+                self._shaping[_turn_of(request)].remove(shaping)
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        return None
+
     def _grace_outage(self, request: ProviderRequest) -> None:
         """A 503 to the plan's n-th grace request and to every retry of it, as an outage of
         a turn's call: its retries spent, the grace call goes to the fallback (LOOP-6)."""
@@ -103,6 +137,97 @@ class ExploreModel(_FakeBase):
         other = ExploreModel()
         other._id_stream, other._ids_taken = self._id_stream, self._ids_taken
         return other
+
+
+_SHAPES = frozenset({FaultKind.CUT_OFF_ARGUMENTS, FaultKind.TRUNCATED_CALL,
+                     FaultKind.MALFORMED_AGAIN, FaultKind.THINK_ONLY,
+                     FaultKind.MIXED_HOUSEKEEPING, FaultKind.ERRORS_AROUND_OVERFLOW,
+                     FaultKind.PADDED_ANSWER})
+_MALFORMED = '{"path" "notes-1.txt"}'  # not JSON, and not cut off: it ends in a brace
+_CUT_OFF = '{"path": "notes-1.t'  # cut off mid-value
+# the 503s around an overflow wait for a request this long, whose compaction can relieve it
+# (a short history has no middle to summarize, and the turn fails closed: CMP-7)
+_HISTORY_TO_COMPACT = 12
+
+
+class _Shaping:
+    """One reply shape under way in a turn: the replies it gives, in order, each when the
+    request is one it fits (``next``); None leaves the request to the plain answer."""
+
+    def __init__(self, fault: ReplyFault) -> None:
+        self.fault = fault
+        self.step = 0
+        self.done = False
+
+    def next(self, request: ProviderRequest) -> ProviderReply | Exception | None:
+        reply = self._reply(request)
+        if reply is not None:
+            self.step += 1
+        return reply
+
+    def _reply(self, request: ProviderRequest) -> ProviderReply | Exception | None:
+        kind, step, call = self.fault.kind, self.step, self.fault.call
+        offered = {t.name for t in request.tools}
+        if kind in (FaultKind.CUT_OFF_ARGUMENTS, FaultKind.TRUNCATED_CALL):
+            if "read_file" not in offered:
+                return None
+            self.done = True
+            return tool_calls(("read_file", _CUT_OFF), finish_reason="length"
+                              if kind is FaultKind.TRUNCATED_CALL else "tool_calls")
+        if kind is FaultKind.MALFORMED_AGAIN:
+            if "read_file" not in offered:
+                return None
+            if step == 1:  # the try after the malformed one: a round whose arguments parse
+                return tool_calls(("read_file", {"path": "notes-1.txt"}))
+            if step == 2 and not _after_tools(request):
+                return None
+            self.done = step >= 3
+            return tool_calls(("read_file", _MALFORMED))
+        if kind is FaultKind.THINK_ONLY:
+            if not _after_tools(request):
+                return None
+            self.done = True
+            return ProviderReply(content="<think>That is what the file says.</think>",
+                                 finish_reason="stop")
+        if kind is FaultKind.MIXED_HOUSEKEEPING:
+            if step == 0:
+                if not {"todo", "read_file"} <= offered or _after_tools(request):
+                    return None
+                return tool_calls(("todo", {"action": "add", "text": "check notes-1.txt"}),
+                                  ("read_file", {"path": "notes-1.txt"}),
+                                  content="Noted, and reading notes-1.txt.")
+            self.done = True
+            return ProviderReply(content="", finish_reason="stop")
+        if kind is FaultKind.ERRORS_AROUND_OVERFLOW:
+            self.done = step >= 4
+            if step == 2:
+                return ContextOverflow(f"maximum context length exceeded (a shape of call {call})",
+                                       status=400)
+            return ProviderServerError(f"503 (a shape of call {call}, {step + 1} of 5)", status=503)
+        # PADDED_ANSWER: the plain answer, when it is text, with whitespace at its edges
+        answer = _answer(request)
+        if answer.tool_calls or not answer.content:
+            return None
+        self.done = True
+        return answer.model_copy(update={"content": f"\n  {answer.content}  \n"})
+
+
+def _turn_of(request: ProviderRequest) -> str:
+    """The turn a request belongs to, by its user row (its turn id, else its text)."""
+    for message in reversed(request.messages):
+        if message.role is Role.USER and message.scaffold is None:
+            return message.turn_id or (message.content or "")
+    return ""
+
+
+def _after_tools(request: ProviderRequest) -> bool:
+    """Whether a tool round of the turn came after its user row."""
+    for message in reversed(request.messages):
+        if message.role is Role.TOOL:
+            return True
+        if message.role is Role.USER and message.scaffold is None:
+            return False
+    return False
 
 
 def _asked(request: ProviderRequest) -> tuple[tuple[str, str], ...]:

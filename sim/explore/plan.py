@@ -67,6 +67,14 @@ class FaultKind(StrEnum):
     SUMMARY_FAILURE = "summary_failure"  # a compaction's summary request fails (503): the cooldown
     REFUSED_WRITE = "refused_write"    # the model writes under a file as if it were a folder
     LOCK_STALL = "lock_stall"          # a process freezes holding a compression lock (CMP-6)
+    # the reply shapes of ``sim/explore/shapes.py``, drawn only there
+    CUT_OFF_ARGUMENTS = "cut_off_arguments"  # arguments cut off mid-value, finish_reason tool_calls
+    TRUNCATED_CALL = "truncated_call"  # arguments cut off mid-value, finish_reason length
+    MALFORMED_AGAIN = "malformed_again"  # malformed, a round that parses, malformed twice more
+    THINK_ONLY = "think_only"          # after a tool round, only an inline think block
+    MIXED_HOUSEKEEPING = "mixed_housekeeping"  # todo and a read with text, then an empty reply
+    ERRORS_AROUND_OVERFLOW = "errors_around_overflow"  # 503s, an overflow, 503s: one iteration
+    PADDED_ANSWER = "padded_answer"    # an answer with whitespace at its edges
 
 
 REPLY_FAULTS = (FaultKind.EMPTY_REPLY, FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR,
@@ -408,13 +416,13 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
         replies = [r for r in replies if r.kind is not FaultKind.HUGE_READ]  # for unspilled
     watched = _bystanders(seed, kinds, processes, sorted(sessions), sorted(files), steps)
     steps.sort(key=lambda s: s.at_s)
-    from sim.explore import edges  # its parts are drawn last, on streams of their own
-    return edges.draw(seed, kinds, WorldPlan(
+    from sim.explore import edges, shapes  # their parts are drawn last, on streams of their own
+    return shapes.draw(seed, kinds, edges.draw(seed, kinds, WorldPlan(
         seed=seed, processes=processes, sessions=sessions, members=members,
         max_iterations=iterations, files=files, steps=tuple(steps), replies=tuple(replies),
         crash=crash, crash_at_effect=at_effect, write_failures=failures, tool_timings=timings,
         fallback_window=fallback, context_window=_small_window(seed, kinds, processes),
-        verify_before_answer=_verify_gate(seed, kinds, iterations), **watched))
+        verify_before_answer=_verify_gate(seed, kinds, iterations), **watched)))
 
 
 def _kills_and_stalls(faults: random.Random, kinds: frozenset[FaultKind], processes: int,

@@ -30,6 +30,7 @@ from sim.explore.plan import (
 )
 from sim.explore.render import render
 from sim.explore.run import RunReport, Verdict, run_plan
+from sim.explore.shapes import SHAPES
 from sim.explore.sweep import Shard, SweepReport, first_difference, merge, sweep
 from sim.explore.swimlane import lanes_of, render_html, rows_of
 from sim.faults import CrashPoint
@@ -41,7 +42,7 @@ ODD_KINDS = (FaultKind.AUTH_ERROR, FaultKind.REASONING_ONLY, FaultKind.NARRATED_
              FaultKind.INTERRUPT, FaultKind.REDIRECT, FaultKind.SLOW_TOOL, FaultKind.FALLBACK,
              FaultKind.SMALL_WINDOW, FaultKind.RUN_CODE, FaultKind.HUGE_READ,
              FaultKind.VERIFY_GATE, FaultKind.SUMMARY_FAILURE,
-             FaultKind.REFUSED_WRITE)  # the kinds drawn after the first parts
+             FaultKind.REFUSED_WRITE, *SHAPES)  # the kinds drawn after the first parts
 
 # a stalled holder whose lease runs out while its model call is slow: a small world with
 # one lease loss, used wherever a test needs a run with a fault in it
