@@ -13,8 +13,10 @@ from hermes_ref.tokens import count_message
 from sim.checkers.base import (
     Observation,
     TurnKey,
+    TurnView,
     Violation,
     as_written,
+    bound_spent,
     checker,
     ended_in,
     record_tokens,
@@ -41,6 +43,7 @@ from sim.checkers.compaction_split import prunable, split
 from sim.checkers.compaction_streak import blind_passes
 from sim.checkers.loop_fire import interrupted
 from sim.checkers.wire import sent_messages
+from sim.world import CallRecord
 
 # ---- CMP-2: prune first, head and tail kept, the middle summarized, the summary updated -----
 
@@ -280,7 +283,8 @@ def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
             if after is None:
                 line = view.exit
                 if line is not None and line.reason not in CONTEXT_PRESSURE_EXITS \
-                        and not _stopped_there(line.reason, (view.session_id, view.turn_id), stopped):
+                        and not _stopped_there(line.reason, (view.session_id, view.turn_id), stopped) \
+                        and not _compacted_at_the_bound(obs, view, call):
                     out.append(Violation("overflow_goes_back_to_preflight", "LOOP-5",
                                          f"{tag} ended the turn as {line.reason.value}, not "
                                          "through preflight's fail-closed exit"))
@@ -293,6 +297,20 @@ def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
                                      f"was {'smaller' if smaller else 'not smaller'} and "
                                      f"{'' if compacted else 'not '}compacted"))
     return out
+
+
+def _compacted_at_the_bound(obs: Observation, view: TurnView, call: CallRecord) -> bool:
+    """The overflowed call was the last the turn's bound allowed: it went back to preflight
+    and compacted (the record shows the pass), and no unit or call was left to send the
+    rebuilt request, so the loop's bound ended the turn (the finalizer takes over, FIN-1,
+    FIN-8), not a fail-closed exit."""
+    line = view.exit
+    return line is not None and line.reason in _BOUND_EXITS and bound_spent(obs, view) \
+        and attempts(obs, view.turn_id, after=call) > 0
+
+
+_BOUND_EXITS = frozenset({ExitReason.MAX_ITERATIONS, ExitReason.BUDGET_EXHAUSTED,
+                          ExitReason.PENDING_TOOL_RESULT})
 
 
 def _stopped_there(reason: ExitReason, key: TurnKey, stopped: set[TurnKey]) -> bool:

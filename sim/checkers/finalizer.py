@@ -11,7 +11,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
-from sim.checkers import lineage, loop_fire
+from sim.checkers import lineage, loop_fire, thoughts
 from sim.checkers.base import (
     Observation,
     TurnKey,
@@ -179,8 +179,8 @@ def answer_delivered(obs: Observation) -> list[Violation]:
             continue
         call = view.calls[-1] if view.calls else None
         reply = call.reply if call is not None and call.cut is None else None  # cut: no answer (LOOP-4)
-        if call is None or reply is None or reply.tool_calls or not (reply.content or "").strip():
-            continue
+        if call is None or reply is None or reply.tool_calls or not thoughts.shown(reply.content):
+            continue  # no call, or a reply that only reasoned (a think block): no answer
         if _narrated_with_reprompts_left(obs, call):
             continue  # it narrated a dropped call with re-prompts left (LOOP-7): no answer
         if any(seq > call.seq for seq in obs.crash_seqs) and view.run is None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from hermes_ref.models import ProviderReply, Role, ToolCall
 from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
 from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE
-from sim.checkers import loop_fire
+from sim.checkers import loop_fire, thoughts
 from sim.checkers.base import (
     Observation,
     TurnView,
@@ -57,7 +57,8 @@ def _last_reply(view: TurnView) -> CallRecord | None:
 
 
 def _text(reply: ProviderReply | None) -> bool:
-    return reply is not None and not reply.tool_calls and bool((reply.content or "").strip())
+    """A reply in text and no call: text shown to the reader, not only a think block."""
+    return reply is not None and not reply.tool_calls and bool(thoughts.shown(reply.content))
 
 
 def nudges_since_tool(call: CallRecord) -> int:

@@ -27,6 +27,11 @@ def inline_thought(text: str | None) -> str:
     return "\n".join(m.group(2).strip() for m in _BLOCK.finditer(text or "")).strip()
 
 
+def shown(text: str | None) -> str:
+    """``text`` without its think blocks: what a reader of the reply is shown, stripped."""
+    return _BLOCK.sub("", text or "").strip()
+
+
 def thought_of(reply: ProviderReply | None) -> str:
     """What ``reply`` reasoned: its structured reasoning, else its inline think blocks."""
     if reply is None:
