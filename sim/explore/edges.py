@@ -50,7 +50,20 @@
   call, outages at every grace call and a fallback route of 150-260 tokens (LOOP-4, LOOP-6);
   half the worlds with a correction of a call also get three overflows among model calls
   3-14, so a request is sent again after a compaction with the hidden row the cut left in
-  its history (LOOP-4, LOOP-5).
+  its history (LOOP-4, LOOP-5);
+* ``steers``: in a world in three with a member bound to a session (the door's hard cases),
+  that member asks to steer the session (``Submit.intent``), which only an owner or an
+  operator may: the door refuses it (ADM-2). Drawn last, like ``folders``;
+* ``internal``: in a world in eight, a session's owner, bound as a user, hands the door an
+  internal event (``Submit.kind``: a background completion, a cron tick or a subagent
+  report, request id ``cron:e-...``): only a principal bound as that kind may, so the door
+  refuses it (ADM-2). Drawn last;
+* ``timeouts``: in a world in three with a small window (and the summary failures' kind),
+  the first or second summary request the 503s leave alone times out instead
+  (``summary_timeouts``): a timeout starts the cooldown as a failure does (CMP-4). Drawn last;
+* ``admits``: in a world in eight (with the write failures' kind), the store refuses the
+  door's first admission write (``write_failures["admit"]``): the door must refuse the
+  submission, never acknowledge it (ADM-1). Drawn last.
 """
 
 from __future__ import annotations
@@ -60,7 +73,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from hermes_ref.errors import ProviderServerError
+from hermes_ref.effects import Site
+from hermes_ref.errors import ProviderServerError, ProviderTimeout
 from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
 from hermes_ref.wire import ProviderRequest
@@ -119,13 +133,19 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     corrected = _corrections(seed, kinds, plan, steps, budget, grace, gate, outages)
     replies = _with_overflows(_refused_writes(seed, kinds, plan), corrected.pop("overflows", ()))
     added = _folders(seed, plan, steps, taken)  # last: the parts before drew over the steps
-    if _retries(seed, plan, steps, taken) or added:  # as they were
+    added = _retries(seed, plan, steps, taken) or added  # as they were
+    added = _steers(seed, plan, steps, taken) or added
+    added = _internal(seed, plan, steps) or added
+    if added:
         steps.sort(key=lambda s: s.at_s)
+    timeouts = _timeouts(seed, kinds, window, failures)
     return plan.model_copy(update={
         "steps": tuple(steps), "replies": replies,
         "iteration_budget": budget, "grace_call": grace, "verify_before_answer": gate,
         "symlinks": links, "files": files, "idle_compact_after_s": idle,
-        "summary_failures": failures, "grace_outages": outages, **corrected})
+        "summary_failures": failures, "grace_outages": outages, **corrected,
+        **({"summary_timeouts": timeouts} if timeouts else {}),
+        **_admits(seed, kinds, plan)})
 
 
 def _turn(rng: random.Random, plan: WorldPlan, steps: list[Step], taken: set[str],
@@ -281,6 +301,66 @@ def _retries(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> 
     _turn(rng, plan, steps, taken, session, rng.uniform(0.0, 120.0),
           f"Patch note {note} into drafts/{session}-{note}.txt, or write it there.")
     return True
+
+
+def _steers(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> bool:
+    """In a world in three with a member bound to a session, that member asks to steer the
+    session, which only its owner or an operator may: the door refuses it (ADM-2)
+    ("steers"); True when it added one."""
+    rng = _rng(seed, "steers")
+    if not plan.members or rng.random() >= 1 / 3:
+        return False
+    member = rng.choice(sorted(plan.members))
+    steps.append(Submit(at_s=round(rng.uniform(0.0, 120.0), 1),
+                        process=rng.randrange(plan.processes), principal=member,
+                        session=plan.members[member], request_id=seeded_id(rng, "r-", taken),
+                        text=f"Say hello {rng.randint(10, 99)} from {member}, now.",
+                        intent="steer"))
+    return True
+
+
+INTERNAL_KINDS = ("background", "cron", "subagent")
+
+
+def _internal(seed: int, plan: WorldPlan, steps: list[Step]) -> bool:
+    """In a world in eight, a session's owner, bound as a user, hands the door an internal
+    event (a background completion, a cron tick or a subagent report) under that kind:
+    only a principal bound as that kind may, so the door refuses it (ADM-2) ("internal");
+    True when it added one."""
+    rng = _rng(seed, "internal")
+    if not plan.sessions or rng.random() >= 0.125:
+        return False
+    session = rng.choice(sorted(plan.sessions))
+    kind = rng.choice(INTERNAL_KINDS)
+    event = seeded_id(rng, "e-", set())
+    steps.append(Submit(at_s=round(rng.uniform(0.0, 120.0), 1),
+                        process=rng.randrange(plan.processes), principal=plan.sessions[session],
+                        session=session, request_id=f"{kind}:{event}",
+                        text=f"Say hello {rng.randint(10, 99)}: the {kind} job is done.",
+                        kind=kind))
+    return True
+
+
+def _timeouts(seed: int, kinds: frozenset[FaultKind], window: int | None,
+              failures: tuple[int, ...]) -> tuple[int, ...]:
+    """In a world in three with a small window, the first or second summary request that
+    does not fail with a 503 times out instead: a timeout starts the cooldown as a failure
+    does (CMP-4) ("timeouts")."""
+    rng = _rng(seed, "timeouts")
+    if window is None or FaultKind.SUMMARY_FAILURE not in kinds or rng.random() >= 1 / 3:
+        return ()
+    free = [n for n in range(1, 5) if n not in failures]
+    return (free[rng.randint(0, 1)],)
+
+
+def _admits(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> dict[str, Any]:
+    """In a world in eight, the store refuses the door's first admission write: the door
+    must refuse the submission, never acknowledge it (ADM-1) ("admits"). Returns the plan
+    fields it sets."""
+    rng = _rng(seed, "admits")
+    if FaultKind.WRITE_FAILURE not in kinds or not plan.sessions or rng.random() >= 0.125:
+        return {}
+    return {"write_failures": {**plan.write_failures, Site.ADMIT: 1}}
 
 
 def _returns(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> None:
@@ -463,11 +543,14 @@ def refused_write() -> tuple[str, dict[str, Any]]:
 
 
 class FlakySummarizer(Summarizer):
-    """The world's summarizer, but the n-th summary requests of the faulty phase fail (503)."""
+    """The world's summarizer, but the n-th summary requests of the faulty phase fail (503),
+    or, those of ``timing_out``, time out."""
 
-    def __init__(self, failing: tuple[int, ...], model: object) -> None:
+    def __init__(self, failing: tuple[int, ...], model: object,
+                 timing_out: tuple[int, ...] = ()) -> None:
         super().__init__()
         self._failing = set(failing)
+        self._timing_out = set(timing_out)
         self._model = model  # its ``calm`` flag disarms the failures
         self.asked = 0
         self.failed = 0
@@ -479,6 +562,10 @@ class FlakySummarizer(Summarizer):
             self.requests.append(request)
             raise ProviderServerError(f"503 at summary request {self.asked}: summarizer "
                                       "unavailable", status=503)
+        if self.asked in self._timing_out and not getattr(self._model, "calm", False):
+            self.failed += 1
+            self.requests.append(request)
+            raise ProviderTimeout(f"summary request {self.asked} timed out")
         return super().complete(request)
 
 
@@ -492,9 +579,10 @@ def stage(story: Story, plan: WorldPlan) -> None:
         story.limits(**limits)
     if plan.symlinks:
         story.symlinks(dict(plan.symlinks))
-    if plan.summary_failures:
+    if plan.summary_failures or plan.summary_timeouts:
         model = story.world.provider
-        model.summarizer = FlakySummarizer(plan.summary_failures, model)  # type: ignore[attr-defined]
+        model.summarizer = FlakySummarizer(  # type: ignore[attr-defined]
+            plan.summary_failures, model, plan.summary_timeouts)
     if plan.lock_stall_s is not None and plan.terminals:
         story.world.lock_stalls[plan.terminals[0]] = plan.lock_stall_s
 
@@ -517,7 +605,8 @@ def fired(world: World, plan: WorldPlan) -> set[FaultKind]:
     terminal's compression lock. What the faulty phase did not reach is disarmed."""
     out = set()
     summarizer = getattr(world.provider, "summarizer", None)
-    if plan.summary_failures and isinstance(summarizer, FlakySummarizer) and summarizer.failed:
+    if (plan.summary_failures or plan.summary_timeouts) \
+            and isinstance(summarizer, FlakySummarizer) and summarizer.failed:
         out.add(FaultKind.SUMMARY_FAILURE)
     if plan.lock_stall_s is not None and plan.terminals \
             and plan.terminals[0] not in world.lock_stalls:
@@ -527,7 +616,8 @@ def fired(world: World, plan: WorldPlan) -> set[FaultKind]:
 
 
 def render_imports(plan: WorldPlan) -> list[str]:
-    names = (["FlakySummarizer"] if plan.summary_failures else []) + (
+    flaky = plan.summary_failures or plan.summary_timeouts
+    names = (["FlakySummarizer"] if flaky else []) + (
         ["handed_history"] if any(isinstance(s, Handover) for s in plan.steps) else [])
     return [f"from sim.explore.edges import {', '.join(names)}"] if names else []
 
@@ -540,7 +630,10 @@ def render_options(plan: WorldPlan) -> list[str]:
         lines.append("s.limits(" + ", ".join(f"{k}={v!r}" for k, v in limits.items()) + ")")
     if plan.symlinks:
         lines.append(f"s.symlinks({dict(plan.symlinks)!r})")
-    if plan.summary_failures:
+    if plan.summary_timeouts:
+        lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model, "
+                     f"{plan.summary_timeouts!r})  # these summary requests fail, time out")
+    elif plan.summary_failures:
         lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model)"
                      "  # these summary requests fail")
     if plan.lock_stall_s is not None and plan.terminals:
@@ -558,6 +651,8 @@ def simpler(plan: WorldPlan) -> Iterator[WorldPlan]:
     for n in plan.summary_failures:
         yield plan.model_copy(update={"summary_failures": tuple(
             f for f in plan.summary_failures if f != n)})
+    if plan.summary_timeouts:
+        yield plan.model_copy(update={"summary_timeouts": ()})
     if plan.grace_outages:
         yield plan.model_copy(update={"grace_outages": ()})
     for option in ("lock_stall_s", "compression_lock_ttl_s"):

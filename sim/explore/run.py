@@ -311,7 +311,7 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
         if isinstance(step, Submit):
             story.start_submit(handles[step.process], step.principal, step.request_id,
                                {"text": step.text, **step.claims}, session=step.session,
-                               after_s=step.at_s)
+                               after_s=step.at_s, intent=step.intent, kind=step.kind)
         elif isinstance(step, Drain):
             story.start_drain(handles[step.process], step.session, after_s=step.at_s)
         elif isinstance(step, Kill):
