@@ -63,7 +63,11 @@
   (``summary_timeouts``): a timeout starts the cooldown as a failure does (CMP-4). Drawn last;
 * ``admits``: in a world in eight (with the write failures' kind), the store refuses the
   door's first admission write (``write_failures["admit"]``): the door must refuse the
-  submission, never acknowledge it (ADM-1). Drawn last.
+  submission, never acknowledge it (ADM-1). Drawn last;
+* ``spills``: in a world in ten (with the huge reads' kind), two reads of the huge log, at
+  calls 1-6 and 2-12 calls later, and every huge read of the world under one call id
+  (``huge_reads_share_id``), as a provider that numbers calls per request sends them: each
+  output is spilled to a file of its own (TOOL-7). Drawn last.
 """
 
 from __future__ import annotations
@@ -132,6 +136,7 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     idle, failures = _pressure(seed, kinds, plan)
     corrected = _corrections(seed, kinds, plan, steps, budget, grace, gate, outages)
     replies = _with_overflows(_refused_writes(seed, kinds, plan), corrected.pop("overflows", ()))
+    replies, shared_spills = _spills(seed, kinds, replies)  # last, as the parts below are
     added = _folders(seed, plan, steps, taken)  # last: the parts before drew over the steps
     added = _retries(seed, plan, steps, taken) or added  # as they were
     added = _steers(seed, plan, steps, taken) or added
@@ -145,6 +150,7 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
         "symlinks": links, "files": files, "idle_compact_after_s": idle,
         "summary_failures": failures, "grace_outages": outages, **corrected,
         **({"summary_timeouts": timeouts} if timeouts else {}),
+        **({"huge_reads_share_id": True} if shared_spills else {}),
         **_admits(seed, kinds, plan)})
 
 
@@ -351,6 +357,22 @@ def _timeouts(seed: int, kinds: frozenset[FaultKind], window: int | None,
         return ()
     free = [n for n in range(1, 5) if n not in failures]
     return (free[rng.randint(0, 1)],)
+
+
+def _spills(seed: int, kinds: frozenset[FaultKind],
+            replies: tuple[ReplyFault, ...]) -> tuple[tuple[ReplyFault, ...], bool]:
+    """In a world in ten, two reads of the huge log, at calls 1-6 and 2-12 calls later, under
+    one call id, as a provider that numbers calls per request sends them: each output is
+    spilled to a file of its own, the later one never finding its name taken (TOOL-7)
+    ("spills"). Returns the replies and whether the huge reads share their id."""
+    rng = _rng(seed, "spills")
+    if FaultKind.HUGE_READ not in kinds or rng.random() >= 0.1:
+        return replies, False
+    taken = {r.call for r in replies}
+    first = rng.randint(1, 6)
+    later = first + rng.randint(2, 12)
+    more = [ReplyFault(call=c, kind=FaultKind.HUGE_READ) for c in (first, later) if c not in taken]
+    return tuple(sorted((*replies, *more), key=lambda r: r.call)), bool(more)
 
 
 def _admits(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> dict[str, Any]:
@@ -645,7 +667,8 @@ def render_options(plan: WorldPlan) -> list[str]:
 def simpler(plan: WorldPlan) -> Iterator[WorldPlan]:
     """The shrinker's edits of these parts: each option off, one failed summary fewer."""
     for option, off in (("iteration_budget", None), ("grace_call", True),
-                        ("idle_compact_after_s", None), ("symlinks", {})):
+                        ("idle_compact_after_s", None), ("symlinks", {}),
+                        ("huge_reads_share_id", False)):
         if getattr(plan, option) != off:
             yield plan.model_copy(update={option: off})
     for n in plan.summary_failures:

@@ -128,7 +128,8 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
     story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace,
                   check_every_step=False)  # judged at the end of each phase (below)
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages)
+    model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages,
+                         huge_reads_share_id=plan.huge_reads_share_id)
     fired: set[FaultKind] = set()
     points: set[str] = set()
     error: str | None = None
