@@ -67,7 +67,12 @@
 * ``spills``: in a world in ten (with the huge reads' kind), two reads of the huge log, at
   calls 1-6 and 2-12 calls later, and every huge read of the world under one call id
   (``huge_reads_share_id``), as a provider that numbers calls per request sends them: each
-  output is spilled to a file of its own (TOOL-7). Drawn last.
+  output is spilled to a file of its own (TOOL-7). Drawn last;
+* ``stops``: in a world in four with a small window (and the interrupts' kind), every
+  summary arrives 30, 90 or 180 s late (``summary_delay_s``) and the user stops one to
+  three running turns in the first 400 s, so a stop may land while a turn's preflight
+  waits on its summary: the turn sent nothing and must get back the budget unit the loop
+  spent for the iteration (CTX-1, LOOP-2). Drawn last.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ from sim.explore.plan import (
     Drain,
     FaultKind,
     Handover,
+    Interrupt,
     Redirect,
     ReplyFault,
     Step,
@@ -141,6 +147,8 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     added = _retries(seed, plan, steps, taken) or added  # as they were
     added = _steers(seed, plan, steps, taken) or added
     added = _internal(seed, plan, steps) or added
+    slow = _stops(seed, kinds, plan, steps)
+    added = slow is not None or added
     if added:
         steps.sort(key=lambda s: s.at_s)
     timeouts = _timeouts(seed, kinds, window, failures)
@@ -151,6 +159,7 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
         "summary_failures": failures, "grace_outages": outages, **corrected,
         **({"summary_timeouts": timeouts} if timeouts else {}),
         **({"huge_reads_share_id": True} if shared_spills else {}),
+        **({"summary_delay_s": slow} if slow is not None else {}),
         **_admits(seed, kinds, plan)})
 
 
@@ -345,6 +354,24 @@ def _internal(seed: int, plan: WorldPlan, steps: list[Step]) -> bool:
                         text=f"Say hello {rng.randint(10, 99)}: the {kind} job is done.",
                         kind=kind))
     return True
+
+
+def _stops(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan,
+           steps: list[Step]) -> float | None:
+    """In a world in four with a small window, every summary arrives 30, 90 or 180 s late
+    and the user stops one to three running turns, at times in the first 400 s, so a stop
+    may land while a turn's preflight waits on its summary: the turn sent nothing and must
+    get back the budget unit the loop spent for the iteration (CTX-1, LOOP-2) ("stops").
+    Returns the summaries' delay."""
+    rng = _rng(seed, "stops")
+    if plan.context_window is None or FaultKind.INTERRUPT not in kinds or rng.random() >= 0.25:
+        return None
+    delay = float(rng.choice((30, 90, 180)))
+    sessions = sorted(plan.sessions) + list(plan.terminals)
+    for _ in range(rng.randint(1, 3)):
+        steps.append(Interrupt(at_s=round(rng.uniform(0.0, 400.0), 1),
+                               session=rng.choice(sessions)))
+    return delay
 
 
 def _timeouts(seed: int, kinds: frozenset[FaultKind], window: int | None,
@@ -605,6 +632,8 @@ def stage(story: Story, plan: WorldPlan) -> None:
         model = story.world.provider
         model.summarizer = FlakySummarizer(  # type: ignore[attr-defined]
             plan.summary_failures, model, plan.summary_timeouts)
+    if plan.summary_delay_s is not None:
+        story.world.provider.summarizer.delay_s = plan.summary_delay_s  # type: ignore[attr-defined]
     if plan.lock_stall_s is not None and plan.terminals:
         story.world.lock_stalls[plan.terminals[0]] = plan.lock_stall_s
 
@@ -658,6 +687,9 @@ def render_options(plan: WorldPlan) -> list[str]:
     elif plan.summary_failures:
         lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model)"
                      "  # these summary requests fail")
+    if plan.summary_delay_s is not None:
+        lines.append(f"model.summarizer.delay_s = {plan.summary_delay_s!r}"
+                     "  # every summary arrives this late")
     if plan.lock_stall_s is not None and plan.terminals:
         lines.append(f"s.world.lock_stalls[{plan.terminals[0]!r}] = {plan.lock_stall_s!r}"
                      "  # its lock's first holder freezes")
@@ -668,7 +700,7 @@ def simpler(plan: WorldPlan) -> Iterator[WorldPlan]:
     """The shrinker's edits of these parts: each option off, one failed summary fewer."""
     for option, off in (("iteration_budget", None), ("grace_call", True),
                         ("idle_compact_after_s", None), ("symlinks", {}),
-                        ("huge_reads_share_id", False)):
+                        ("huge_reads_share_id", False), ("summary_delay_s", None)):
         if getattr(plan, option) != off:
             yield plan.model_copy(update={option: off})
     for n in plan.summary_failures:

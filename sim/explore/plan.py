@@ -223,6 +223,7 @@ class WorldPlan(Frozen):
     summary_failures: tuple[int, ...] = ()  # the n-th summary requests that fail (CMP-4)
     summary_timeouts: tuple[int, ...] = ()  # the n-th summary requests that time out (CMP-4)
     huge_reads_share_id: bool = False  # every read of the huge log under one call id (TOOL-7)
+    summary_delay_s: float | None = Field(default=None, gt=0)  # each summary arrives this late
     grace_outages: tuple[int, ...] = ()  # the n-th grace calls that meet an outage (LOOP-2/6)
     lock_stall_s: float | None = Field(default=None, gt=0)  # the terminal's lock holder freezes
     compression_lock_ttl_s: float | None = Field(default=None, gt=0)  # a lock outlasting a lease

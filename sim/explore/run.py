@@ -40,6 +40,7 @@ from pydantic_core import PydanticSerializationError
 
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
+from hermes_ref.compaction import COMPRESSION_PURPOSE
 from hermes_ref.errors import PersistenceError
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import ProviderRoute
@@ -366,10 +367,14 @@ def redirect_a_running_turn(story: Story, text: str, *, after_s: float, session:
 
 
 def _waits_on_a_call(world: World, session: str) -> bool:
-    """Whether a live turn of ``session`` is parked on its model call (LOOP-4's moment)."""
+    """Whether a live turn of ``session`` is parked on its model call (LOOP-4's moment).
+    A compaction's summary call is not one: the user sees no reply stream then, only a
+    turn compacting, and would send a new message instead (a slow summarizer, the
+    ``stops`` part, parks turns on it)."""
     actor = running_turn(world, session)
     return actor is not None and actor.wait is not None \
-        and isinstance(actor.pending, fx.CallProvider)
+        and isinstance(actor.pending, fx.CallProvider) \
+        and actor.pending.request.purpose != COMPRESSION_PURPOSE
 
 
 def _stage_options(story: Story, plan: WorldPlan) -> None:
