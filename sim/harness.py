@@ -409,10 +409,14 @@ class Story:
 
     def start_submit(self, process: ProcessHandle, principal: Any, request_id: Any,
                      payload: Any, *, session: Any = "s-1", after_s: float = 0.0,
+                     intent: Any = "queue", kind: str | None = None,
                      ) -> door_story.DoorActor | None:
-        """Hand an input to the door on ``process``, ``after_s`` from now (see ``run_all``)."""
-        return door_story.start_submit(self, process, Submission(principal, session,
-                                                                 request_id, payload), after_s)
+        """Hand an input to the door on ``process``, ``after_s`` from now (see ``run_all``);
+        ``kind`` makes it an internal event claiming that kind (``background``, ``cron``,
+        ``subagent``), which the binding must match."""
+        claimed = PrincipalKind(kind) if kind is not None else None
+        return door_story.start_submit(self, process, Submission(
+            principal, session, request_id, payload, intent, claimed), after_s)
 
     def start_drain(self, process: ProcessHandle, session: str = "s-1", *,
                     after_s: float = 0.0, poll_s: float = 1.0,

@@ -50,7 +50,30 @@
   call, outages at every grace call and a fallback route of 150-260 tokens (LOOP-4, LOOP-6);
   a world with a correction of a call, a small window and the overflow fault kind also
   gets overflows at four of model calls 3-20, so a request is sent again after a
-  compaction with the hidden row the cut left in its history (LOOP-4, LOOP-5).
+  compaction with the hidden row the cut left in its history (LOOP-4, LOOP-5);
+;
+* ``steers``: in a world in three with a member bound to a session (the door's hard cases),
+  that member asks to steer the session (``Submit.intent``), which only an owner or an
+  operator may: the door refuses it (ADM-2). Drawn last, like ``folders``;
+* ``internal``: in a world in eight, a session's owner, bound as a user, hands the door an
+  internal event (``Submit.kind``: a background completion, a cron tick or a subagent
+  report, request id ``cron:e-...``): only a principal bound as that kind may, so the door
+  refuses it (ADM-2). Drawn last;
+* ``timeouts``: in a world in three with a small window (and the summary failures' kind),
+  the first or second summary request the 503s leave alone times out instead
+  (``summary_timeouts``): a timeout starts the cooldown as a failure does (CMP-4). Drawn last;
+* ``admits``: in a world in eight (with the write failures' kind), the store refuses the
+  door's first admission write (``write_failures["admit"]``): the door must refuse the
+  submission, never acknowledge it (ADM-1). Drawn last;
+* ``spills``: in a world in ten (with the huge reads' kind), two reads of the huge log, at
+  calls 1-6 and 2-12 calls later, and every huge read of the world under one call id
+  (``huge_reads_share_id``), as a provider that numbers calls per request sends them: each
+  output is spilled to a file of its own (TOOL-7). Drawn last;
+* ``stops``: in a world in four with a small window (and the interrupts' kind), every
+  summary arrives 30, 90 or 180 s late (``summary_delay_s``) and the user stops one to
+  three running turns in the first 400 s, so a stop may land while a turn's preflight
+  waits on its summary: the turn sent nothing and must get back the budget unit the loop
+  spent for the iteration (CTX-1, LOOP-2). Drawn last.
 """
 
 from __future__ import annotations
@@ -60,7 +83,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from hermes_ref.errors import ProviderServerError
+from hermes_ref.effects import Site
+from hermes_ref.errors import ProviderServerError, ProviderTimeout
 from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
 from hermes_ref.wire import ProviderRequest
@@ -69,6 +93,7 @@ from sim.explore.plan import (
     Drain,
     FaultKind,
     Handover,
+    Interrupt,
     Redirect,
     ReplyFault,
     Step,
@@ -118,14 +143,25 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     idle, failures = _pressure(seed, kinds, plan)
     corrected = _corrections(seed, kinds, plan, steps, budget, grace, gate, outages)
     replies = _with_overflows(_refused_writes(seed, kinds, plan), corrected.pop("overflows", ()))
+    replies, shared_spills = _spills(seed, kinds, replies)  # last, as the parts below are
     added = _folders(seed, plan, steps, taken)  # last: the parts before drew over the steps
-    if _retries(seed, plan, steps, taken) or added:  # as they were
+    added = _retries(seed, plan, steps, taken) or added  # as they were
+    added = _steers(seed, plan, steps, taken) or added
+    added = _internal(seed, plan, steps) or added
+    slow = _stops(seed, kinds, plan, steps)
+    added = slow is not None or added
+    if added:
         steps.sort(key=lambda s: s.at_s)
+    timeouts = _timeouts(seed, kinds, window, failures)
     return plan.model_copy(update={
         "steps": tuple(steps), "replies": replies,
         "iteration_budget": budget, "grace_call": grace, "verify_before_answer": gate,
         "symlinks": links, "files": files, "idle_compact_after_s": idle,
-        "summary_failures": failures, "grace_outages": outages, **corrected})
+        "summary_failures": failures, "grace_outages": outages, **corrected,
+        **({"summary_timeouts": timeouts} if timeouts else {}),
+        **({"huge_reads_share_id": True} if shared_spills else {}),
+        **({"summary_delay_s": slow} if slow is not None else {}),
+        **_admits(seed, kinds, plan)})
 
 
 def _turn(rng: random.Random, plan: WorldPlan, steps: list[Step], taken: set[str],
@@ -281,6 +317,100 @@ def _retries(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> 
     _turn(rng, plan, steps, taken, session, rng.uniform(0.0, 120.0),
           f"Patch note {note} into drafts/{session}-{note}.txt, or write it there.")
     return True
+
+
+def _steers(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> bool:
+    """In a world in three with a member bound to a session, that member asks to steer the
+    session, which only its owner or an operator may: the door refuses it (ADM-2)
+    ("steers"); True when it added one."""
+    rng = _rng(seed, "steers")
+    if not plan.members or rng.random() >= 1 / 3:
+        return False
+    member = rng.choice(sorted(plan.members))
+    steps.append(Submit(at_s=round(rng.uniform(0.0, 120.0), 1),
+                        process=rng.randrange(plan.processes), principal=member,
+                        session=plan.members[member], request_id=seeded_id(rng, "r-", taken),
+                        text=f"Say hello {rng.randint(10, 99)} from {member}, now.",
+                        intent="steer"))
+    return True
+
+
+INTERNAL_KINDS = ("background", "cron", "subagent")
+
+
+def _internal(seed: int, plan: WorldPlan, steps: list[Step]) -> bool:
+    """In a world in eight, a session's owner, bound as a user, hands the door an internal
+    event (a background completion, a cron tick or a subagent report) under that kind:
+    only a principal bound as that kind may, so the door refuses it (ADM-2) ("internal");
+    True when it added one."""
+    rng = _rng(seed, "internal")
+    if not plan.sessions or rng.random() >= 0.125:
+        return False
+    session = rng.choice(sorted(plan.sessions))
+    kind = rng.choice(INTERNAL_KINDS)
+    event = seeded_id(rng, "e-", set())
+    steps.append(Submit(at_s=round(rng.uniform(0.0, 120.0), 1),
+                        process=rng.randrange(plan.processes), principal=plan.sessions[session],
+                        session=session, request_id=f"{kind}:{event}",
+                        text=f"Say hello {rng.randint(10, 99)}: the {kind} job is done.",
+                        kind=kind))
+    return True
+
+
+def _stops(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan,
+           steps: list[Step]) -> float | None:
+    """In a world in four with a small window, every summary arrives 30, 90 or 180 s late
+    and the user stops one to three running turns, at times in the first 400 s, so a stop
+    may land while a turn's preflight waits on its summary: the turn sent nothing and must
+    get back the budget unit the loop spent for the iteration (CTX-1, LOOP-2) ("stops").
+    Returns the summaries' delay."""
+    rng = _rng(seed, "stops")
+    if plan.context_window is None or FaultKind.INTERRUPT not in kinds or rng.random() >= 0.25:
+        return None
+    delay = float(rng.choice((30, 90, 180)))
+    sessions = sorted(plan.sessions) + list(plan.terminals)
+    for _ in range(rng.randint(1, 3)):
+        steps.append(Interrupt(at_s=round(rng.uniform(0.0, 400.0), 1),
+                               session=rng.choice(sessions)))
+    return delay
+
+
+def _timeouts(seed: int, kinds: frozenset[FaultKind], window: int | None,
+              failures: tuple[int, ...]) -> tuple[int, ...]:
+    """In a world in three with a small window, the first or second summary request that
+    does not fail with a 503 times out instead: a timeout starts the cooldown as a failure
+    does (CMP-4) ("timeouts")."""
+    rng = _rng(seed, "timeouts")
+    if window is None or FaultKind.SUMMARY_FAILURE not in kinds or rng.random() >= 1 / 3:
+        return ()
+    free = [n for n in range(1, 5) if n not in failures]
+    return (free[rng.randint(0, 1)],)
+
+
+def _spills(seed: int, kinds: frozenset[FaultKind],
+            replies: tuple[ReplyFault, ...]) -> tuple[tuple[ReplyFault, ...], bool]:
+    """In a world in ten, two reads of the huge log, at calls 1-6 and 2-12 calls later, under
+    one call id, as a provider that numbers calls per request sends them: each output is
+    spilled to a file of its own, the later one never finding its name taken (TOOL-7)
+    ("spills"). Returns the replies and whether the huge reads share their id."""
+    rng = _rng(seed, "spills")
+    if FaultKind.HUGE_READ not in kinds or rng.random() >= 0.1:
+        return replies, False
+    taken = {r.call for r in replies}
+    first = rng.randint(1, 6)
+    later = first + rng.randint(2, 12)
+    more = [ReplyFault(call=c, kind=FaultKind.HUGE_READ) for c in (first, later) if c not in taken]
+    return tuple(sorted((*replies, *more), key=lambda r: r.call)), bool(more)
+
+
+def _admits(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> dict[str, Any]:
+    """In a world in eight, the store refuses the door's first admission write: the door
+    must refuse the submission, never acknowledge it (ADM-1) ("admits"). Returns the plan
+    fields it sets."""
+    rng = _rng(seed, "admits")
+    if FaultKind.WRITE_FAILURE not in kinds or not plan.sessions or rng.random() >= 0.125:
+        return {}
+    return {"write_failures": {**plan.write_failures, Site.ADMIT: 1}}
 
 
 def _returns(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> None:
@@ -463,11 +593,14 @@ def refused_write() -> tuple[str, dict[str, Any]]:
 
 
 class FlakySummarizer(Summarizer):
-    """The world's summarizer, but the n-th summary requests of the faulty phase fail (503)."""
+    """The world's summarizer, but the n-th summary requests of the faulty phase fail (503),
+    or, those of ``timing_out``, time out."""
 
-    def __init__(self, failing: tuple[int, ...], model: object) -> None:
+    def __init__(self, failing: tuple[int, ...], model: object,
+                 timing_out: tuple[int, ...] = ()) -> None:
         super().__init__()
         self._failing = set(failing)
+        self._timing_out = set(timing_out)
         self._model = model  # its ``calm`` flag disarms the failures
         self.asked = 0
         self.failed = 0
@@ -479,6 +612,10 @@ class FlakySummarizer(Summarizer):
             self.requests.append(request)
             raise ProviderServerError(f"503 at summary request {self.asked}: summarizer "
                                       "unavailable", status=503)
+        if self.asked in self._timing_out and not getattr(self._model, "calm", False):
+            self.failed += 1
+            self.requests.append(request)
+            raise ProviderTimeout(f"summary request {self.asked} timed out")
         return super().complete(request)
 
 
@@ -492,9 +629,12 @@ def stage(story: Story, plan: WorldPlan) -> None:
         story.limits(**limits)
     if plan.symlinks:
         story.symlinks(dict(plan.symlinks))
-    if plan.summary_failures:
+    if plan.summary_failures or plan.summary_timeouts:
         model = story.world.provider
-        model.summarizer = FlakySummarizer(plan.summary_failures, model)  # type: ignore[attr-defined]
+        model.summarizer = FlakySummarizer(  # type: ignore[attr-defined]
+            plan.summary_failures, model, plan.summary_timeouts)
+    if plan.summary_delay_s is not None:
+        story.world.provider.summarizer.delay_s = plan.summary_delay_s  # type: ignore[attr-defined]
     if plan.lock_stall_s is not None and plan.terminals:
         story.world.lock_stalls[plan.terminals[0]] = plan.lock_stall_s
 
@@ -517,7 +657,8 @@ def fired(world: World, plan: WorldPlan) -> set[FaultKind]:
     terminal's compression lock. What the faulty phase did not reach is disarmed."""
     out = set()
     summarizer = getattr(world.provider, "summarizer", None)
-    if plan.summary_failures and isinstance(summarizer, FlakySummarizer) and summarizer.failed:
+    if (plan.summary_failures or plan.summary_timeouts) \
+            and isinstance(summarizer, FlakySummarizer) and summarizer.failed:
         out.add(FaultKind.SUMMARY_FAILURE)
     if plan.lock_stall_s is not None and plan.terminals \
             and plan.terminals[0] not in world.lock_stalls:
@@ -527,7 +668,8 @@ def fired(world: World, plan: WorldPlan) -> set[FaultKind]:
 
 
 def render_imports(plan: WorldPlan) -> list[str]:
-    names = (["FlakySummarizer"] if plan.summary_failures else []) + (
+    flaky = plan.summary_failures or plan.summary_timeouts
+    names = (["FlakySummarizer"] if flaky else []) + (
         ["handed_history"] if any(isinstance(s, Handover) for s in plan.steps) else [])
     return [f"from sim.explore.edges import {', '.join(names)}"] if names else []
 
@@ -540,9 +682,15 @@ def render_options(plan: WorldPlan) -> list[str]:
         lines.append("s.limits(" + ", ".join(f"{k}={v!r}" for k, v in limits.items()) + ")")
     if plan.symlinks:
         lines.append(f"s.symlinks({dict(plan.symlinks)!r})")
-    if plan.summary_failures:
+    if plan.summary_timeouts:
+        lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model, "
+                     f"{plan.summary_timeouts!r})  # these summary requests fail, time out")
+    elif plan.summary_failures:
         lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model)"
                      "  # these summary requests fail")
+    if plan.summary_delay_s is not None:
+        lines.append(f"model.summarizer.delay_s = {plan.summary_delay_s!r}"
+                     "  # every summary arrives this late")
     if plan.lock_stall_s is not None and plan.terminals:
         lines.append(f"s.world.lock_stalls[{plan.terminals[0]!r}] = {plan.lock_stall_s!r}"
                      "  # its lock's first holder freezes")
@@ -552,12 +700,15 @@ def render_options(plan: WorldPlan) -> list[str]:
 def simpler(plan: WorldPlan) -> Iterator[WorldPlan]:
     """The shrinker's edits of these parts: each option off, one failed summary fewer."""
     for option, off in (("iteration_budget", None), ("grace_call", True),
-                        ("idle_compact_after_s", None), ("symlinks", {})):
+                        ("idle_compact_after_s", None), ("symlinks", {}),
+                        ("huge_reads_share_id", False), ("summary_delay_s", None)):
         if getattr(plan, option) != off:
             yield plan.model_copy(update={option: off})
     for n in plan.summary_failures:
         yield plan.model_copy(update={"summary_failures": tuple(
             f for f in plan.summary_failures if f != n)})
+    if plan.summary_timeouts:
+        yield plan.model_copy(update={"summary_timeouts": ()})
     if plan.grace_outages:
         yield plan.model_copy(update={"grace_outages": ()})
     for option in ("lock_stall_s", "compression_lock_ttl_s"):

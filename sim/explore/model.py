@@ -11,12 +11,13 @@ During the faulty phase the plan's ``replies`` replace the answer to a given wor
 call, a read of a file that is not there, a 401, a reply that only reasoned, a narrated
 call that was never made, a lone surrogate, two calls under one id, arguments nested past
 the parser's limit, ten reads in one round, a round of ``execute_code`` (refunded), a read
-of a huge log (spilled), a 400 saying the context is too long, or an outage (a 503 to
-the request and to every retry of it, so the turn falls back). An outage may also be
-aimed at the plan's n-th grace call (``grace_outages``, counted by grace request, a retry
-not counted again), the one other call a turn's budget leaves; no other fault strikes a
-grace call or a compaction's summary. A slow
-reply thinks aloud first (an inline think block), so a correction that cuts it has
+of a huge log (spilled; with ``huge_reads_share_id`` every such read under the first
+one's call id, as a provider that numbers calls per request sends it), a 400 saying the
+context is too long, or an outage (a 503 to the request and to every retry of it, so the
+turn falls back). An outage may also be aimed at the plan's n-th grace call
+(``grace_outages``, counted by grace request, a retry not counted again), the one other
+call a turn's budget leaves; no other fault strikes a grace call or a compaction's
+summary. A slow reply thinks aloud first (an inline think block), so a correction that cuts it has
 something to leave out; a stream cut is the world's (``World.stream_cuts``), not the
 model's. The reply shapes of ``sim/explore/shapes.py`` (a cut-off call, malformed arguments
 around a round that parses, a think-only reply after tools, a mixed housekeeping round
@@ -48,8 +49,10 @@ class ExploreModel(_FakeBase):
     """A deterministic model: the same requests in the same order give the same replies."""
 
     def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None,
-                 grace_outages: tuple[int, ...] = ()) -> None:
+                 grace_outages: tuple[int, ...] = (), huge_reads_share_id: bool = False) -> None:
         super().__init__()
+        self._huge_id: str | None = None  # the one id of every huge read, when they share it
+        self._huge_reads_share_id = huge_reads_share_id
         if ids is not None:  # the explored world's call ids come from its seed
             self.draw_ids_from(ids.stream("ids:call"))
         self._faults = {r.call: r for r in replies}
@@ -94,6 +97,9 @@ class ExploreModel(_FakeBase):
             shared = self._next_id()  # one id, drawn like any other, for both calls
             return calls_sharing_id(shared, ("read_file", {"path": "notes-1.txt"}),
                                     ("read_file", {"path": "notes-2.txt"}))
+        if fault.kind is FaultKind.HUGE_READ and self._huge_reads_share_id:
+            self._huge_id = self._huge_id or self._next_id()  # the first one's, every time
+            return calls_sharing_id(self._huge_id, ("read_file", {"path": BIG_LOG}))
         return _faulty(fault)
 
     def _shaped(self, request: ProviderRequest, planned: ReplyFault | None) -> ProviderReply | None:

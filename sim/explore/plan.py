@@ -108,6 +108,8 @@ class Submit(Frozen):
     request_id: str
     text: str
     claims: dict[str, str] = Field(default_factory=dict)  # payload fields that claim authority
+    intent: str = "queue"  # what the submitter asks for: queue, or steer (ADM-2)
+    kind: str | None = None  # an internal event's claimed kind: background, cron, subagent
 
 
 class Drain(Frozen):
@@ -227,6 +229,9 @@ class WorldPlan(Frozen):
     symlinks: dict[str, str] = Field(default_factory=dict)  # link -> target, in the workspace
     idle_compact_after_s: float | None = Field(default=None, gt=0)  # idle compaction (CTX-5)
     summary_failures: tuple[int, ...] = ()  # the n-th summary requests that fail (CMP-4)
+    summary_timeouts: tuple[int, ...] = ()  # the n-th summary requests that time out (CMP-4)
+    huge_reads_share_id: bool = False  # every read of the huge log under one call id (TOOL-7)
+    summary_delay_s: float | None = Field(default=None, gt=0)  # each summary arrives this late
     grace_outages: tuple[int, ...] = ()  # the n-th grace calls that meet an outage (LOOP-2/6)
     lock_stall_s: float | None = Field(default=None, gt=0)  # the terminal's lock holder freezes
     compression_lock_ttl_s: float | None = Field(default=None, gt=0)  # a lock outlasting a lease
@@ -279,7 +284,7 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.DISCONNECT)
         if self.lanes is not None and self.lanes.restarts:
             kinds.add(FaultKind.LANE_RESTART)
-        if self.summary_failures:
+        if self.summary_failures or self.summary_timeouts:
             kinds.add(FaultKind.SUMMARY_FAILURE)
         if self.lock_stall_s is not None:
             kinds.add(FaultKind.LOCK_STALL)
@@ -292,7 +297,8 @@ class WorldPlan(Frozen):
                   + sum(self.write_failures.values())
                   + len(self.tool_timings) + (self.fallback_window is not None)
                   + (self.context_window is not None) + self.verify_before_answer
-                  + len(self.summary_failures) + len(self.grace_outages)
+                  + len(self.summary_failures) + len(self.summary_timeouts)
+                  + len(self.grace_outages)
                   + (self.lock_stall_s is not None)
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS)
                   + sum(1 for c in self.clients if c.disconnect_after is not None))

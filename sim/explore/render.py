@@ -73,7 +73,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
     body = [f"s.seed = {plan.seed}  # the world's seed: it draws the interleaving",
             's.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed',
             f"model = ExploreModel(({_replies(plan)}), ids=s.world.chooser"
-            + (f", grace_outages={plan.grace_outages!r})" if plan.grace_outages else ")"),
+            + (f", grace_outages={plan.grace_outages!r}" if plan.grace_outages else "")
+            + (", huge_reads_share_id=True" if plan.huge_reads_share_id else "") + ")",
             "s.use_provider(model)"]
     if plan.files:
         body.append(f"s.files({dict(plan.files)!r})")
@@ -172,12 +173,18 @@ def _more_imports(plan: WorldPlan) -> tuple[list[str], list[str]]:
     return before, after
 
 
+def _door_extras(step: Submit) -> str:
+    """A submission's intent and internal kind, written only when not the default."""
+    extras = f", intent={step.intent!r}" if step.intent != "queue" else ""
+    return extras + (f", kind={step.kind!r}" if step.kind is not None else "")
+
+
 def _step(step: object, names: tuple[str, ...]) -> str:
     if isinstance(step, Submit):
         payload = {"text": step.text, **step.claims}
         return (f"s.start_submit({names[step.process]}, {step.principal!r}, "
                 f"{step.request_id!r}, {payload!r}, session={step.session!r}, "
-                f"after_s={step.at_s!r})")
+                f"after_s={step.at_s!r}{_door_extras(step)})")
     if isinstance(step, Drain):
         return f"s.start_drain({names[step.process]}, {step.session!r}, after_s={step.at_s!r})"
     if isinstance(step, Kill):

@@ -40,6 +40,7 @@ from pydantic_core import PydanticSerializationError
 
 from hermes_ref import effects as fx
 from hermes_ref.admission import AdmissionStatus
+from hermes_ref.compaction import COMPRESSION_PURPOSE
 from hermes_ref.errors import PersistenceError
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import ProviderRoute
@@ -128,7 +129,8 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
     story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace,
                   check_every_step=False)  # judged at the end of each phase (below)
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages)
+    model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages,
+                         huge_reads_share_id=plan.huge_reads_share_id)
     fired: set[FaultKind] = set()
     points: set[str] = set()
     error: str | None = None
@@ -311,7 +313,7 @@ def stage(story: Story, plan: WorldPlan) -> list[ProcessHandle]:
         if isinstance(step, Submit):
             story.start_submit(handles[step.process], step.principal, step.request_id,
                                {"text": step.text, **step.claims}, session=step.session,
-                               after_s=step.at_s)
+                               after_s=step.at_s, intent=step.intent, kind=step.kind)
         elif isinstance(step, Drain):
             story.start_drain(handles[step.process], step.session, after_s=step.at_s)
         elif isinstance(step, Kill):
@@ -365,10 +367,14 @@ def redirect_a_running_turn(story: Story, text: str, *, after_s: float, session:
 
 
 def _waits_on_a_call(world: World, session: str) -> bool:
-    """Whether a live turn of ``session`` is parked on its model call (LOOP-4's moment)."""
+    """Whether a live turn of ``session`` is parked on its model call (LOOP-4's moment).
+    A compaction's summary call is not one: the user sees no reply stream then, only a
+    turn compacting, and would send a new message instead (a slow summarizer, the
+    ``stops`` part, parks turns on it)."""
     actor = running_turn(world, session)
     return actor is not None and actor.wait is not None \
-        and isinstance(actor.pending, fx.CallProvider)
+        and isinstance(actor.pending, fx.CallProvider) \
+        and actor.pending.request.purpose != COMPRESSION_PURPOSE
 
 
 def _stage_options(story: Story, plan: WorldPlan) -> None:

@@ -198,6 +198,38 @@ def test_the_odder_parts_render_as_story_calls_and_replay() -> None:
     assert same_timeline(outcome, report)
 
 
+DOOR_AND_SUMMARY = STALLED.model_copy(update={
+    "processes": 1,
+    "members": {"q-1": "s-1"},
+    "steps": (
+        Submit(at_s=0.0, process=0, principal="p-1", session="s-1", request_id="r-1",
+               text="Read notes-1.txt."),
+        Submit(at_s=0.5, process=0, principal="q-1", session="s-1", request_id="r-5",
+               text="Say hello 5 from q-1, now.", intent="steer"),
+        Submit(at_s=0.7, process=0, principal="p-1", session="s-1", request_id="cron:e-1",
+               text="Say hello 6: the cron job is done.", kind="cron"),
+        Drain(at_s=2.0, process=0, session="s-1"),
+        Interrupt(at_s=30.0, session="s-1")),
+    "replies": (ReplyFault(call=1, kind=FaultKind.HUGE_READ),
+                ReplyFault(call=3, kind=FaultKind.HUGE_READ)),
+    "write_failures": {Site.ADMIT: 1}, "context_window": 900, "summary_failures": (2,),
+    "summary_timeouts": (1,), "huge_reads_share_id": True, "summary_delay_s": 30.0})
+
+
+def test_the_last_drawn_parts_render_as_story_calls_and_replay() -> None:
+    """A member's steer, an internal event under a kind, a refused admission write, a
+    summary that times out, a slow summarizer and huge reads under one call id (the parts
+    drawn last) render as plain Story calls, and the scenario replays the run."""
+    report = run_plan(DOOR_AND_SUMMARY)
+    source = render(DOOR_AND_SUMMARY, report)
+    for call in ("intent='steer'", "kind='cron'", "fail_writes={'admit': 1}",
+                 "FlakySummarizer((2,), model, (1,))", "model.summarizer.delay_s = 30.0",
+                 "huge_reads_share_id=True"):
+        assert call in source, call
+    outcome = replay_rendered(DOOR_AND_SUMMARY, report, source)
+    assert same_timeline(outcome, report)
+
+
 def test_the_odder_parts_have_streams_of_their_own() -> None:
     """The parts drawn later (odd replies, interventions, tools, windows) move nothing of
     the parts drawn before them: without their kinds a plan is the older parts alone."""
