@@ -51,7 +51,6 @@
   a world with a correction of a call, a small window and the overflow fault kind also
   gets overflows at four of model calls 3-20, so a request is sent again after a
   compaction with the hidden row the cut left in its history (LOOP-4, LOOP-5);
-;
 * ``steers``: in a world in three with a member bound to a session (the door's hard cases),
   that member asks to steer the session (``Submit.intent``), which only an owner or an
   operator may: the door refuses it (ADM-2). Drawn last, like ``folders``;
