@@ -14,6 +14,7 @@ from sim.explore.run import correct_at_a_moment, jump_clock
 from sim.harness import Story, scenario
 
 MEMORY = "memory: last week the user asked for every change to be written to its own file"
+FIGURES = "memory: the user keeps the quarterly figures in notes-1.txt and prefers short answers"
 
 
 def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0,
@@ -329,4 +330,42 @@ def refused_the_lock_then_sent_over_the_threshold(s: Story) -> None:
     s.start_turn("Read notes-2.txt.", session="t-1", process=two, after_s=88.8)
     s.run_all()
     s.world.lock_stalls.clear()  # a freeze not reached is no fault of the calm
+    _calm(s)
+
+
+@scenario("A reply that only reasons (a think block, nothing shown) on the last budget unit "
+          "is no answer: the turn ends on its tool result (explored seed 51)",
+          invariants=("FIN-6", "LOOP-3"), stage="explore")
+def think_only_reply_is_no_answer(s: Story) -> None:
+    """With a budget of two and no grace call, a terminal turn reads its build log and its
+    next call comes back as an inline think block and nothing else (the ``think_only``
+    shape). The loop's bound leaves no unit for the ladder, so the turn ends
+    ``pending_tool_result`` (FIN-8), with no answer to deliver. FIN-6's and LOOP-3's
+    checkers took any non-blank reply for a text answer and called the turn's ending
+    wrong; they now read the text a reader is shown (``thoughts.shown``)."""
+    _world(s, 51, ReplyFault(call=14, kind=FaultKind.THINK_ONLY))
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.world.tools.slow("read_file", 20.0, path="t-1-build.log")
+    s.limits(iteration_budget=2, grace_call_enabled=False)
+    s.bind("p-1", session="s-1")
+    s.bind("p-2", session="s-2")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-f3e41e", {"text": "Write note 6 to s-1-out-6.txt."},
+                   session="s-1", after_s=39.0)
+    s.start_submit(one, "p-1", "r-dd1793", {"text": "Say hello 1."}, session="s-1", after_s=58.0)
+    s.start_drain(one, "s-1", after_s=58.0)
+    s.start_drain(one, "s-1", after_s=77.0)
+    s.start_submit(one, "p-1", "r-e770e6", {"text": "Say hello 3."}, session="s-1", after_s=79.0)
+    s.start_submit(one, "p-2", "r-acc004", {"text": "Read notes-2.txt."},
+                   session="s-2", after_s=88.0)
+    s.start_turn("Write note 1 to t-1-out-1.txt.", session="t-1", process=one, after_s=96.0,
+                 injected=MEMORY)
+    s.start_turn("Say hello 2. My card is 4417 2210 9932 0071.", session="t-1", process=one, after_s=104.0,
+                 injected=FIGURES)
+    s.start_drain(one, "s-1", after_s=105.0)
+    s.start_submit(one, "p-2", "r-dd1793", {"text": "Say hello 1."}, session="s-2", after_s=107.0)
+    s.start_drain(one, "s-2", after_s=109.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=113.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=118.0, injected=MEMORY)
+    s.start_drain(one, "s-2", after_s=126.0)
     _calm(s)
