@@ -369,3 +369,31 @@ def think_only_reply_is_no_answer(s: Story) -> None:
     s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=118.0, injected=MEMORY)
     s.start_drain(one, "s-2", after_s=126.0)
     _calm(s)
+
+
+@scenario("An overflow on the last call the bound allows is compacted, and the grace call "
+          "that follows is the finalizer's own request, not a resend (explored seed 635)",
+          invariants=("LOOP-5", "FIN-1"), stage="explore")
+def overflow_at_the_bound_then_the_grace_call(s: Story) -> None:
+    """With ``max_iterations`` 3 in a 500-token window, a terminal turn's second call is
+    refused as too long; the engine compacts (a rotation) and sends it again, smaller,
+    and the provider refuses that too, on the turn's last call. The engine compacts
+    again, has no call left to resend the request, and the finalizer makes its grace
+    call (FIN-1). LOOP-5's checker took the grace request, which carries the grace
+    prompt, for the overflowed request sent again without shrinking; after an overflow
+    that compacted, a grace call is now read as the finalizer's, and an exit at the bound
+    with nothing after it as the bound's (a reading the reply shapes found at seed 635)."""
+    _world(s, 635, ReplyFault(call=3, kind=FaultKind.ERRORS_AROUND_OVERFLOW),
+           ReplyFault(call=5, kind=FaultKind.EMPTY_REPLY),
+           ReplyFault(call=13, kind=FaultKind.OVERFLOW), ReplyFault(call=14, kind=FaultKind.OVERFLOW))
+    s.limits(max_iterations=3)
+    s.limits(context_window_tokens=500)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.bind("p-1", session="s-1")
+    one = s.main_process()
+    s.start_turn("Read notes-2.txt.", session="t-1", process=one, after_s=12.0)
+    s.start_turn("Read notes-2.txt.", session="t-1", process=one, after_s=22.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=30.0, injected=MEMORY)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=60.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=62.0)
+    _calm(s)

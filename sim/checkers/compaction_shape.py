@@ -291,6 +291,9 @@ def overflow_goes_back_to_preflight(obs: Observation) -> list[Violation]:
                 continue
             smaller = (tokens_sent(obs, after) or 0) < (tokens_sent(obs, call) or 0)
             compacted = attempts(obs, view.turn_id, before=after, after=call) > 0
+            if compacted and after.request.purpose == "grace" and call.request.purpose != "grace":
+                continue  # compacted, then the bound left no unit to resend: the finalizer's
+                # grace call follows, a request of its own, not the overflowed one again
             if not (smaller and compacted):
                 out.append(Violation("overflow_goes_back_to_preflight", "LOOP-5",
                                      f"{tag} was followed at effect {after.seq} by a request that "
