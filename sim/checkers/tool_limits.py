@@ -153,6 +153,8 @@ def batch_deadline_kept(obs: Observation) -> list[Violation]:
             content = found[1].content
             if late and content == RECOVERED_CALL_TEXT and _stopped_in_time(obs, e, bounds):
                 continue  # TOOL-10: its process stopped before the deadline could close it
+            if late and content == INTERRUPTED_CALL_TEXT and _interrupted_in_time(obs, e, bounds):
+                continue  # FIN-4: the user stopped the turn before the deadline could close it
             if late and not is_timed_out(content, bounds):
                 ended = "never ended" if e.ended_at is None else f"ended {e.ended_at - t0:g}s in"
                 out.append(Violation("batch_deadline_kept", "TOOL-5",
@@ -186,6 +188,19 @@ def _stopped_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBound
     session_id, turn_id = found[0]
     return any(step.what == "refresh_failed" and step.session_id == session_id and step.at >= t0
                and turn_of(step.holder) == turn_id for step in obs.lease_log)
+
+
+def _interrupted_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBounds) -> bool:
+    """Did the user stop the call's turn (the world's own log of interrupts) after the
+    batch began and before its deadline? Then the interrupt, not the deadline, closed the
+    call, and the interrupted text is its right result."""
+    found = call_row_of(obs, entry)
+    if found is None:
+        return False
+    session_id, turn_id = found[0]
+    t0 = entry.batch_at or 0.0
+    return any(i.what == "interrupt" and i.turn_id == turn_id and i.session_id == session_id
+               and t0 <= i.at <= t0 + bounds.deadline_s + EPS for i in obs.interventions)
 
 
 def _settled(obs: Observation, entry: SimLedgerEntry) -> bool:
