@@ -397,3 +397,24 @@ def overflow_at_the_bound_then_the_grace_call(s: Story) -> None:
     s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=60.0)
     s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=62.0)
     _calm(s)
+
+
+@scenario("A slow tool the user's interrupt closed before the batch deadline keeps the "
+          "interrupted text, though the tool ran on past the deadline (explored seed 3147)",
+          invariants=("TOOL-5", "FIN-4"), stage="explore")
+def interrupt_closes_a_slow_batch_before_its_deadline(s: Story) -> None:
+    """A terminal turn's round of reads (its calls under shared ids) holds one that takes
+    500 s, past the 420 s batch deadline. The user stops the turn 39 s into the batch: the
+    engine closes the open call with the interrupted text (FIN-4) and the turn ends; the
+    simulated tool itself runs on to its 500 s. TOOL-5's checker saw a call that ended
+    past the deadline with a result other than the timed-out one, and called it the
+    call's own late result; a call the user's interrupt closed before the deadline (the
+    world's log of interrupts) has the interrupted text as its right result."""
+    _world(s, 3147, ReplyFault(call=1, kind=FaultKind.SHARED_CALL_IDS), parts=9)
+    s.world.tools.slow("read_file", 500.0, path="notes-2.txt", start_delay_s=0.0)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.bind("p-2", session="s-2")
+    one = s.main_process()
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=121.0, injected=FIGURES)
+    s.interrupt(after_s=160.0, session="t-1")
+    _calm(s)
