@@ -388,6 +388,8 @@ def _short_grants(obs: Observation) -> list[Violation]:
     ttl, slack = obs.limits.lease_ttl_s, obs.limits.lease_refresh_s
     carried = {(g.session_id, g.token) for g in obs.record.lease_grants
                if g.end_reason == "rotated"}
+    children = {c.session_id: c.child_id for c in obs.record.compactions if c.child_id}
+    inherited = {(children[s], t) for s, t in carried if s in children}
     refreshed: dict[tuple[str, int], float] = {}
     for step in _steps(obs, "refreshed"):
         key = (step.session_id, step.token)
@@ -396,6 +398,8 @@ def _short_grants(obs: Observation) -> list[Violation]:
         key = (grant.session_id, grant.token)
         if key in carried:
             continue  # its expiry went on in the child's grant (CMP-5)
+        if key in inherited and key not in refreshed:
+            continue  # the child's grant began with the parent's expiry, carried over (CMP-5)
         beat = max(grant.acquired_at, refreshed.get(key, grant.acquired_at))
         if grant.expires_at < beat + ttl - slack - EPSILON_S:
             out.append(Violation("lease_kept_alive", "LEASE-2",

@@ -119,7 +119,7 @@ def withheld_answers(view: TurnView, obs: Observation | None = None) -> list[str
         sent = _messages(nxt)
         text = _answer_text(call)
         if text and len(sent) >= 2 and sent[-1].get("content") == PRE_VERIFY_NUDGE \
-                and sent[-2].get("content") == text:
+                and (sent[-2].get("content") or "").strip() == text.strip():
             out.append(text)
     last = _held_at_the_end(obs, view) if obs is not None and not out else None
     return out + ([last] if last else [])
@@ -128,9 +128,13 @@ def withheld_answers(view: TurnView, obs: Observation | None = None) -> list[str
 def delivers_held(answer: str | None, held: list[str]) -> bool:
     """``answer`` is one of the ``held`` answers as delivered: the very text, or that text
     with the engine's note of the file changes that did not apply, which TOOL-9 adds to
-    whatever answer the turn delivers."""
-    return answer is not None and any(
-        answer == text or answer.startswith(f"{text}\n\n{MUTATION_FOOTER}") for text in held)
+    whatever answer the turn delivers. Whitespace at the edges is no difference: an answer
+    is delivered as it came (FIN-7 counts it so), and a held text is read stripped."""
+    if answer is None:
+        return False
+    given = answer.strip()
+    return any(given == text.strip() or (given.startswith(text.strip()) and given[
+        len(text.strip()):].lstrip().startswith(MUTATION_FOOTER)) for text in held)
 
 
 def _budget_ended(obs: Observation, view: TurnView) -> bool:

@@ -137,7 +137,10 @@ def _summary_problem(obs: Observation, view: TurnView) -> str | None:
     said = [taken_in_text(text) for text in grace_texts(view)]
     said += loop_fire.withheld_answers(view, obs)  # FIN-1: an answer held back for verification
     answer = done.final_response or ""
-    if not any(answer == text or answer.startswith(f"{text}\n\n[") for text in said if text):
+    given = answer.strip()  # delivered as it came: whitespace at its edges is no difference
+    if not any(given == text.strip() or (given.startswith(text.strip())
+                                         and given[len(text.strip()):].lstrip().startswith("["))
+               for text in said if text):
         return "it delivered as a success an answer no grace summary gave"
     return None
 

@@ -510,6 +510,8 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
                 out.append(_v9(f"{tag}: a call with unusable arguments ran"))
             if record.request.purpose == "grace":
                 continue  # the grace summary's tool calls are ignored whatever their JSON
+            if record.cut is not None:
+                continue  # a correction cut the reply: the iteration starts over without it (LOOP-4)
             if cut_off(record.reply, bad):
                 if ids & stored or exits.get(turn_id, "truncated_tool_call") != "truncated_tool_call":
                     out.append(_v9(f"{tag}: a cut-off call was recorded or the turn went on "
