@@ -10,22 +10,10 @@ from __future__ import annotations
 
 from hermes_ref.limits import ProviderRoute
 from scenarios._explored_common import calm as _calm
-from sim.explore.model import ExploreModel
+from scenarios._explored_common import world as _world
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import redirect_a_running_turn
 from sim.harness import Story, scenario
-
-
-def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0,
-           grace_outages: tuple[int, ...] = ()) -> ExploreModel:
-    """The explored world of ``seed``: its seeded ids, its model, its notes and chore files."""
-    s.seed = seed  # the world's seed: it draws the interleaving
-    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(faults, ids=s.world.chooser, grace_outages=grace_outages)
-    s.use_provider(model)
-    s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
-            | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
-    return model
 
 
 @scenario("A correction that cuts the grace call is taken in as a user row, and the turn "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hermes_ref.limits import ProviderRoute
 from scenarios._explored_common import calm as _calm
-from sim.explore.model import ExploreModel
+from scenarios._explored_common import world as _world
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import correct_at_a_moment, jump_clock
 from sim.harness import Story, scenario
@@ -17,16 +17,6 @@ MEMORY = "memory: last week the user asked for every change to be written to its
 FIGURES = "memory: the user keeps the quarterly figures in notes-1.txt and prefers short answers"
 
 
-def _world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0,
-           grace_outages: tuple[int, ...] = ()) -> ExploreModel:
-    """The explored world of ``seed``: its seeded ids, its model, its notes and chore files."""
-    s.seed = seed  # the world's seed: it draws the interleaving
-    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(faults, ids=s.world.chooser, grace_outages=grace_outages)
-    s.use_provider(model)
-    s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
-            | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
-    return model
 
 
 @scenario("The request rebuilt after an overflow leaves the hidden row of a cut reply off "

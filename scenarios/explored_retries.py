@@ -9,23 +9,11 @@ from __future__ import annotations
 
 from hermes_ref.limits import ProviderRoute
 from scenarios._explored_common import calm as _calm
+from scenarios._explored_common import world as _world
 from sim.explore.edges import handed_history
-from sim.explore.model import ExploreModel
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import calm_phase, jump_clock
 from sim.harness import Story, scenario
-
-
-def _world(s: Story, seed: int, *faults: ReplyFault, grace_outages: tuple[int, ...] = (),
-           parts: int = 0) -> ExploreModel:
-    """The explored world of ``seed``: its seeded ids, its model, its notes and chore files."""
-    s.seed = seed  # the world's seed: it draws the interleaving
-    s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(faults, ids=s.world.chooser, grace_outages=grace_outages)
-    s.use_provider(model)
-    s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
-            | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})
-    return model
 
 
 @scenario("A model that reasons the same words twice is prefilled twice into the same request "

@@ -295,26 +295,29 @@ def _aliases(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> 
 def _folders(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> bool:
     """A turn that writes a note into a folder and searches that folder in the same round
     ("folders"); True when it added one."""
-    rng = _rng(seed, "folders")
-    if not plan.sessions or rng.random() >= 0.2:
-        return False
-    session = rng.choice(sorted(plan.sessions))
-    note = 80 + rng.randint(0, 9)
-    _turn(rng, plan, steps, taken, session, rng.uniform(0.0, 120.0),
-          f"Write note {note} to drafts/{session}-{note}.txt and search drafts for it.")
-    return True
+    return _one_more_turn(seed, "folders", plan, steps, taken, 80,
+                          "Write note {note} to drafts/{session}-{note}.txt and search drafts "
+                          "for it.")
 
 
 def _retries(seed: int, plan: WorldPlan, steps: list[Step], taken: set[str]) -> bool:
     """A turn whose patch of a missing file fails and whose write of it, under the other
     spelling of its path, succeeds ("retries"); True when it added one."""
-    rng = _rng(seed, "retries")
+    return _one_more_turn(seed, "retries", plan, steps, taken, 90,
+                          "Patch note {note} into drafts/{session}-{note}.txt, or write it there.")
+
+
+def _one_more_turn(seed: int, part: str, plan: WorldPlan, steps: list[Step], taken: set[str],
+                   first_note: int, text: str) -> bool:
+    """In a world in five, one more turn of ``part``'s text in a session drawn from the
+    part's own sub-stream, its note numbered ``first_note`` to ``first_note + 9``."""
+    rng = _rng(seed, part)
     if not plan.sessions or rng.random() >= 0.2:
         return False
     session = rng.choice(sorted(plan.sessions))
-    note = 90 + rng.randint(0, 9)
+    note = first_note + rng.randint(0, 9)
     _turn(rng, plan, steps, taken, session, rng.uniform(0.0, 120.0),
-          f"Patch note {note} into drafts/{session}-{note}.txt, or write it there.")
+          text.format(note=note, session=session))
     return True
 
 
