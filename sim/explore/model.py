@@ -152,8 +152,8 @@ _SHAPES = frozenset({FaultKind.CUT_OFF_ARGUMENTS, FaultKind.TRUNCATED_CALL,
 _MALFORMED = '{"path" "notes-1.txt"}'  # not JSON, and not cut off: it ends in a brace
 _CUT_OFF = '{"path": "notes-1.t'  # cut off mid-value
 # the 503s around an overflow wait for a request this long, whose compaction can relieve it
-# (a short history has no middle to summarize, and the turn fails closed: CMP-7)
-_HISTORY_TO_COMPACT = 12
+# (a shorter history seldom has a middle to summarize, and the turn fails closed: CMP-7)
+_HISTORY_TO_COMPACT = 18
 
 
 class _Shaping:

@@ -1,6 +1,6 @@
 """The model's odder reply shapes, one part drawn from a sub-stream of its own ("shapes").
 
-In a world in six (in a third of those with a context window), one to three of these
+In a world in six, and in every world with a context window, one to three of these
 shapes, each aimed at a model call of the faulty phase (``ReplyFault``, numbered by world
 call like the other reply faults, at a call no other fault holds). A shape that needs a
 moment of a turn (after a tool round, a round before it) begins at its call and goes on
@@ -22,11 +22,13 @@ holds for them (``ExploreModel`` keeps it by the turn's user row):
   (LOOP-8);
 * ``errors_around_overflow``: two 503s, a 400 saying the context is too long, two 503s,
   in one iteration: the request rebuilt after the overflow has retries of its own (LOOP-5).
-  Only in a world with a context window, where it is drawn first, and in a third of
-  those worlds rather than a sixth: with no window a compaction finds no middle to
-  summarize, the overflow fails closed and the rebuilt request is never made. Aimed at
-  one of the first four calls, it waits there for a request of 12 messages or more, the
-  first of any turn;
+  Only in a world with a context window, where it is drawn first, and in every such
+  world: with no window a compaction finds no middle to summarize, the overflow fails
+  closed and the rebuilt request is never made; and the sabotage of this rule is found
+  only where a summary succeeds, the lock is free and the turn lives on, which is seldom
+  (about one windowed world in sixteen). Aimed at one of the first four calls, it waits
+  there for a request of 18 messages or more, the first of any turn (a shorter history
+  seldom has a middle between its protected head and tail);
 * ``padded_answer``: the answer with whitespace at its edges, delivered as it came; the
   exit line counts what was delivered (FIN-7).
 
@@ -43,8 +45,7 @@ from sim.explore.plan import FaultKind, ReplyFault, Submit, WorldPlan
 SHAPES = (FaultKind.CUT_OFF_ARGUMENTS, FaultKind.TRUNCATED_CALL, FaultKind.MALFORMED_AGAIN,
           FaultKind.THINK_ONLY, FaultKind.MIXED_HOUSEKEEPING, FaultKind.ERRORS_AROUND_OVERFLOW,
           FaultKind.PADDED_ANSWER)
-SHARE = 1 / 6  # of the worlds
-WINDOWED_SHARE = 1 / 3  # of the worlds with a context window, where ``around`` comes first
+SHARE = 1 / 6  # of the worlds without a context window; every windowed world draws shapes
 
 
 def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
@@ -52,7 +53,8 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     rng = random.Random(f"{seed}:shapes")
     wanted = [k for k in SHAPES if k in kinds]
     windowed = plan.context_window is not None
-    if not wanted or rng.random() >= (WINDOWED_SHARE if windowed else SHARE):
+    drawn = rng.random()  # drawn in every world, so the stream is the same in both kinds
+    if not wanted or (not windowed and drawn >= SHARE):
         return plan
     around = FaultKind.ERRORS_AROUND_OVERFLOW
     calls = 2 * max(1, sum(isinstance(s, Submit) for s in plan.steps))
