@@ -1,4 +1,4 @@
-"""Stories the explorer found in seeds 5,000-7,499, each a shrunk seed (``hermes-ref explore
+"""Stories the explorer found in its later sweeps, each a shrunk seed (``hermes-ref explore
 --shrink SEED``) red before its fix, on the engine or on a checker, as each story says. The
 calls are the explorer's own (``sim.explore.run.stage``), so each replays the run it came
 from, then the calm phase.
@@ -7,8 +7,10 @@ from, then the calm phase.
 from __future__ import annotations
 
 from hermes_ref.limits import ProviderRoute
+from hermes_ref.session import SessionSource
 from scenarios._explored_common import calm as _calm
 from scenarios._explored_common import world as _world
+from sim.explore.lanes import LaneWorld
 from sim.explore.plan import FaultKind, ReplyFault
 from sim.explore.run import correct_at_a_moment, jump_clock
 from sim.harness import Story, scenario
@@ -407,4 +409,74 @@ def interrupt_closes_a_slow_batch_before_its_deadline(s: Story) -> None:
     one = s.main_process()
     s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=121.0, injected=FIGURES)
     s.interrupt(after_s=160.0, session="t-1")
+    _calm(s)
+
+
+@scenario("An overflow between two pairs of 503s is no failed call: the turn's count of "
+          "failures leaves it out, as the engine does (explored seed 5963)",
+          invariants=("LOOP-5",), stage="explore")
+def overflow_is_not_a_failed_call(s: Story) -> None:
+    """A long turn in a 500-token window gets two 503s, then an overflow; the engine
+    compacts, rebuilds the request and goes on, and more 503s and a 429 come later in
+    the same turn. ``outer_loop_errors_max`` counts a turn's failed calls, but an overflow
+    goes back to preflight before any count (compaction bounds those, CMP-7). LOOP-5's
+    checker counted the overflow as one, so it judged the 429 the turn's last allowed
+    failure, which must end it, and called the retry after it a violation. Its count now
+    leaves out overflows and cut streams whose whole answer was kept, as the engine's does
+    (a reading the `errors_around_overflow` shape found once every windowed world drew it)."""
+    _world(s, 5963, ReplyFault(call=4, kind=FaultKind.ERRORS_AROUND_OVERFLOW),
+           ReplyFault(call=8, kind=FaultKind.EMPTY_REPLY),
+           ReplyFault(call=11, kind=FaultKind.SLOW_REPLY, seconds=400.0),
+           ReplyFault(call=13, kind=FaultKind.REFUSED_WRITE),
+           ReplyFault(call=15, kind=FaultKind.SERVER_ERROR),
+           ReplyFault(call=16, kind=FaultKind.DROPPED_CALL),
+           ReplyFault(call=20, kind=FaultKind.SERVER_ERROR),
+           ReplyFault(call=21, kind=FaultKind.EMPTY_REPLY),
+           ReplyFault(call=22, kind=FaultKind.RATE_LIMIT, seconds=1.0), parts=9)
+    s.limits(context_window_tokens=500)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    one = s.main_process()
+    s.delay_reply(11, 400.0)
+    s.start_submit(one, "p-2", "r-7ae3cb", {"text": "Go through part-1.txt to part-9.txt in order."},
+                   session="s-2", after_s=0.0)
+    s.start_drain(one, "s-2", after_s=11.0)
+    s.start_turn("Write note 1 to t-1-out-1.txt.", session="t-1", process=one, after_s=15.0,
+                 injected="memory: the user signs notes as Ana and works from the Lisbon office")
+    _calm(s)
+
+
+@scenario("A third malformed try that nests past the parser's limit is a local bug, not a "
+          "try to record: the turn stops at once (explored seed 4821)",
+          invariants=("LOOP-9", "LOOP-5"), stage="explore")
+def unprocessable_third_try_stops_the_turn(s: Story) -> None:
+    """In a group thread's lane, a turn gets malformed arguments, then a read that parses,
+    then malformed arguments twice; the third reply of that run nests its arguments past
+    the JSON parser's depth. LOOP-9 records the last malformed try with errors, but a reply
+    no retry can make processable is a deterministic local bug, and LOOP-5 stops the turn
+    at once as ``local_processing_error``, recording nothing. LOOP-9's checker counted
+    that reply as the third malformed try and demanded it recorded; it now leaves such a
+    reply to ``local_bug_stops_at_once``."""
+    _world(s, 4821, ReplyFault(call=14, kind=FaultKind.MALFORMED_AGAIN),
+           ReplyFault(call=18, kind=FaultKind.DEEP_ARGUMENTS))
+    s.limits(session_reset_mode="idle", session_idle_minutes=240, session_reset_at_hour=9,
+             group_sessions_per_user=False, thread_sessions_per_user=False,
+             session_prune_after_s=0.0, stuck_restart_threshold=3)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    lanes = LaneWorld(s, [one], job_s=400.0)
+    dm = SessionSource(platform="telegram", chat_type="dm", chat_id="99", participant="42")
+    guild = SessionSource(platform="discord", chat_type="group", chat_id="guild-123", participant="bob")
+    thread = {"platform": "telegram", "chat_type": "group", "chat_id": "-1002285219667",
+              "thread_id": "17585"}
+    lanes.message(0, dm, "Write note 1 to lane-out-1.txt.", after_s=2634.3)
+    lanes.message(0, dm, "Read notes-1.txt.", after_s=2689.5)
+    lanes.message(0, guild, "Write note 3 to lane-out-3.txt.", after_s=12732.1)
+    lanes.message(0, guild, "Write note 4 to lane-out-4.txt.", after_s=12765.4)
+    lanes.message(0, guild, "Read notes-1.txt.", after_s=12825.9)
+    lanes.message(0, SessionSource(**thread, participant="erin"), "Say hello 9.", after_s=41326.4)
+    lanes.message(0, SessionSource(**thread, participant="dave"), "Say hello 12.", after_s=60133.6)
+    lanes.message(0, SessionSource(**thread, participant="erin"), "Read notes-2.txt.", after_s=60172.2)
     _calm(s)

@@ -443,6 +443,8 @@ def _spent_without_switch(obs: Observation, view: TurnView, chain: list[str]) ->
     Only the transient failures of a request spend its ``transient_retries_max`` retries
     (LOOP-5): an auth error before them is answered by a credential renewal, which is no
     retry, so the request still has all its retries after it."""
+    from sim.checkers.streaming import failed_calls  # streaming reads this module
+
     limits = obs.limits
     calls = view.calls
     for n, call in enumerate(calls):
@@ -453,8 +455,7 @@ def _spent_without_switch(obs: Observation, view: TurnView, chain: list[str]) ->
             continue
         model = model_of(call)
         has_next = model in chain and chain.index(model) + 1 < len(chain)
-        failed = sum(1 for c in calls[:n + 1] if c.error is not None)
-        if not has_next or failed >= limits.outer_loop_errors_max:
+        if not has_next or failed_calls(calls[:n + 1]) >= limits.outer_loop_errors_max:
             continue
         nxt = calls[n + 1] if n + 1 < len(calls) else None
         following = chain[chain.index(model) + 1]
@@ -821,6 +822,8 @@ def call_bound(limits: Limits, tool_rounds: int) -> tuple[int, int, int]:
          "every turn that ended made no more calls than its limits allow: answered calls, "
          "failed calls and empty replies each within a bound derived from the limits")
 def turns_end_within_bound(obs: Observation) -> list[Violation]:
+    from sim.checkers.streaming import failed_calls  # streaming reads this module
+
     out = []
     for view in obs.ended_turns():
         if _drained(obs, view):
@@ -828,7 +831,7 @@ def turns_end_within_bound(obs: Observation) -> list[Violation]:
         calls = [c for c in view.calls if c.cut is None]
         rounds = sum(1 for c in calls if c.reply is not None and c.reply.tool_calls)
         answered_max, failed_max, empties_max = call_bound(obs.limits, rounds)
-        failed = sum(1 for c in calls if c.error not in (None, "ContextOverflow"))
+        failed = failed_calls(calls)
         answered = len(calls) - failed
         empties = sum(1 for c in calls if _is_empty(c.reply) and not is_grace(c)
                       and c.reply is not None and c.reply.finish_reason != "tool_calls")

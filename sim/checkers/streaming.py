@@ -172,6 +172,14 @@ def whole_answer(call: CallRecord) -> str | None:
     return text if text.strip() else None
 
 
+def failed_calls(calls: list[CallRecord]) -> int:
+    """How many of ``calls`` count against ``outer_loop_errors_max`` (LOOP-5): the ones that
+    failed, but not an overflow (back to preflight before any count: compaction bounds those,
+    CMP-7) and not a cut stream whose whole answer was kept (it answered, FIN-2)."""
+    return sum(1 for c in calls if c.error not in (None, "ContextOverflow")
+               and whole_answer(c) is None)
+
+
 @checker("streamed_answer_recovered", ("FIN-2",),
          "a stream that failed after delivering a whole text answer (its finish delta came) "
          "is the turn's answer: the durable answer row and the completion hold exactly that "

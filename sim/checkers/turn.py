@@ -39,7 +39,7 @@ from sim.checkers.base import (
     stopped_at_the_bound,
 )
 from sim.checkers.reasons import bad_calls, cut_off, dropped_call, nudges_since_tool, reason_problem
-from sim.checkers.streaming import whole_answer  # FIN-2: a recovered stream answered
+from sim.checkers.streaming import failed_calls, whole_answer  # FIN-2: a recovered stream answered
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
 
@@ -222,9 +222,8 @@ def _refused_hop(obs: Observation, view: TurnView) -> int:
     chain = route_chain(limits)
     has_next = last.model in chain and chain.index(last.model) < len(chain) - 1
     if line.reason is ExitReason.INTERRUPTED:
-        failed = sum(1 for c in view.calls if c.error is not None)
         return int(has_next and _retries_spent(limits, attempts)
-                   and failed < limits.outer_loop_errors_max
+                   and failed_calls(view.calls) < limits.outer_loop_errors_max
                    and line.api_calls == len(distinct_requests(view.calls)))
     if line.reason not in CONTEXT_PRESSURE_EXITS:
         return 0
@@ -402,8 +401,8 @@ def _retry_problems(limits: Limits, records: list[CallRecord], reason: object) -
         if kind == "overflow":
             continue  # back to preflight: overflow_goes_back_to_preflight judges it (CMP-7)
         tally[kind] += 1
-        failed = sum(1 for r in records[:index + 1] if r.error is not None)
-        final = tally[kind] > caps[kind] or failed >= limits.outer_loop_errors_max
+        final = tally[kind] > caps[kind] \
+            or failed_calls(records[:index + 1]) >= limits.outer_loop_errors_max
         after = records[index + 1] if index + 1 < len(records) else None
         if final and kind != "terminal" and limits.fallback_providers and (
                 (after is not None and loop_fire.model_of(after) != loop_fire.model_of(record))
@@ -510,6 +509,8 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
                 out.append(_v9(f"{tag}: a call with unusable arguments ran"))
             if record.request.purpose == "grace":
                 continue  # the grace summary's tool calls are ignored whatever their JSON
+            if loop_fire.unprocessable(record.reply):
+                continue  # no try at all: the turn stops at once (LOOP-5, local_bug_stops_at_once)
             if record.cut is not None:
                 continue  # a correction cut the reply: the iteration starts over without it (LOOP-4)
             if cut_off(record.reply, bad):
