@@ -145,6 +145,17 @@ def inline_think_block_is_not_an_answer(s: Story) -> None:
     s.expect(all("think" not in (m.content or "") for m in s.transcript()), "no think block stored")
 
 
+@scenario("A think block the model never closed runs to the end of the reply: nothing is shown, "
+          "so the reply is empty and its reasoning is never stored",
+          invariants=("LOOP-8", "LOOP-4"), stage="loop_fire")
+def unclosed_think_block_is_not_an_answer(s: Story) -> None:
+    s.script(text("<think>They want the date. Today is Tuesday, so"), text("It is Tuesday."))
+    result = s.turn("What day is it?")
+    s.expect(result is not None and result.final_response == "It is Tuesday.",
+             "the unclosed block was no answer, and the next reply was")
+    s.expect(all("think" not in (m.content or "") for m in s.transcript()), "no think block stored")
+
+
 # ---- LOOP-6: fallback providers --------------------------------------------------------------
 
 

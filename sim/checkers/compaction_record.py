@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hermes_ref.ladder import visible_text
 from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ScaffoldFlag
@@ -35,7 +34,7 @@ from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
 )
 from sim.checkers.lineage import roots
 from sim.checkers.rotation import CompactionRun  # a story's own compaction, not judged here
-from sim.checkers.thoughts import inline_thought, thought_of
+from sim.checkers.thoughts import inline_thought, thought_of, visible_text
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
 

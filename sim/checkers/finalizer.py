@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hermes_ref.finalizer import MUTATION_FOOTER
-from hermes_ref.ladder import without_reasoning
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
@@ -179,7 +178,7 @@ def answer_delivered(obs: Observation) -> list[Violation]:
             continue
         call = view.calls[-1] if view.calls else None
         reply = call.reply if call is not None and call.cut is None else None  # cut: no answer (LOOP-4)
-        if call is None or reply is None or reply.tool_calls or not thoughts.shown(reply.content):
+        if call is None or reply is None or reply.tool_calls or not thoughts.visible_text(reply.content):
             continue  # no call, or a reply that only reasoned (a think block): no answer
         if _narrated_with_reprompts_left(obs, call):
             continue  # it narrated a dropped call with re-prompts left (LOOP-7): no answer
@@ -191,7 +190,7 @@ def answer_delivered(obs: Observation) -> list[Violation]:
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} got a final answer{how} but never completed"))
         elif not _same_answer(done.final_response,  # think blocks are never delivered (LOOP-4)
-                              taken_in_text(without_reasoning(reply.content))):
+                              taken_in_text(thoughts.as_stored(reply.content))):
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} completed with a different answer than the "
                                  "model gave"))

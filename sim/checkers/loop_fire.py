@@ -26,7 +26,6 @@ from typing import Any
 
 from hermes_ref.closure import NOT_RUN_TEXT
 from hermes_ref.finalizer import MUTATION_FOOTER
-from hermes_ref.ladder import HOUSEKEEPING_TOOLS, visible_text
 from hermes_ref.limits import Limits
 from hermes_ref.models import ProviderReply, Role, ToolKind
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
@@ -56,7 +55,7 @@ from sim.checkers.base import (
     window_tokens,
 )
 from sim.checkers.lease import lost_leases
-from sim.checkers.thoughts import inline_thought, thought_of
+from sim.checkers.thoughts import inline_thought, thought_of, visible_text
 from sim.checkers.wire import sent_messages
 from sim.interventions import raw_partial
 from sim.world import CallRecord
@@ -213,13 +212,18 @@ def _landed(obs: Observation, calls: list[CallRecord]) -> set[int]:
             and round_landed(obs, c)}
 
 
+# LOOP-8's housekeeping tools, as the catalog names them: a round of only these whose reply
+# had text lets the ladder reuse that text (the engine's own list is not read here)
+HOUSEKEEPING = frozenset({"memory", "todo", "todo_list", "skill_manage", "session_search"})
+
+
 def _prior_text(calls: list[CallRecord], index: int, landed: set[int]) -> str | None:
     for earlier in reversed(calls[:index]):
         reply = earlier.reply
         if reply is not None and reply.tool_calls and id(earlier) in landed:
             text = visible_text(reply.content)
             names = {c.name for c in reply.tool_calls}
-            return text if text and names <= HOUSEKEEPING_TOOLS else None
+            return text if text and names <= HOUSEKEEPING else None
     return None
 
 

@@ -58,7 +58,7 @@ def _last_reply(view: TurnView) -> CallRecord | None:
 
 def _text(reply: ProviderReply | None) -> bool:
     """A reply in text and no call: text shown to the reader, not only a think block."""
-    return reply is not None and not reply.tool_calls and bool(thoughts.shown(reply.content))
+    return reply is not None and not reply.tool_calls and bool(thoughts.visible_text(reply.content))
 
 
 def nudges_since_tool(call: CallRecord) -> int:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from hermes_ref.ladder import visible_text
 from hermes_ref.models import Event, EventKind, Message, Role, StreamDelta
 from hermes_ref.reply_intake import clean_text
 from hermes_ref.scaffolding import EMPTY_SENTINEL
 from sim.checkers import loop_fire
 from sim.checkers.base import Observation, TurnView, Violation, checker, remembered
+from sim.checkers.thoughts import visible_text
 from sim.world import CallRecord
 
 _SHOWN = {"text": EventKind.DELTA_TEXT, "reasoning": EventKind.DELTA_REASONING,

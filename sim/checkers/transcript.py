@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from hermes_ref.ladder import visible_text
 from hermes_ref.models import Message, Role
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
@@ -16,7 +15,7 @@ from sim.checkers.base import (
     Violation,
     checker,
 )
-from sim.checkers.thoughts import thought_of
+from sim.checkers.thoughts import thought_of, visible_text
 
 # ---- transcript shape --------------------------------------------------------------------
 

@@ -192,8 +192,9 @@ class _Shaping:
         if kind is FaultKind.THINK_ONLY:
             if not _after_tools(request):
                 return None
-            self.done = True
-            return ProviderReply(content="<think>That is what the file says.</think>",
+            self.done = True  # at an odd call the model never closes the block, which then
+            close = "</think>" if call % 2 == 0 else ""  # runs to the end of the reply
+            return ProviderReply(content=f"<think>That is what the file says.{close}",
                                  finish_reason="stop")
         if kind is FaultKind.MIXED_HOUSEKEEPING:
             if step == 0:

@@ -15,7 +15,8 @@ holds for them (``ExploreModel`` keeps it by the turn's user row):
 * ``malformed_again``: arguments that are not JSON, then a read whose arguments parse, then
   malformed arguments twice more: the round that parsed starts the count over, so the
   second run is asked again, not recorded (LOOP-9);
-* ``think_only``: after a tool round, a reply that is only an inline think block: its
+* ``think_only``: after a tool round, a reply that is only an inline think block (one the
+  model never closed when the shape's call is odd: it runs to the end of the reply): its
   reasoning comes back as a prefill, not the nudge (LOOP-8);
 * ``mixed_housekeeping``: a round of ``todo`` and a read, with text, then an empty reply:
   the round was not only housekeeping, so its text is no answer and the reply is nudged

@@ -4,6 +4,7 @@ a correction that keeps the reasoning or is never taken in, a held-back answer f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -124,6 +125,16 @@ def _any_housekeeping_round() -> list[AbstractContextManager[Any]]:
 sabotage("prior_text_after_any_housekeeping", ("LOOP-8",),
          "an empty reply reuses the text of the round before when that round called any "
          "housekeeping tool, not only housekeeping tools")(_any_housekeeping_round)
+
+
+def _closed_blocks_only() -> list[AbstractContextManager[Any]]:
+    closed_only = re.compile(r"<(think|thinking|reasoning)>(.*?)</\1>", re.DOTALL | re.IGNORECASE)
+    return [mock.patch.object(ladder, "_THINK", closed_only)]
+
+
+sabotage("unclosed_think_block_shown", ("LOOP-8", "LOOP-4"),
+         "the pattern of think blocks needs a closing tag, so a block the model never closed "
+         "is shown as the answer, reasoning and all")(_closed_blocks_only)
 
 
 # ---- LOOP-6: fallback providers ---------------------------------------------------------------
