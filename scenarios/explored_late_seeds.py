@@ -480,3 +480,112 @@ def unprocessable_third_try_stops_the_turn(s: Story) -> None:
     lanes.message(0, SessionSource(**thread, participant="dave"), "Say hello 12.", after_s=60133.6)
     lanes.message(0, SessionSource(**thread, participant="erin"), "Read notes-2.txt.", after_s=60172.2)
     _calm(s)
+
+
+@scenario("A child session's lease, carried over a compaction, keeps its parent's expiry: "
+          "LEASE-2 reads the child's grant as the parent's (explored seed 5565)",
+          invariants=("LEASE-2",), stage="explore")
+def rotated_child_keeps_the_parents_expiry(s: Story) -> None:
+    """A long turn in a 500-token window compacts by rotating to a child session; its
+    summaries arrive 30 s late. The lease moves to the child with its token and its
+    expiry as they were (the holder's grant did not start again), so the child's row
+    shows an expiry less than a TTL after the moment of the rotation. LEASE-2's checker
+    took the child's row as a grant made at its own start and called the shorter expiry
+    a lease not kept alive; it now reads a carried lease as dated from the parent's last
+    grant or refresh (one of four readings the sweep of 5,000-9,999 found, with 8029 and
+    8499)."""
+    model = _world(s, 5565, ReplyFault(call=7, kind=FaultKind.DROPPED_CALL),
+                   ReplyFault(call=8, kind=FaultKind.UNKNOWN_TOOL),
+                   ReplyFault(call=9, kind=FaultKind.DROPPED_CALL), parts=9)
+    s.limits(context_window_tokens=500)
+    model.summarizer.delay_s = 30.0  # every summary arrives this late
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={"admit": 1})
+    s.start_submit(one, "p-1", "r-247ae6", {"text": "Write note 5 to s-1-out-5.txt."},
+                   session="s-1", after_s=107.0)
+    s.start_submit(one, "p-1", "r-247ae6x",
+                   {"text": "Write note 5 to s-1-out-5.txt.", "role": "operator"},
+                   session="s-1", after_s=125.0)
+    s.start_drain(one, "s-1", after_s=194.0)
+    s.start_submit(one, "p-1", "r-4c0acc", {"text": "Go through part-1.txt to part-9.txt in order."},
+                   session="s-1", after_s=1568.0)
+    s.start_drain(one, "s-1", after_s=1587.0)
+    _calm(s)
+
+
+@scenario("An answer held back for verification with whitespace at its edges is the answer "
+          "the finalizer delivers when the budget runs out (explored seed 6212)",
+          invariants=("FIN-1", "FIN-8", "LOOP-3"), stage="explore")
+def padded_held_answer_is_the_answer(s: Story) -> None:
+    """With ``verify_before_answer`` on and a budget of three calls, a turn's answer comes
+    with whitespace at its edges, and the engine holds it back to verify the file it
+    wrote; the budget then runs out, and the finalizer delivers the held answer as it
+    came. FIN-1, FIN-8 and LOOP-3's checkers compared the delivered answer to the held one
+    stripped, found no match, and so read a turn that ended without an answer or grace
+    call; they now match a held answer with or without its edges (with 8168)."""
+    _world(s, 6212, ReplyFault(call=10, kind=FaultKind.UNKNOWN_TOOL),
+           ReplyFault(call=12, kind=FaultKind.PADDED_ANSWER))
+    s.limits(verify_before_answer=True)
+    s.world.tools.slow("read_file", 500.0, path="notes-2.txt", start_delay_s=0.0)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.limits(iteration_budget=3)
+    for principal, session in (("p-1", "s-1"), ("p-3", "s-3")):
+        s.bind(principal, session=session)
+        s.bind(f"op-{session}", session=session, role="operator", kind="operator")
+    s.bind("q-1", session="s-1")
+    one = s.main_process()
+    s.start_submit(one, "p-3", "r-d2fad8", {"text": "Write note 1 to s-3-out-1.txt."},
+                   session="s-3", after_s=5.0)
+    s.start_turn("Read notes-2.txt.", session="t-1", process=one, after_s=6.0,
+                 injected="memory: the user signs notes as Ana and works from the Lisbon office")
+    s.start_submit(one, "p-1", "r-d2fad8", {"text": "Write note 1 to s-1-out-1.txt."},
+                   session="s-1", after_s=14.0)
+    s.start_submit(one, "q-1", "r-d2fad8", {"text": "Say hello d2fad8 from q-1."},
+                   session="s-1", after_s=17.0)
+    s.start_drain(one, "s-1", after_s=21.0)
+    s.start_drain(one, "s-1", after_s=49.0)
+    s.start_drain(one, "s-3", after_s=72.0)
+    s.start_submit(one, "p-1", "r-0172d3",
+                   {"text": "Read notes-2.txt and rewrite it as note 71 at /workspace/notes-2.txt."},
+                   session="s-1", after_s=104.0)
+    s.start_drain(one, "s-1", after_s=107.0)
+    _calm(s)
+
+
+@scenario("A cut-off call a correction cut never reached the loop: the turn takes the "
+          "correction in and goes on (explored seed 9526)",
+          invariants=("LOOP-9", "LOOP-4"), stage="explore")
+def corrected_cut_off_call_is_not_judged(s: Story) -> None:
+    """The user corrects a turn while its model call is on its way, and the reply the
+    correction cut carried a call whose arguments were cut off. The cut reply never
+    reaches the loop (LOOP-4): the iteration starts over with the correction, and the turn
+    goes on until ``max_iterations``. LOOP-9's checker judged the cut-off call anyway and
+    demanded the turn end truncated; it now leaves a reply a correction cut out, as it
+    already did for malformed ones."""
+    _world(s, 9526, ReplyFault(call=3, kind=FaultKind.SLOW_REPLY, seconds=400.0),
+           ReplyFault(call=6, kind=FaultKind.CUT_OFF_ARGUMENTS), parts=7)
+    s.limits(max_iterations=2)
+    s.limits(grace_call_enabled=False)
+    for principal, session in (("p-1", "s-1"), ("p-2", "s-2")):
+        s.bind(principal, session=session)
+        s.bind(f"op-{session}", session=session, role="operator", kind="operator")
+    one = s.main_process()
+    s.delay_reply(3, 400.0)
+    s.start_submit(one, "p-2", "r-1b773e", {"text": "Go through part-1.txt to part-7.txt in order."},
+                   session="s-2", after_s=1.0)
+    correct_at_a_moment(s, "Say hello 71 instead.", after_s=18.0, session="s-1", during="call",
+                        slow_s=5.0)
+    s.start_submit(one, "p-1", "r-0b1925",
+                   {"text": "Read notes-2.txt and rewrite it as note 70 at link-notes-2.txt."},
+                   session="s-1", after_s=53.0)
+    s.start_drain(one, "s-2", after_s=55.0)
+    s.start_submit(one, "p-2", "r-fd974b",
+                   {"text": "Write note 83 to drafts/s-2-83.txt and search drafts for it."},
+                   session="s-2", after_s=95.0)
+    s.start_drain(one, "s-1", after_s=102.0)
+    s.start_drain(one, "s-2", after_s=104.0)
+    s.run_all()
+    s.world.moments.clear()  # nor a correction held for a moment not reached
+    _calm(s)
