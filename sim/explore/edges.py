@@ -651,6 +651,8 @@ def _limits(plan: WorldPlan) -> dict[str, Any]:
         limits["idle_compact_after_s"] = plan.idle_compact_after_s
     if plan.compression_lock_ttl_s is not None:
         limits["compression_lock_ttl_s"] = plan.compression_lock_ttl_s
+    if plan.errors_max is not None:
+        limits["outer_loop_errors_max"] = plan.errors_max
     return limits
 
 
@@ -713,6 +715,6 @@ def simpler(plan: WorldPlan) -> Iterator[WorldPlan]:
         yield plan.model_copy(update={"summary_timeouts": ()})
     if plan.grace_outages:
         yield plan.model_copy(update={"grace_outages": ()})
-    for option in ("lock_stall_s", "compression_lock_ttl_s"):
+    for option in ("lock_stall_s", "compression_lock_ttl_s", "errors_max"):
         if getattr(plan, option) is not None:
             yield plan.model_copy(update={option: None})

@@ -235,6 +235,7 @@ class WorldPlan(Frozen):
     grace_outages: tuple[int, ...] = ()  # the n-th grace calls that meet an outage (LOOP-2/6)
     lock_stall_s: float | None = Field(default=None, gt=0)  # the terminal's lock holder freezes
     compression_lock_ttl_s: float | None = Field(default=None, gt=0)  # a lock outlasting a lease
+    errors_max: int | None = Field(default=None, ge=1)  # a turn's failed calls (LOOP-5)
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:

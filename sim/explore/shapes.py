@@ -29,7 +29,10 @@ holds for them (``ExploreModel`` keeps it by the turn's user row):
   only where a summary succeeds, the lock is free and the turn lives on, which is seldom
   (about one windowed world in sixteen). Aimed at one of the first four calls, it waits
   there for a request of 18 messages or more, the first of any turn (a shorter history
-  seldom has a middle between its protected head and tail);
+  seldom has a middle between its protected head and tail). A world that draws it
+  lets a turn fail only five calls (``outer_loop_errors_max``, default 8): its four 503s
+  stay within that bound, and only an overflow counted as a failed call would end the
+  turn at its last 503 (LOOP-5);
 * ``padded_answer``: the answer with whitespace at its edges, delivered as it came; the
   exit line counts what was delivered (FIN-7).
 
@@ -47,6 +50,7 @@ SHAPES = (FaultKind.CUT_OFF_ARGUMENTS, FaultKind.TRUNCATED_CALL, FaultKind.MALFO
           FaultKind.THINK_ONLY, FaultKind.MIXED_HOUSEKEEPING, FaultKind.ERRORS_AROUND_OVERFLOW,
           FaultKind.PADDED_ANSWER)
 SHARE = 1 / 6  # of the worlds without a context window; every windowed world draws shapes
+ERRORS_MAX = 5  # a turn's failed calls (``outer_loop_errors_max``) where ``around`` is drawn
 
 
 def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
@@ -74,5 +78,7 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
             added.append(ReplyFault(call=call, kind=kind))
     if not added:
         return plan
-    return plan.model_copy(update={"replies": tuple(sorted(
-        (*plan.replies, *added), key=lambda r: r.call))})
+    update: dict[str, object] = {"replies": tuple(sorted((*plan.replies, *added), key=lambda r: r.call))}
+    if any(r.kind is around for r in added):
+        update["errors_max"] = ERRORS_MAX
+    return plan.model_copy(update=update)

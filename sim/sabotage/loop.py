@@ -284,3 +284,20 @@ def _retries_inherited() -> list[AbstractContextManager[Any]]:
 sabotage("rebuilt_request_inherits_retries", ("LOOP-5",),
          "the request rebuilt after an overflow keeps the transient-retry count of the one it "
          "replaced, so it is given up on before its own retries are spent")(_retries_inherited)
+
+
+# ---- LOOP-5: an overflow counted among the turn's failed calls --------------------------------
+
+
+def _overflow_counted() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(loop, "call_with_retries",
+                              "        if isinstance(failure, ContextOverflow):  # LOOP-5",
+                              "        ctx.state.provider_errors += isinstance(failure, ContextOverflow)\n"
+                              "        if isinstance(failure, ContextOverflow):  # LOOP-5")
+    return [mock.patch.object(loop, "call_with_retries", broken),
+            mock.patch.object(finalizer, "call_with_retries", broken)]
+
+
+sabotage("overflow_counted_as_a_failed_call", ("LOOP-5",),
+         "an overflow counts against outer_loop_errors_max, so a turn whose compactions relieved "
+         "its overflows ends terminal_provider_error with retries its count still allowed")(_overflow_counted)
