@@ -336,8 +336,13 @@ def _read_carried(obs: Observation) -> dict[tuple[str, int], LeaseGrantRow]:
 
 def _death_of(holder: str, deaths: dict[int, float]) -> tuple[str, float | None]:
     """The pid a holder names, and when that simulated process died (None: it did not)."""
-    pid = holder_fields(holder).get("pid", "")
+    pid = _pid_of(holder)
     return pid, deaths.get(int(pid)) if pid.isdigit() else None
+
+
+@lru_cache(maxsize=4096)  # a holder string's fields never change (as ``_turn_of``)
+def _pid_of(holder: str) -> str:
+    return holder_fields(holder).get("pid", "")
 
 
 def _steps(obs: Observation, what: str) -> list[LeaseStep]:
