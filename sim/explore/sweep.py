@@ -172,7 +172,7 @@ def merge(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 def _one(task: tuple[int, FaultMix, bool]) -> tuple[RunReport, str | None]:
     seed, mix, twice = task
-    report = run_plan(generate(seed, mix), trace=twice)
+    report = run_plan(generate(seed, mix), trace=twice, digest=twice)  # digests: only to compare
     difference = None
     if twice:
         again = run_plan(generate(seed, mix), trace=True)
