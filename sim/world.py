@@ -54,6 +54,10 @@ class CallRecord:
     # DEL-1 / FIN-2: the deltas a cut stream delivered before it failed (a kept stream's
     # are its reply's ``deltas``)
     delivered: tuple[StreamDelta, ...] = ()
+    # readings of this record's own values, kept with it by whoever makes them (the checkers'
+    # ``sent_messages``): its fields never change, so neither do they; never compared
+    readings: dict[str, Any] = field(default_factory=dict, init=False, compare=False,
+                                     repr=False)
 
     @property
     def body(self) -> bytes:

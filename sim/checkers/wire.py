@@ -26,7 +26,19 @@ WireMessage = dict[str, Any]
 
 
 def sent_messages(call: CallRecord) -> list[WireMessage] | str:
-    """The messages the recorded body carries, or what is wrong with the body."""
+    """The messages the recorded body carries, or what is wrong with the body.
+
+    Read once per record and kept with it (``CallRecord.readings``): a dozen checkers ask
+    at every check, and the body never changes. The list is the shared parse of the body
+    (``CallRecord.sent``) either way."""
+    readings = call.readings
+    if "sent messages" not in readings:
+        readings["sent messages"] = _sent_messages(call)
+    found: list[WireMessage] | str = readings["sent messages"]
+    return found
+
+
+def _sent_messages(call: CallRecord) -> list[WireMessage] | str:
     try:
         sent = call.sent
     except ValueError:
@@ -194,7 +206,8 @@ def align_request(call: CallRecord, durable: list[Message],
         return [], None
     pairs: Aligned = []
     in_turn = False
-    for message in (m for m in messages if m.get("role") != Role.SYSTEM.value):
+    system = Role.SYSTEM.value  # read once: an enum's value is a property
+    for message in (m for m in messages if m.get("role") != system):
         matched = len(pairs)
         if matched < len(durable) and _same(message, durable[matched], rewritten, by_content):
             row = durable[matched]
