@@ -372,12 +372,13 @@ def results_durable_before_sent(obs: Observation) -> list[Violation]:
         row = stored.message
         if row.role is Role.TOOL:
             durable[(stored.session_id, row.tool_call_id or "")].append((row.row_id or 0, row.content))
+    tool = Role.TOOL.value  # read once: an enum's value is a property
     for call in obs.calls:
         messages = sent_messages(call)
         if isinstance(messages, str):
             continue  # an unreadable body is WIRE-3's finding
         for message in messages:
-            if message.get("role") != Role.TOOL.value:
+            if message.get("role") != tool:
                 continue
             cid = str(message.get("tool_call_id") or "")
             rows = durable.get((call.session_id, cid), [])
