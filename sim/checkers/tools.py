@@ -23,6 +23,7 @@ from sim.checkers.base import (
     calls_by_turn,
     checker,
     durable_call_row,
+    holder_turn,
     invalid_streak_at_end,
     offered,
     result_row_of,
@@ -145,7 +146,7 @@ def _holder_lost_it(obs: Observation, session_id: str, turn_id: str | None) -> b
     session's last grant."""
     grants = [g for g in obs.record.lease_grants if g.session_id == session_id]
     own = [g for g in obs.record.lease_grants
-           if turn_id is not None and holder_fields(g.holder).get("turn") == turn_id]
+           if turn_id is not None and holder_turn(g.holder) == turn_id]
     last = own or grants
     return bool(last) and last[-1].end_reason not in (None, "released")
 
