@@ -140,10 +140,15 @@ class AdmissionsMixin:
     def admission_mark(self) -> int:
         return max((r.seq for r in self._admissions.values()), default=0)
 
+    def admission_rows(self) -> tuple[AdmissionRow, ...]:
+        """The door's rows in seq order: ``snapshot().admissions``, without building the rest
+        of the record (the harness reads them after every drain)."""
+        return tuple(sorted(self._admissions.values(), key=lambda r: r.seq))
+
     def _with_admissions(self, record: DurableRecord) -> DurableRecord:
         """``record`` with the door's rows (seq order), bindings and epoch added."""
         bindings = sorted(self._bindings.values(), key=lambda b: (b.session_id, b.principal_id))
         return record.model_copy(update={
-            "admissions": tuple(sorted(self._admissions.values(), key=lambda r: r.seq)),
+            "admissions": self.admission_rows(),
             "bindings": tuple(bindings), "epoch": self._epoch,
             "epochs": tuple(self._epochs[n] for n in sorted(self._epochs))})

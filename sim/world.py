@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hermes_ref.admission import AdmissionRow
 from hermes_ref.delivery import Hub, TurnSeqs  # DEL-2
 from hermes_ref.models import Event, Message, Opening, ProviderReply, SessionRecord, StreamDelta
 from hermes_ref.phases import Phase
@@ -124,6 +125,7 @@ class RewriteRun(TurnRun):
 
 class CrashableStore(Store, Protocol):
     def crash(self) -> None: ...
+    def admission_rows(self) -> tuple[AdmissionRow, ...]: ...  # ``snapshot().admissions``
     def reopen(self) -> None: ...
     def take_pending_events(self) -> list[Event]: ...
     def would_open(self, record: SessionRecord, holder: str, now: float, ttl_s: float,

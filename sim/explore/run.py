@@ -149,7 +149,7 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path,
     fired |= {r.kind for r in model.fired}
     if world.write_failures:
         fired.add(FaultKind.WRITE_FAILURE)
-    rows = world.store.snapshot().admissions
+    rows = world.store.admission_rows()
     left = stuck(story)
     violations = [str(v) for v in story.violations]
     verdict = (Verdict.ENGINE_CRASH if error is not None else Verdict.SAFETY if violations
@@ -442,10 +442,10 @@ def calm_phase(story: Story) -> list[str]:
     story.restart()
     story.recover()
     for _ in range(CALM_ROUNDS_MAX):
-        for row in story.world.store.snapshot().admissions:
+        for row in story.world.store.admission_rows():
             if row.status is AdmissionStatus.UNKNOWN:
                 story.reconcile(f"op-{row.session_id}", row.admission_id, session=row.session_id)
-        waiting = sorted({r.session_id for r in story.world.store.snapshot().admissions
+        waiting = sorted({r.session_id for r in story.world.store.admission_rows()
                           if r.status is AdmissionStatus.QUEUED})
         if not waiting:
             break
@@ -457,5 +457,5 @@ def calm_phase(story: Story) -> list[str]:
 def stuck(story: Story) -> list[str]:
     """Admissions that are not terminal, as ``session/admission status``."""
     return [f"{r.session_id}/{r.admission_id} {r.status.value}"
-            for r in story.world.store.snapshot().admissions
+            for r in story.world.store.admission_rows()
             if r.status is not AdmissionStatus.TERMINAL]
