@@ -4,6 +4,7 @@ calls kept in place, no blind re-execution, results durable before they are show
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.lease import holder_fields
@@ -26,6 +27,7 @@ from sim.checkers.base import (
     holder_turn,
     invalid_streak_at_end,
     offered,
+    remembered,
     result_row_of,
     round_landed,
     stopped_at_the_bound,
@@ -225,7 +227,7 @@ def calls_keep_their_place(obs: Observation) -> list[Violation]:
 
 
 def _stored_calls_problem(obs: Observation, record: CallRecord) -> str | None:
-    want = _call_keys(taken_in_calls(record.reply.tool_calls) if record.reply else ())
+    want = remembered(obs, "taken-in call keys", (record,), partial(_taken_in_keys, record))
     ids = {key[0] for key in want}
     touched = [m for m in obs.rows_of_turn(record.turn_id)
                if m.tool_call_id in ids or any(c.id in ids for c in m.tool_calls)]
@@ -237,6 +239,12 @@ def _stored_calls_problem(obs: Observation, record: CallRecord) -> str | None:
         return f"called [{called}] and no stored assistant row keeps those calls"
     keeps = ", ".join(f"{c.id} {c.name}" for c in kept.tool_calls)
     return f"called [{called}] but its stored row #{kept.row_id} keeps [{keeps}]"
+
+
+def _taken_in_keys(record: CallRecord) -> list[tuple[str, str, str]]:
+    """The reply's calls as the engine must record them (``taken_in_calls``), as keys: a
+    function of the record's own reply, kept between checks."""
+    return _call_keys(taken_in_calls(record.reply.tool_calls) if record.reply else ())
 
 
 def _invalid_calls_dispatched(obs: Observation) -> list[Violation]:
