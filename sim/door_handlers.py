@@ -91,11 +91,12 @@ class AdmissionHandlers:
         self._fail_if_planned(Site.CLAIM)
         answer: ClaimAnswer = self._write(self.world.store.claim_admission, effect.session_id,
                                           effect.epoch, effect.now)
-        row = answer.row
-        what = (f"{row.admission_id} seq={row.seq}" if row is not None
-                else "paused: an admission is unknown" if answer.paused
-                else "busy: an admission is in flight" if answer.busy else "nothing queued")
-        self.world.timeline.add("write", f"claim     {effect.session_id} {what}")
+        row, timeline = answer.row, self.world.timeline
+        if timeline.enabled:  # a drain polls its claim: no narration made for no timeline
+            what = (f"{row.admission_id} seq={row.seq}" if row is not None
+                    else "paused: an admission is unknown" if answer.paused
+                    else "busy: an admission is in flight" if answer.busy else "nothing queued")
+            timeline.add("write", f"claim     {effect.session_id} {what}")
         return answer
 
     def _move_admission(self, effect: fx.MoveAdmission) -> AdmissionRow:

@@ -191,7 +191,7 @@ def _drain_once(story: Story, session: str, current: int) -> door.DrainStep | No
 
 def _last_claimed(story: Story, session: str) -> AdmissionRow | None:
     """The session's most recent claim, as the store holds it (its process died in it)."""
-    claimed = [r for r in story.world.store.snapshot().admissions
+    claimed = [r for r in story.world.store.admission_rows()
                if r.session_id == session and r.claimed_tick is not None]
     return max(claimed, key=lambda r: r.claimed_tick or 0, default=None)
 
@@ -283,7 +283,10 @@ def _dead(story: Story, handle: ProcessHandle, what: str) -> bool:
 
 def busy(story: Story) -> bool:
     """Some door actor handed out has not ended yet."""
-    return any(not d.actor.done for d in story._door.pending)
+    for handed in story._door.pending:  # noqa: SIM110 (asked after every step: no generator)
+        if not handed.actor.done:
+            return True
+    return False
 
 
 def record_ended(story: Story) -> None:
@@ -338,7 +341,7 @@ def _record_drain(story: Story, handed: DoorActor) -> None:
 def _claimed_by(story: Story, handed: DoorActor) -> AdmissionRow | None:
     """The admission this actor's turn ran (settled under its turn id before a crash after
     the settle), else the unsettled one of the session that this actor's epoch claimed."""
-    rows = story.world.store.snapshot().admissions
+    rows = story.world.store.admission_rows()
     turn_id = handed.actor.turn_id
     ran = next((r for r in rows if turn_id is not None and r.turn_id == turn_id), None)
     if ran is not None:

@@ -66,6 +66,10 @@ INTERRUPTIBLE: frozenset[type[Any]] = frozenset({fx.CallProvider, fx.ExecuteTool
 FULL_TEXT: ContextVar[bool] = ContextVar("hermes_ref_sim_full_text", default=False)
 
 
+def _nothing() -> None:
+    """The answer of a wait that only passes time (a sleep: ``None``)."""
+
+
 def _short(text: str | None, limit: int = 48) -> str:
     if text is None:
         return "None"
@@ -268,10 +272,11 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         return minted
 
     def _sleep(self, effect: fx.Sleep) -> Wait:
-        """A turn's sleep is narrated when it ends; a refresher's is not (its refreshes are)."""
+        """A turn's sleep is narrated when it ends; a refresher's is not (its refreshes are),
+        nor is anything when no timeline is kept."""
         timeline = self.world.timeline
-        if self.current is not None and self.current.parent is not None:
-            return Wait(effect.seconds, lambda: None)
+        if not timeline.enabled or (self.current is not None and self.current.parent is not None):
+            return Wait(effect.seconds, _nothing)
         return Wait(effect.seconds,
                     lambda: timeline.add("sleep", f"{round(effect.seconds, 3):g} s"))
 

@@ -437,7 +437,7 @@ class Story:
 
     def admissions(self, session: str = "s-1") -> list[AdmissionRow]:
         """The session's admission rows as the store holds them, in seq order."""
-        return [r for r in self.world.store.snapshot().admissions if r.session_id == session]
+        return [r for r in self.world.store.admission_rows() if r.session_id == session]
 
     # -- session lanes (SES): route a source, run its turn, move the clock, restart --------
     def lane_run(self, coro: Any) -> Any:

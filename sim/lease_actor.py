@@ -26,6 +26,7 @@ from hermes_ref import lease as lease_rules
 from hermes_ref.effects import Site
 from hermes_ref.errors import LeaseLost, PersistenceError, TurnInterrupted
 from hermes_ref.models import Closed, Closing, Event, EventKind, Lease, LeaseGrant
+from sim.world import LeaseStep
 
 if TYPE_CHECKING:
     from sim.scheduler import Actor
@@ -67,11 +68,12 @@ class LeaseHandlers:
         }
 
     def log_lease(self, what: str, lease: Lease) -> None:
-        from sim.world import LeaseStep
+        self._log_step(what, lease.session_id, lease.holder, lease.token)
 
+    def _log_step(self, what: str, session_id: str, holder: str, token: int) -> None:
         world = self.world
-        world.lease_log.append(LeaseStep(what, lease.session_id, lease.holder, lease.token,
-                                         world.clock.now(), world.effects_performed))
+        world.lease_log.append(LeaseStep(what, session_id, holder, token, world.clock.now(),
+                                         world.effects_performed))
 
     # -- grants -----------------------------------------------------------------------
     def _open_turn(self, effect: fx.OpenTurn) -> LeaseGrant:
@@ -111,8 +113,10 @@ class LeaseHandlers:
         self._fail_if_planned(Site.LEASE)
         lease: Lease | None = self._write(self.world.store.acquire_lease, effect.session_id,
                                           effect.holder, effect.now, effect.ttl_s, effect.poll_s)
-        got = f"token {lease.token}" if lease else "busy"
-        self.world.timeline.add("write", f"lease     {effect.session_id} {got}")
+        timeline = self.world.timeline
+        if timeline.enabled:  # a turn waiting for the lease asks every poll
+            got = f"token {lease.token}" if lease else "busy"
+            timeline.add("write", f"lease     {effect.session_id} {got}")
         if lease is not None:
             self.log_lease("granted", lease)
         else:
@@ -121,8 +125,7 @@ class LeaseHandlers:
 
     def _log_busy(self, session_id: str, asker: str) -> None:
         """A refused ask: the lease log keeps who asked, for when and when (LEASE-3)."""
-        self.log_lease("busy", Lease(session_id=session_id, holder=asker, token=0,
-                                     acquired_at=0.0, expires_at=0.0))
+        self._log_step("busy", session_id, asker, 0)
 
     def _release_lease(self, effect: fx.ReleaseLease) -> None:
         try:

@@ -152,9 +152,8 @@ def _never_ran(driver: SimDriver) -> Actor:
 def run_all(story: Story) -> None:
     """Step the world until every turn and door actor handed out has ended, then check
     the record."""
-    pending, scheduler, ends = story._processes.pending, story.world.scheduler, -1
-    while any(not t.done for t in pending) or door_story.busy(story) \
-            or any(wait() for wait in story._processes.waits):
+    scheduler, ends = story.world.scheduler, -1
+    while _unfinished(story):
         if not scheduler.step():
             break
         if scheduler.ends != ends:  # only a step that ended an actor has an end to record
@@ -164,6 +163,20 @@ def run_all(story: Story) -> None:
     _record_ended(story)
     door_story.record_ended(story)
     story.check()
+
+
+def _unfinished(story: Story) -> bool:
+    """Some turn or door actor handed out has not ended, or something else the world
+    waits on is not over (asked after every step: plain loops, no generators)."""
+    for turn in story._processes.pending:
+        if not turn.done:
+            return True
+    if door_story.busy(story):
+        return True
+    for wait in story._processes.waits:  # noqa: SIM110 (as above)
+        if wait():
+            return True
+    return False
 
 
 def _record_ended(story: Story) -> None:

@@ -151,8 +151,11 @@ class Scheduler:
 
     def step(self) -> bool:
         """Advance one actor by one effect (or wake the next parked one); False when idle."""
-        ready = [a for a in self._ready if not a.done and a.wait is None]  # runnable
-        self._ready = ready
+        ready = self._ready
+        for a in ready:  # runnable only; a list is made again only when one is not
+            if a.done or a.wait is not None:
+                ready = self._ready = [a for a in ready if not a.done and a.wait is None]
+                break
         active = [a for a in ready if self._thawed(a)] if self._frozen else ready
         if not active:
             return self._wake_next(frozen=[a for a in ready if a not in active])
@@ -165,7 +168,7 @@ class Scheduler:
     def _wake_next(self, frozen: list[Actor] | None = None) -> bool:
         """Move the clock to the next thing that can happen and let it happen: a timer, a
         parked actor's deadline, or the end of a stall, whichever comes first."""
-        thaw = min((self._frozen[a.pid] for a in frozen or ()), default=None)
+        thaw = min((self._frozen[a.pid] for a in frozen), default=None) if frozen else None
         while True:
             self._settle_top()
             if self._timers and self._timer_first(thaw):

@@ -207,6 +207,10 @@ class SqliteStore:
     def snapshot(self) -> DurableRecord:
         return compaction.snapshot(self._conn)  # sqlite_ops.snapshot + the SES and CMP tables
 
+    def admission_rows(self) -> tuple[AdmissionRow, ...]:
+        """The door's rows in seq order, as ``snapshot().admissions`` holds them."""
+        return self.snapshot().admissions
+
     def crash(self) -> None:
         """The process died: pending events are gone, committed rows stay in the file."""
         self._pending.clear()

@@ -15,6 +15,7 @@ Reads return tuples of those values; nothing a caller holds can change the store
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import is_
 
 from hermes_ref import lease as lease_rules
 from hermes_ref import rotation  # CMP-5: a rotated session's turns run on its tip
@@ -54,8 +55,10 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
         self._init_admissions()  # ADM: the admission door's rows (sim/store_admissions.py)
         self._init_routes()  # SES: route revisions, markers, lane log (sim/store_routes.py)
         self._init_compaction()  # CMP-5, CMP-6: archive, lock log (sim/store_compaction.py)
-        # what snapshots handed out: each row's wrapper, each event numbered (``snapshot``)
-        self._snapshot_rows: list[tuple[tuple[str, Message], StoredMessage]] = []
+        # what snapshots handed out: each row's wrapper, made from the row pair beside it,
+        # and each event numbered (``snapshot``)
+        self._snapshot_pairs: list[tuple[str, Message]] = []
+        self._snapshot_rows: list[StoredMessage] = []
         self._snapshot_events: list[Event] = []
 
     # -- sessions -------------------------------------------------------------------
@@ -373,17 +376,19 @@ class MemoryStore(AdmissionsMixin, RouteStoreMixin, CompactionStoreMixin):
 
     def _stored_rows(self) -> tuple[StoredMessage, ...]:
         """Every row as a ``StoredMessage``, each wrapper made once and handed out again by
-        every later snapshot while its row stands (a row rewritten in place gets a new one)."""
-        kept = self._snapshot_rows
-        del kept[len(self._messages):]
-        for index, pair in enumerate(self._messages):
-            if index < len(kept):
-                if kept[index][0] is pair:
-                    continue
-                kept[index] = (pair, StoredMessage(session_id=pair[0], message=pair[1]))
-            else:
-                kept.append((pair, StoredMessage(session_id=pair[0], message=pair[1])))
-        return tuple(stored for _, stored in kept)
+        every later snapshot while its row stands (a row rewritten in place gets a new one).
+        Rows are mostly appended, so the pairs are first compared all at once."""
+        pairs, made, kept = self._messages, self._snapshot_pairs, self._snapshot_rows
+        del made[len(pairs):], kept[len(pairs):]
+        if not all(map(is_, made, pairs)):  # a row was rewritten in place (or removed)
+            for index, pair in enumerate(made):
+                if pair is not pairs[index]:
+                    made[index] = pair = pairs[index]
+                    kept[index] = StoredMessage(session_id=pair[0], message=pair[1])
+        for pair in pairs[len(made):]:
+            made.append(pair)
+            kept.append(StoredMessage(session_id=pair[0], message=pair[1]))
+        return tuple(kept)
 
     def _logged_events(self) -> tuple[Event, ...]:
         """The committed events numbered by their seq; the log only grows, so each numbered

@@ -65,6 +65,12 @@ class AdmissionsMixin:
     def get_binding(self, principal_id: str, session_id: str) -> Binding | None:
         return self._bindings.get((principal_id, session_id))
 
+    def _numbered(self, epoch: int) -> tuple[EpochRecord, ...]:
+        """The record of epoch number ``epoch``, if there is one: the records are keyed by
+        their number, so the fence (asked at every claim) reads one record, not them all."""
+        record = self._epochs.get(epoch)
+        return () if record is None else (record,)
+
     def begin_epoch(self, now: float, holder: str) -> EpochStart:
         epoch = self._epoch + 1
         self._epochs[epoch] = EpochRecord(epoch=epoch, holder=holder, started_at=now)
@@ -101,13 +107,13 @@ class AdmissionsMixin:
         return AdmitAnswer(verdict=verdict, row=row)
 
     def claim_admission(self, session_id: str, epoch: int, now: float) -> ClaimAnswer:
-        admission.fence(self._epochs.values(), epoch)
+        admission.fence(self._numbered(epoch), epoch)
         rows = [r for r in self._admissions.values() if r.session_id == session_id]
         answer = admission.next_claim(rows)
         if answer.row is not None:
             claimed = admission.apply_move(
                 answer.row, Move.CLAIM, epoch=epoch,
-                live=admission.epoch_live(self._epochs.values(), epoch), now=now,
+                live=admission.epoch_live(self._numbered(epoch), epoch), now=now,
                 tick=self._tick + 1, claim_mark=self.watermark())
             self._admissions[claimed.admission_id] = claimed
             self._tick += 1
@@ -124,7 +130,7 @@ class AdmissionsMixin:
             raise PersistenceError(f"no admission {admission_id!r} in session {session_id!r}",
                                    cause="not_found")
         moved = admission.apply_move(
-            row, move, epoch=epoch, live=admission.epoch_live(self._epochs.values(), epoch),
+            row, move, epoch=epoch, live=admission.epoch_live(self._numbered(epoch), epoch),
             now=now, tick=self._tick + 1, outcome=outcome, turn_id=turn_id)
         self._admissions[admission_id] = moved
         self._tick += 1
@@ -134,10 +140,15 @@ class AdmissionsMixin:
     def admission_mark(self) -> int:
         return max((r.seq for r in self._admissions.values()), default=0)
 
+    def admission_rows(self) -> tuple[AdmissionRow, ...]:
+        """The door's rows in seq order: ``snapshot().admissions``, without building the rest
+        of the record (the harness reads them after every drain)."""
+        return tuple(sorted(self._admissions.values(), key=lambda r: r.seq))
+
     def _with_admissions(self, record: DurableRecord) -> DurableRecord:
         """``record`` with the door's rows (seq order), bindings and epoch added."""
         bindings = sorted(self._bindings.values(), key=lambda b: (b.session_id, b.principal_id))
         return record.model_copy(update={
-            "admissions": tuple(sorted(self._admissions.values(), key=lambda r: r.seq)),
+            "admissions": self.admission_rows(),
             "bindings": tuple(bindings), "epoch": self._epoch,
             "epochs": tuple(self._epochs[n] for n in sorted(self._epochs))})

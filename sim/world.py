@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hermes_ref.admission import AdmissionRow
 from hermes_ref.delivery import Hub, TurnSeqs  # DEL-2
 from hermes_ref.models import Event, Message, Opening, ProviderReply, SessionRecord, StreamDelta
 from hermes_ref.phases import Phase
@@ -54,6 +55,10 @@ class CallRecord:
     # DEL-1 / FIN-2: the deltas a cut stream delivered before it failed (a kept stream's
     # are its reply's ``deltas``)
     delivered: tuple[StreamDelta, ...] = ()
+    # readings of this record's own values, kept with it by whoever makes them (the checkers'
+    # ``sent_messages``): its fields never change, so neither do they; never compared
+    readings: dict[str, Any] = field(default_factory=dict, init=False, compare=False,
+                                     repr=False)
 
     @property
     def body(self) -> bytes:
@@ -120,6 +125,7 @@ class RewriteRun(TurnRun):
 
 class CrashableStore(Store, Protocol):
     def crash(self) -> None: ...
+    def admission_rows(self) -> tuple[AdmissionRow, ...]: ...  # ``snapshot().admissions``
     def reopen(self) -> None: ...
     def take_pending_events(self) -> list[Event]: ...
     def would_open(self, record: SessionRecord, holder: str, now: float, ttl_s: float,

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import pairwise
 from operator import is_
 from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 
+from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
 from hermes_ref.outcomes import Completion, ExitLine
@@ -116,6 +117,12 @@ class Memo:
 def _same_items(a: Sequence[object], b: Sequence[object]) -> bool:
     """The same objects, in the same places."""
     return len(a) == len(b) and all(map(is_, a, b))
+
+
+@lru_cache(maxsize=4096)  # a holder string's fields never change; readings ask again and again
+def holder_turn(holder: str) -> str | None:
+    """The turn a lease holder string names (``turn=...``), or None."""
+    return holder_fields(holder).get("turn")
 
 
 def remembered(obs: Observation, name: str, sources: tuple[object, ...],

@@ -156,6 +156,17 @@ def _estimate(call: CallRecord, messages: tuple[Message, ...]) -> int:
     return system + tokens_of(list(messages))
 
 
+def _listed(obs: Observation, call: CallRecord) -> tuple[tuple[Message, ...], int]:
+    """``working_list`` of ``call`` and its ``_estimate``: a function of the call and its
+    session's hidden rows alone, so kept between checks while those are the same values."""
+    hidden = _hidden_rows(obs).get(call.session_id, ())
+
+    def read() -> tuple[tuple[Message, ...], int]:
+        messages = working_list(obs, call)
+        return messages, _estimate(call, messages)
+    return remembered(obs, "working list", (call, *hidden), read)
+
+
 # ---- the places the record shows ----------------------------------------------------------
 
 
@@ -174,8 +185,8 @@ def preflights(obs: Observation) -> list[Preflight]:
         for index, call in enumerate(calls):
             after = calls[index - 1] if index else None
             root = lineage.get(call.session_id, call.session_id)
-            messages = working_list(obs, call)
-            tokens, limits = _estimate(call, messages), limits_for(obs.limits, call.request.model)
+            messages, tokens = _listed(obs, call)
+            limits = limits_for(obs.limits, call.request.model)
             if call.error == "ContextOverflow":
                 rebuilt = calls[index + 1] if index + 1 < len(calls) else None
                 out.append(Preflight(view, "overflow", root, rebuilt, call, call.at, call.seq + 1,

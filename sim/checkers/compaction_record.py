@@ -119,7 +119,19 @@ def _every(record: DurableRecord) -> list[StoredMessage]:
 
 
 def passes(obs: Observation) -> list[Pass]:
+    """Every committed compaction of the record as a ``Pass``, in the record's order.
+
+    Read once per observation and shared (a dozen readings ask at every check): a ``Pass``
+    is frozen and no reader changes its lists, so each gets the very values it would
+    have read itself."""
+    found: list[Pass] = obs.reading("compaction passes", lambda: _passes(obs))
+    return list(found)
+
+
+def _passes(obs: Observation) -> list[Pass]:
     record = obs.record
+    if not record.compactions:
+        return []
     prompts = {s.id: s.system_prompt for s in record.sessions}
     every = _every(record)
     staged = {r.turn_id for r in obs.runs or () if isinstance(r, CompactionRun)}

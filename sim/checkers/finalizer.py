@@ -4,11 +4,13 @@ answer delivered, the exit line."""
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 from hermes_ref.finalizer import MUTATION_FOOTER
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
+from hermes_ref.ports import LedgerEntry
 from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
 from sim.checkers import lineage, loop_fire, thoughts
 from sim.checkers.base import (
@@ -22,6 +24,7 @@ from sim.checkers.base import (
     grace_calls,
     grace_would_not_fit,
     is_grace,
+    remembered,
     round_landed,
     tool_replies,
 )
@@ -272,6 +275,11 @@ def exit_line(obs: Observation) -> list[Violation]:
     return out
 
 
+def _scoped_path(entry: LedgerEntry) -> str | None:
+    """The path a ledger entry's call names, as the tool scopes it (kept per entry value)."""
+    return scoped_path(ToolCall(id=entry.call_id, name=entry.name, arguments=entry.arguments))
+
+
 @checker("failed_writes_reported", ("TOOL-9",),
          "a delivered answer lists the writes of its turn that failed and were not redone, "
          "and none that a later write redid")
@@ -284,7 +292,7 @@ def failed_writes_reported(obs: Observation) -> list[Violation]:
     root = lineage.roots(obs.record)
     last: dict[TurnKey, dict[str, str]] = defaultdict(dict)  # turn -> path -> last outcome
     for entry in obs.ledger:
-        path = scoped_path(ToolCall(id=entry.call_id, name=entry.name, arguments=entry.arguments))
+        path = remembered(obs, "scoped path", (entry,), partial(_scoped_path, entry))
         found = call_row_of(obs, entry)
         spec = TOOLS_BY_NAME.get(entry.name)
         writer = spec is not None and spec.kind is ToolKind.WRITER

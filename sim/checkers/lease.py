@@ -314,7 +314,14 @@ def _died_first(died_at_seq: int | None, granted_at_seq: int | None) -> bool:
 
 def _carried_to(obs: Observation) -> dict[tuple[str, int], LeaseGrantRow]:
     """For each grant a rotation ended, the grant its lease lives on in at the end of the
-    chain: the child's grant of the same holder and token (a child may rotate again)."""
+    chain: the child's grant of the same holder and token (a child may rotate again).
+    Read once per observation (two checkers ask); readers only look it up."""
+    found: dict[tuple[str, int], LeaseGrantRow] = obs.reading("carried grants",
+                                                              lambda: _read_carried(obs))
+    return found
+
+
+def _read_carried(obs: Observation) -> dict[tuple[str, int], LeaseGrantRow]:
     by_lease: dict[tuple[str, int], list[LeaseGrantRow]] = defaultdict(list)
     for grant in obs.record.lease_grants:
         by_lease[(grant.holder, grant.token)].append(grant)
@@ -329,12 +336,30 @@ def _carried_to(obs: Observation) -> dict[tuple[str, int], LeaseGrantRow]:
 
 def _death_of(holder: str, deaths: dict[int, float]) -> tuple[str, float | None]:
     """The pid a holder names, and when that simulated process died (None: it did not)."""
-    pid = holder_fields(holder).get("pid", "")
+    pid = _pid_of(holder)
     return pid, deaths.get(int(pid)) if pid.isdigit() else None
 
 
+@lru_cache(maxsize=4096)  # a holder string's fields never change (as ``_turn_of``)
+def _pid_of(holder: str) -> str:
+    return holder_fields(holder).get("pid", "")
+
+
 def _steps(obs: Observation, what: str) -> list[LeaseStep]:
-    return [step for step in obs.lease_log or () if step.what == what]
+    """The lease log's steps of one kind, in log order."""
+    return list(_steps_by_what(obs).get(what, ()))
+
+
+def _steps_by_what(obs: Observation) -> dict[str, list[LeaseStep]]:
+    """The lease log grouped by kind, in log order: read once per observation and shared
+    (the lease checkers ask for one kind or another a dozen times a check)."""
+    def read() -> dict[str, list[LeaseStep]]:
+        grouped: dict[str, list[LeaseStep]] = defaultdict(list)
+        for step in obs.lease_log or ():
+            grouped[step.what].append(step)
+        return grouped
+    found: dict[str, list[LeaseStep]] = obs.reading("lease steps by kind", read)
+    return found
 
 
 @checker("lease_kept_alive", ("LEASE-2",),
@@ -344,7 +369,8 @@ def _steps(obs: Observation, what: str) -> list[LeaseStep]:
 def lease_kept_alive(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     for grant in obs.record.lease_grants:
-        missing = [f for f in HOLDER_FIELDS if not holder_fields(grant.holder).get(f)]
+        fields = holder_fields(grant.holder)
+        missing = [f for f in HOLDER_FIELDS if not fields.get(f)]
         if missing:
             out.append(Violation("lease_kept_alive", "LEASE-2",
                                  f"{grant.session_id} token {grant.token}: holder "
@@ -355,17 +381,18 @@ def lease_kept_alive(obs: Observation) -> list[Violation]:
     deaths = dict(obs.deaths)
     started = {(s.session_id, s.token) for s in _steps(obs, "refresher_started")}
     acting = {(a.session_id, a.turn_id) for a in activities(obs)}
+    stopped_at, refreshed_at = _times_by_lease(obs, "refresher_stopped"), \
+        _times_by_lease(obs, "refreshed")
     for grant in obs.record.lease_grants:
         key = (grant.session_id, grant.token)
         if key not in started and (grant.session_id, _turn_of(grant.holder)) not in acting:
             continue  # no turn ran under it (a lease taken by hand): nothing to keep alive
-        stops = [s.at for s in _steps(obs, "refresher_stopped") if (s.session_id, s.token) == key]
+        stops = stopped_at.get(key, [])
         pid, died = _death_of(grant.holder, deaths)
         held_until = min([*stops, grant.live_until(), *([died] if died is not None else [])])
         if held_until - grant.acquired_at <= interval + EPSILON_S:
             continue  # held no longer than one refresh interval: nothing was due
-        beats = [grant.acquired_at, *sorted(s.at for s in _steps(obs, "refreshed")
-                                           if (s.session_id, s.token) == key), held_until]
+        beats = [grant.acquired_at, *sorted(refreshed_at.get(key, ())), held_until]
         stalled = [(a, b) for p, a, b in obs.stalls if str(p) == pid]
         gaps = [b - a for a, b in pairwise(beats)
                 if not any(start < b and a < until for start, until in stalled)]
@@ -377,6 +404,14 @@ def lease_kept_alive(obs: Observation) -> list[Violation]:
     out.extend(_short_grants(obs))
     out.extend(_waits_cut_short(obs))
     return out
+
+
+def _times_by_lease(obs: Observation, what: str) -> dict[tuple[str, int], list[float]]:
+    """When each lease (session, token) saw a step of kind ``what``, in log order."""
+    times: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for step in _steps(obs, what):
+        times[(step.session_id, step.token)].append(step.at)
+    return times
 
 
 def _short_grants(obs: Observation) -> list[Violation]:
@@ -447,11 +482,14 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
     asks = Asks.of(obs)
     blocked: dict[tuple[str, str], list[str]] = defaultdict(list)
     root = lineage.roots(obs.record)  # CMP-5: an ask for a rotated session waits on its tip
+    grants_of: dict[str, list[LeaseGrantRow]] = defaultdict(list)  # by lineage, record order
+    for g in obs.record.lease_grants:
+        grants_of[root.get(g.session_id, g.session_id)].append(g)
+    died_seq = dict(obs.death_seqs)
     for ask in _steps(obs, "busy"):
         asked = root.get(ask.session_id, ask.session_id)
-        held = [g for g in obs.record.lease_grants
-                if root.get(g.session_id, g.session_id) == asked
-                and g.acquired_at <= ask.at + EPSILON_S
+        held = [g for g in grants_of.get(asked, ())
+                if g.acquired_at <= ask.at + EPSILON_S
                 and granted_at.get((g.session_id, g.token), -1) < ask.seq]
         if not held:
             continue
@@ -460,7 +498,7 @@ def dead_holders_do_not_block(obs: Observation) -> list[Violation]:
         if _after_loss(grant, ask.at):
             problem = f"its grant (token {grant.token}) had ended"
         elif died is not None and died <= ask.at + EPSILON_S \
-                and dict(obs.death_seqs).get(int(pid), -1) < ask.seq:
+                and died_seq.get(int(pid), -1) < ask.seq:
             problem = f"its holder pid={pid} had died {ask.at - died:g} s before"
         else:
             continue

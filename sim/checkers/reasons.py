@@ -65,10 +65,11 @@ def nudges_since_tool(call: CallRecord) -> int:
     """Dropped-call re-prompts the call's recorded body sent after its last tool result."""
     sent = sent_messages(call)
     count = 0
+    tool, user = Role.TOOL.value, Role.USER.value  # read once: an enum's value is a property
     for message in reversed(sent if isinstance(sent, list) else []):
-        if message.get("role") == Role.TOOL.value:
+        if message.get("role") == tool:
             break
-        if message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE:
+        if message.get("role") == user and message.get("content") == DROPPED_TOOLCALL_NUDGE:
             count += 1
     return count
 

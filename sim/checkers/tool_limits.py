@@ -269,13 +269,14 @@ def _gate_due(obs: Observation, entry: SimLedgerEntry, expires: float) -> float:
 def oversized_results_spilled(obs: Observation) -> list[Violation]:
     cap = obs.limits.tool_result_spill_chars
     out: list[Violation] = []
+    tool = Role.TOOL.value  # read once: an enum's value is a property
     for call in obs.calls:
         messages = sent_messages(call)
         if isinstance(messages, str):
             continue  # an unreadable body is WIRE-3's finding
         for message in messages:
             content = message.get("content")
-            if message.get("role") == Role.TOOL.value and isinstance(content, str) \
+            if message.get("role") == tool and isinstance(content, str) \
                     and len(content) > cap:
                 out.append(Violation("oversized_results_spilled", "TOOL-7",
                                      f"the request at effect {call.seq} sent the result of "

@@ -4,6 +4,7 @@ calls kept in place, no blind re-execution, results durable before they are show
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.lease import holder_fields
@@ -23,8 +24,10 @@ from sim.checkers.base import (
     calls_by_turn,
     checker,
     durable_call_row,
+    holder_turn,
     invalid_streak_at_end,
     offered,
+    remembered,
     result_row_of,
     round_landed,
     stopped_at_the_bound,
@@ -145,7 +148,7 @@ def _holder_lost_it(obs: Observation, session_id: str, turn_id: str | None) -> b
     session's last grant."""
     grants = [g for g in obs.record.lease_grants if g.session_id == session_id]
     own = [g for g in obs.record.lease_grants
-           if turn_id is not None and holder_fields(g.holder).get("turn") == turn_id]
+           if turn_id is not None and holder_turn(g.holder) == turn_id]
     last = own or grants
     return bool(last) and last[-1].end_reason not in (None, "released")
 
@@ -224,7 +227,7 @@ def calls_keep_their_place(obs: Observation) -> list[Violation]:
 
 
 def _stored_calls_problem(obs: Observation, record: CallRecord) -> str | None:
-    want = _call_keys(taken_in_calls(record.reply.tool_calls) if record.reply else ())
+    want = remembered(obs, "taken-in call keys", (record,), partial(_taken_in_keys, record))
     ids = {key[0] for key in want}
     touched = [m for m in obs.rows_of_turn(record.turn_id)
                if m.tool_call_id in ids or any(c.id in ids for c in m.tool_calls)]
@@ -236,6 +239,12 @@ def _stored_calls_problem(obs: Observation, record: CallRecord) -> str | None:
         return f"called [{called}] and no stored assistant row keeps those calls"
     keeps = ", ".join(f"{c.id} {c.name}" for c in kept.tool_calls)
     return f"called [{called}] but its stored row #{kept.row_id} keeps [{keeps}]"
+
+
+def _taken_in_keys(record: CallRecord) -> list[tuple[str, str, str]]:
+    """The reply's calls as the engine must record them (``taken_in_calls``), as keys: a
+    function of the record's own reply, kept between checks."""
+    return _call_keys(taken_in_calls(record.reply.tool_calls) if record.reply else ())
 
 
 def _invalid_calls_dispatched(obs: Observation) -> list[Violation]:
@@ -372,12 +381,13 @@ def results_durable_before_sent(obs: Observation) -> list[Violation]:
         row = stored.message
         if row.role is Role.TOOL:
             durable[(stored.session_id, row.tool_call_id or "")].append((row.row_id or 0, row.content))
+    tool = Role.TOOL.value  # read once: an enum's value is a property
     for call in obs.calls:
         messages = sent_messages(call)
         if isinstance(messages, str):
             continue  # an unreadable body is WIRE-3's finding
         for message in messages:
-            if message.get("role") != Role.TOOL.value:
+            if message.get("role") != tool:
                 continue
             cid = str(message.get("tool_call_id") or "")
             rows = durable.get((call.session_id, cid), [])

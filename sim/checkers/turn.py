@@ -109,7 +109,8 @@ def _prompt_problem(call: CallRecord, stored: str) -> str | None:
     sent = sent_messages(call)
     if isinstance(sent, str):
         return sent
-    systems = [i for i, m in enumerate(sent) if m["role"] == Role.SYSTEM.value]
+    system = Role.SYSTEM.value  # read once: an enum's value is a property
+    systems = [i for i, m in enumerate(sent) if m["role"] == system]
     if systems != [0]:
         return f"system messages at positions {systems}, not one at the start"
     text = sent[0].get("content")

@@ -26,7 +26,19 @@ WireMessage = dict[str, Any]
 
 
 def sent_messages(call: CallRecord) -> list[WireMessage] | str:
-    """The messages the recorded body carries, or what is wrong with the body."""
+    """The messages the recorded body carries, or what is wrong with the body.
+
+    Read once per record and kept with it (``CallRecord.readings``): a dozen checkers ask
+    at every check, and the body never changes. The list is the shared parse of the body
+    (``CallRecord.sent``) either way."""
+    readings = call.readings
+    if "sent messages" not in readings:
+        readings["sent messages"] = _sent_messages(call)
+    found: list[WireMessage] | str = readings["sent messages"]
+    return found
+
+
+def _sent_messages(call: CallRecord) -> list[WireMessage] | str:
     try:
         sent = call.sent
     except ValueError:
@@ -62,6 +74,10 @@ REQUEST_KEYS = frozenset({"model", "messages", "tools", "tool_choice", "max_toke
                           "stream_options", "temperature", "top_p", "stop", "seed"})
 TOOL_KEYS = frozenset({"type", "function"})
 FUNCTION_KEYS = frozenset({"name", "description", "parameters", "strict"})
+# The keys no rule below names: a message or definition holding only these is clean.
+_PLAIN_MESSAGE_KEYS = frozenset(k for k in WIRE_MESSAGE_KEYS if not k.startswith("_"))
+_PLAIN_TOOL_KEYS = frozenset(k for k in TOOL_KEYS if not k.startswith("_"))
+_PLAIN_FUNCTION_KEYS = frozenset(k for k in FUNCTION_KEYS if not k.startswith("_"))
 
 
 def _private_keys(call: CallRecord) -> str | None:
@@ -69,6 +85,8 @@ def _private_keys(call: CallRecord) -> str | None:
     if isinstance(messages, str):  # silence is no pass: a body must be there to judge
         return messages
     for index, message in enumerate(messages):
+        if message.keys() <= _PLAIN_MESSAGE_KEYS:
+            continue  # the common case, decided at once: no key to name
         bad = sorted(k for k in message if k.startswith("_") or k not in WIRE_MESSAGE_KEYS)
         if bad:
             return f"message {index} carries {', '.join(bad)}"
@@ -88,6 +106,8 @@ def _private_outside_messages(body: dict[str, Any]) -> str | None:
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or not isinstance(function, dict):
             return f"tool {index} is not a function definition"
+        if tool.keys() <= _PLAIN_TOOL_KEYS and function.keys() <= _PLAIN_FUNCTION_KEYS:
+            continue  # the common case, decided at once: no key to name
         bad = sorted({k for k in tool if k.startswith("_") or k not in TOOL_KEYS}
                      | {k for k in function if k.startswith("_") or k not in FUNCTION_KEYS})
         if bad:
@@ -125,8 +145,9 @@ def aligned(obs: Observation, call: CallRecord, by_content: bool = True,
     that replaces one makes it read again)."""
     durable = _durable_at(obs, call)
     rewritten = rewritten_since(obs, call)
+    shapes: RowShapes = obs.reading("row shapes", dict)
     return remembered(obs, "align", (call, *durable),
-                      lambda: align_request(call, durable, rewritten, by_content),
+                      lambda: align_request(call, durable, rewritten, by_content, shapes),
                       extra=(by_content, rewritten))
 
 
@@ -160,9 +181,26 @@ def _sent_rows(obs: Observation) -> SentRows:
     return found
 
 
+# Each row's shape by the row's id, with the row (``_row_shape``).
+RowShapes = dict[int, tuple[Message, Shape]]
+
+
+def _row_shape(row: Message, shapes: RowShapes | None) -> Shape:
+    """``_shape`` of the row's wire form, made once per row and observation when ``shapes``
+    is given: every request of a session carries the same rows, and each alignment
+    compares them all. A row is frozen, so its shape never changes; it is kept with the
+    row itself, so an id is never taken for another row's."""
+    if shapes is None:
+        return _shape(row.wire)
+    kept = shapes.get(id(row))
+    if kept is None or kept[0] is not row:
+        kept = shapes[id(row)] = (row, _shape(row.wire))
+    return kept[1]
+
+
 def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset(),
-          by_content: bool = True) -> bool:
-    a, b = _shape(sent), _shape(row.wire)
+          by_content: bool = True, shapes: RowShapes | None = None) -> bool:
+    a, b = _shape(sent), _row_shape(row, shapes)
     if not by_content or row.row_id in rewritten:  # rewritten since (WIRE-2): the call sent what it said then
         return a[:3] == b[:3]
     return a[:3] == b[:3] and (a[3] == b[3] or not str(a[3] or "").strip())
@@ -180,7 +218,8 @@ Aligned = list[tuple[WireMessage, Message]]
 
 def align_request(call: CallRecord, durable: list[Message],
                   rewritten: frozenset[int] = frozenset(),
-                  by_content: bool = True) -> tuple[Aligned, str | None]:
+                  by_content: bool = True, shapes: RowShapes | None = None,
+                  ) -> tuple[Aligned, str | None]:
     """Pair the sent messages (parsed from the body) with durable rows, in order.
 
     Returns the pairs and the problem if the history differs: durable rows must appear in
@@ -194,9 +233,11 @@ def align_request(call: CallRecord, durable: list[Message],
         return [], None
     pairs: Aligned = []
     in_turn = False
-    for message in (m for m in messages if m.get("role") != Role.SYSTEM.value):
+    system = Role.SYSTEM.value  # read once: an enum's value is a property
+    for message in (m for m in messages if m.get("role") != system):
         matched = len(pairs)
-        if matched < len(durable) and _same(message, durable[matched], rewritten, by_content):
+        if matched < len(durable) and _same(message, durable[matched], rewritten, by_content,
+                                            shapes):
             row = durable[matched]
             in_turn = in_turn or (row.role is Role.USER and row.turn_id == call.turn_id)
             pairs.append((message, row))

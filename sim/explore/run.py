@@ -114,18 +114,20 @@ NO_FOLDER = Path(os.devnull) / "hermes-ref-memory-world"
 
 
 def run_plan(plan: WorldPlan, *, store_kind: str = "memory", trace: bool = True,
-             workdir: Path | None = None) -> RunReport:
+             workdir: Path | None = None, digest: bool = True) -> RunReport:
     """Run ``plan`` on a fresh world of ``store_kind`` and judge it.
 
     A world on the memory store touches no file, so it gets no folder: its workdir is a
-    path under the null device, where any attempt to write fails loudly."""
+    path under the null device, where any attempt to write fails loudly. With ``digest``
+    false the report's digest is left empty (a sweep that compares no runs reads none)."""
     if workdir is not None or store_kind == "memory":
-        return _run(plan, store_kind, trace, workdir or NO_FOLDER)
+        return _run(plan, store_kind, trace, workdir or NO_FOLDER, digest)
     with tempfile.TemporaryDirectory(prefix="hermes-ref-explore-") as tmp:
-        return _run(plan, store_kind, trace, Path(tmp))
+        return _run(plan, store_kind, trace, Path(tmp), digest)
 
 
-def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunReport:
+def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path,
+         digest: bool = True) -> RunReport:
     story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace,
                   check_every_step=False)  # judged at the end of each phase (below)
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
@@ -147,18 +149,18 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path) -> RunRep
     fired |= {r.kind for r in model.fired}
     if world.write_failures:
         fired.add(FaultKind.WRITE_FAILURE)
-    rows = world.store.snapshot().admissions
+    rows = world.store.admission_rows()
     left = stuck(story)
     violations = [str(v) for v in story.violations]
     verdict = (Verdict.ENGINE_CRASH if error is not None else Verdict.SAFETY if violations
                else Verdict.LIVENESS if left else Verdict.PASSED)
     timeline = world.timeline.render()
-    record = _record_text(world)
-    digest = hashlib.sha256(f"{timeline}\n{record}".encode()).hexdigest()
+    hashed = hashlib.sha256(f"{timeline}\n{_record_text(world)}".encode()).hexdigest() \
+        if digest else ""
     report = RunReport(
         seed=plan.seed, verdict=verdict, violations=violations,
         invariants=sorted({v.invariant for v in story.violations}), stuck=left, error=error,
-        fired=fired, crash_points=points, digest=digest, timeline=timeline,
+        fired=fired, crash_points=points, digest=hashed, timeline=timeline,
         entries=list(world.timeline.entries),
         admissions=len(rows), turns=len(world.runs), steps=world.effects_performed)
     for actor in world.scheduler.live():
@@ -440,10 +442,10 @@ def calm_phase(story: Story) -> list[str]:
     story.restart()
     story.recover()
     for _ in range(CALM_ROUNDS_MAX):
-        for row in story.world.store.snapshot().admissions:
+        for row in story.world.store.admission_rows():
             if row.status is AdmissionStatus.UNKNOWN:
                 story.reconcile(f"op-{row.session_id}", row.admission_id, session=row.session_id)
-        waiting = sorted({r.session_id for r in story.world.store.snapshot().admissions
+        waiting = sorted({r.session_id for r in story.world.store.admission_rows()
                           if r.status is AdmissionStatus.QUEUED})
         if not waiting:
             break
@@ -455,5 +457,5 @@ def calm_phase(story: Story) -> list[str]:
 def stuck(story: Story) -> list[str]:
     """Admissions that are not terminal, as ``session/admission status``."""
     return [f"{r.session_id}/{r.admission_id} {r.status.value}"
-            for r in story.world.store.snapshot().admissions
+            for r in story.world.store.admission_rows()
             if r.status is not AdmissionStatus.TERMINAL]

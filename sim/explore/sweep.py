@@ -172,13 +172,14 @@ def merge(reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 def _one(task: tuple[int, FaultMix, bool]) -> tuple[RunReport, str | None]:
     seed, mix, twice = task
-    report = run_plan(generate(seed, mix), trace=twice)
+    report = run_plan(generate(seed, mix), trace=twice, digest=twice)  # digests: only to compare
     difference = None
     if twice:
         again = run_plan(generate(seed, mix), trace=True)
         if again.digest != report.digest:
             difference = first_difference(report.timeline, again.timeline) or "the records differ"
     report.timeline, report.entries = "", []  # verdicts only: replay gives timelines back
+    gc.collect()  # the seed's world is all garbage now: free its cycles in one walk
     return report, difference
 
 
@@ -196,8 +197,11 @@ def first_difference(one: str, two: str) -> str | None:
 # hundred thousand short-lived objects (effects, events, checker readings), and with the
 # default first threshold of 700 the collector walks the young ones several hundred times
 # a seed. Everything alive before the first seed (modules, schemas, the catalog) is frozen
-# out of the walks; a seed's own cycles (coroutines, actors) are still collected, a few
-# seeds' worth at a time, so memory stays flat over a long sweep.
+# out of the walks. A seed's own cycles (its world: coroutines, actors, drivers) are freed
+# by one collection as the seed ends (``_one``): a walk then finds them all dead, where a
+# walk that a threshold set off in mid-seed finds the world alive, moves it to an older
+# generation and walks it again later. The thresholds stay as a bound within one seed,
+# so memory stays flat over a long sweep.
 SWEEP_GC_THRESHOLDS = (20_000, 20, 100)
 
 
