@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from sim.explore.model import ExploreModel
+from sim.explore.model import HISTORY_TO_COMPACT, ExploreModel
 from sim.explore.plan import ReplyFault
 from sim.explore.run import calm_phase
 from sim.harness import Story
 
 
 def world(s: Story, seed: int, *faults: ReplyFault, parts: int = 0,
-          grace_outages: tuple[int, ...] = ()) -> ExploreModel:
-    """The explored world of ``seed``: its seeded ids, its model, its notes and chore files."""
+          grace_outages: tuple[int, ...] = (),
+          history_to_compact: int = HISTORY_TO_COMPACT) -> ExploreModel:
+    """The explored world of ``seed``: its seeded ids, its model, its notes and chore files
+    (``history_to_compact``: the request length the 503s around an overflow wait for, for a
+    story shrunk when that was shorter)."""
     s.seed = seed  # the world's seed: it draws the interleaving
     s.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
-    model = ExploreModel(faults, ids=s.world.chooser, grace_outages=grace_outages)
+    model = ExploreModel(faults, ids=s.world.chooser, grace_outages=grace_outages,
+                         history_to_compact=history_to_compact)
     s.use_provider(model)
     s.files({f"notes-{k}.txt": f"note {k} of seed {seed}" for k in (1, 2)}
             | {f"part-{k}.txt": f"part {k} of seed {seed}: in order" for k in range(1, parts + 1)})

@@ -377,7 +377,8 @@ def overflow_at_the_bound_then_the_grace_call(s: Story) -> None:
     with nothing after it as the bound's (a reading the reply shapes found at seed 635)."""
     _world(s, 635, ReplyFault(call=3, kind=FaultKind.ERRORS_AROUND_OVERFLOW),
            ReplyFault(call=5, kind=FaultKind.EMPTY_REPLY),
-           ReplyFault(call=13, kind=FaultKind.OVERFLOW), ReplyFault(call=14, kind=FaultKind.OVERFLOW))
+           ReplyFault(call=13, kind=FaultKind.OVERFLOW), ReplyFault(call=14, kind=FaultKind.OVERFLOW),
+           history_to_compact=12)  # as the shape waited when the seed was shrunk
     s.limits(max_iterations=3)
     s.limits(context_window_tokens=500)
     s.files({"t-1-build.log": "build of t-1: ok"})

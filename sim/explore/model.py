@@ -45,12 +45,19 @@ _WRITE = re.compile(r"^Write note (\d+) to (\S+)\.$")
 _ASKS = re.compile(r"^(Read |Write note |Patch note |Say hello |Go through )")  # the texts the plan writes
 
 
+# the 503s around an overflow wait for a request this long, whose compaction can relieve it
+# (a shorter history seldom has a middle to summarize, and the turn fails closed: CMP-7)
+HISTORY_TO_COMPACT = 18
+
+
 class ExploreModel(_FakeBase):
     """A deterministic model: the same requests in the same order give the same replies."""
 
     def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None,
-                 grace_outages: tuple[int, ...] = (), huge_reads_share_id: bool = False) -> None:
+                 grace_outages: tuple[int, ...] = (), huge_reads_share_id: bool = False,
+                 history_to_compact: int = HISTORY_TO_COMPACT) -> None:
         super().__init__()
+        self._history_to_compact = history_to_compact  # where the 503s around an overflow wait
         self._huge_id: str | None = None  # the one id of every huge read, when they share it
         self._huge_reads_share_id = huge_reads_share_id
         if ids is not None:  # the explored world's call ids come from its seed
@@ -107,7 +114,7 @@ class ExploreModel(_FakeBase):
         (``sim/explore/shapes.py``); its first reply counts it as fired. A shape not begun
         yet leaves a call the plan faults to that fault; one under way goes on over it."""
         waiting = self._shaping.get("", [])
-        if waiting and len(request.messages) >= _HISTORY_TO_COMPACT:
+        if waiting and len(request.messages) >= self._history_to_compact:
             self._shaping.setdefault(_turn_of(request), []).append(waiting.pop(0))
         for shaping in self._shaping.get(_turn_of(request), []):
             if planned is not None and shaping.step == 0:
@@ -151,9 +158,6 @@ _SHAPES = frozenset({FaultKind.CUT_OFF_ARGUMENTS, FaultKind.TRUNCATED_CALL,
                      FaultKind.PADDED_ANSWER})
 _MALFORMED = '{"path" "notes-1.txt"}'  # not JSON, and not cut off: it ends in a brace
 _CUT_OFF = '{"path": "notes-1.t'  # cut off mid-value
-# the 503s around an overflow wait for a request this long, whose compaction can relieve it
-# (a shorter history seldom has a middle to summarize, and the turn fails closed: CMP-7)
-_HISTORY_TO_COMPACT = 18
 
 
 class _Shaping:
