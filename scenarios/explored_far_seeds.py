@@ -5,3 +5,134 @@ came from, then the calm phase.
 """
 
 from __future__ import annotations
+
+from scenarios._explored_common import calm as _calm
+from scenarios._explored_common import world as _world
+from sim.explore.plan import BIG_LOG_TEXT, FaultKind, ReplyFault
+from sim.explore.run import jump_clock
+from sim.harness import Story, scenario
+from sim.interventions import correct_at_a_moment
+
+FIGURES = "memory: the user keeps the quarterly figures in notes-1.txt and prefers short answers"
+
+
+@scenario("A patch that fails after its frozen process lost the lease leaves its call open "
+          "for the next turn, whose prologue reports it unknown (explored seed 10294)",
+          invariants=("TOOL-6", "LEASE-4", "TOOL-10"), stage="explore")
+def failed_patch_of_a_fenced_turn_waits_open(s: Story) -> None:
+    """The process freezes for 900 s while its turn's patch runs; the lease (TTL 300 s)
+    expires meanwhile. The patch fails, and the turn that wakes writes nothing more: its
+    error result and its boundary row are both fenced off (LEASE-4), so the call row stays
+    the session's last row until the next turn's prologue reports the call unknown
+    (TOOL-10). TOOL-6's checker excused a missing result only after a crash and read
+    "failed and has no result row". It now also excuses a call whose turn lost its lease
+    while the call is still open at its session's tail; once anything follows the call
+    row, its result must be there."""
+    _world(s, 10294, parts=7)
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    one = s.main_process()
+    jump_clock(s, 3600.0, after_s=45.0)
+    s.start_submit(one, "p-2", "r-3dca36",
+                   {"text": "Patch note 93 into drafts/s-2-93.txt, or write it there."},
+                   session="s-2", after_s=90.0)
+    s.start_drain(one, "s-2", after_s=96.0)
+    s.stall(one, 900.0, after_s=139.0)
+    _calm(s)
+
+
+@scenario("A read that fails while its process is frozen past the lease's expiry is closed "
+          "by the next turn, not by the fenced one (explored seed 16293)",
+          invariants=("TOOL-6", "LEASE-4", "TOOL-10"), stage="explore")
+def failed_read_of_a_fenced_turn_waits_open(s: Story) -> None:
+    """The same reading as seed 10294, in a busier world: a read on s-1 errs after a 900 s
+    freeze, when its turn's lease has expired, so neither its result nor a boundary row
+    can be written. The calm phase's first turn on s-1 writes the call's unknown result
+    in its prologue. TOOL-6's checker now reads the open call as left by a lost lease."""
+    _world(s, 16293, ReplyFault(call=2, kind=FaultKind.HUGE_READ),
+           ReplyFault(call=6, kind=FaultKind.NARRATED_CALL),
+           ReplyFault(call=8, kind=FaultKind.UNKNOWN_TOOL),
+           ReplyFault(call=10, kind=FaultKind.TOOL_ERROR), parts=10)
+    s.files({"big.log": BIG_LOG_TEXT})  # a log of 120,000 characters
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    s.bind("q-2", session="s-2")
+    one = s.main_process()
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=50.0,
+                 injected=FIGURES)
+    s.start_submit(one, "p-1", "r-181555", {"text": "Say hello 2."}, session="s-1", after_s=53.0)
+    s.start_turn("Say hello 4.", session="t-1", process=one, after_s=53.0, injected=FIGURES)
+    s.start_submit(one, "p-2", "r-0a7633", {"text": "Read notes-1.txt and notes-2.txt."},
+                   session="s-2", after_s=55.0)
+    s.start_drain(one, "s-2", after_s=59.0)
+    jump_clock(s, 400.0, after_s=89.0)
+    s.start_submit(one, "q-2", "r-5d8467", {"text": "Say hello 5d8467 from q-2."},
+                   session="s-2", after_s=92.0)
+    s.start_drain(one, "s-1", after_s=94.0)
+    s.start_drain(one, "s-2", after_s=110.0)
+    s.stall(one, 900.0, after_s=128.0)
+    _calm(s)
+
+
+@scenario("A slow read the deadline cuts, whose timed-out result then cannot be stored, is "
+          "closed as unrecorded (explored seed 17969)",
+          invariants=("TOOL-5", "TOOL-8"), stage="explore")
+def deadline_cut_read_with_a_lost_result_write(s: Story) -> None:
+    """A read that would take 500 s is cut at the 420 s batch deadline, and the write of
+    its timed-out result fails. The turn ends session_persistence_failed, and the
+    finalizer closes the call with "unknown: this call's result could not be recorded"
+    (TOOL-8: it was never shown to the model). TOOL-5's checker demanded the timed-out
+    text of every late call and read the closure as the call's own result. It now takes
+    the unrecorded text for a late call when the world failed a write of its turn and the
+    turn left its tool round by the deadline; a batch that waited out the call still
+    breaks TOOL-5 here (``deadline_not_enforced``)."""
+    _world(s, 17969)
+    s.world.tools.slow("read_file", 500.0, path="notes-2.txt", start_delay_s=0.0)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={"tool_results": 1})
+    s.start_submit(one, "p-1", "r-747298x", {"text": "Read notes-2.txt.", "role": "operator"},
+                   session="s-1", after_s=32.0)
+    s.start_drain(one, "s-1", after_s=38.0)
+    _calm(s)
+
+
+@scenario("The user's stop that cuts a model call before its cut-off tool call arrives ends "
+          "the turn interrupted, not truncated (explored seed 14341)",
+          invariants=("LOOP-9", "FIN-4"), stage="explore")
+def stop_before_a_cut_off_call_arrives(s: Story) -> None:
+    """A slow call on s-3 would answer with a tool call whose arguments were cut off by
+    the length limit; the user stops the turn while that reply is still on its way. The
+    stop cuts the call, so the turn never sees the reply and ends interrupted (FIN-4).
+    LOOP-9's checker read the world's record of the reply as if the turn had received it
+    and demanded the exit truncated_tool_call. It now excuses the turn's last call when
+    the user or a lost lease stopped the turn after that call went out and the turn
+    ended interrupted; a cut-off call recorded or run is still a finding."""
+    _world(s, 14341, ReplyFault(call=12, kind=FaultKind.TRUNCATED_CALL),
+           grace_outages=(1, 2, 3, 4, 5, 6, 7, 8))
+    s.limits(max_iterations=1)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    s.bind("p-3", session="s-3")
+    s.bind("op-s-3", session="s-3", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-08f94b", {"text": "Read notes-1.txt."}, session="s-1",
+                   after_s=3.0)
+    s.start_submit(one, "p-1", "r-a51c6d", {"text": "Write note 3 to s-1-out-3.txt."},
+                   session="s-1", after_s=12.0)
+    correct_at_a_moment(s, "Say hello 51 instead.", after_s=14.0, session="s-3", during="call",
+                        slow_s=90.0)
+    s.start_drain(one, "s-1", after_s=32.0)
+    s.start_submit(one, "p-3", "r-a51c6d", {"text": "Say hello 3."}, session="s-3", after_s=32.0)
+    s.start_drain(one, "s-3", after_s=47.0)
+    s.start_drain(one, "s-1", after_s=47.0)
+    s.start_submit(one, "p-3", "r-812c3a", {"text": "Say hello 5."}, session="s-3", after_s=84.0)
+    s.start_drain(one, "s-3", after_s=93.0)
+    s.interrupt(after_s=99.0, session="s-3")
+    s.run_all()
+    s.world.moments.clear()  # a correction held for a moment not reached is no fault of the calm
+    _calm(s)

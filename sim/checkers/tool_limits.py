@@ -155,6 +155,8 @@ def batch_deadline_kept(obs: Observation) -> list[Violation]:
                 continue  # TOOL-10: its process stopped before the deadline could close it
             if late and content == INTERRUPTED_CALL_TEXT and _interrupted_in_time(obs, e, bounds):
                 continue  # FIN-4: the user stopped the turn before the deadline could close it
+            if late and content == UNRECORDED_RESULT_TEXT and _unrecorded_in_time(obs, e, bounds):
+                continue  # TOOL-8: the deadline closed it, but its timed-out result was not stored
             if late and not is_timed_out(content, bounds):
                 ended = "never ended" if e.ended_at is None else f"ended {e.ended_at - t0:g}s in"
                 out.append(Violation("batch_deadline_kept", "TOOL-5",
@@ -201,6 +203,28 @@ def _interrupted_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchB
     t0 = entry.batch_at or 0.0
     return any(i.what == "interrupt" and i.turn_id == turn_id and i.session_id == session_id
                and t0 <= i.at <= t0 + bounds.deadline_s + EPS for i in obs.interventions)
+
+
+def _unrecorded_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBounds) -> bool:
+    """Did the deadline close the call, and the write of its timed-out result fail?
+
+    The world failed a write of the call's turn, and the turn left its tool round by the
+    deadline (its lease refresher stopped, or the lease was let go, in time): the batch
+    gave up on the call when it should, but the result that says so could not be stored,
+    so the closing row says the call's result was not recorded (TOOL-8), which is its
+    right result. A turn that waited out the call leaves its tool round too late.
+    """
+    found = call_row_of(obs, entry)
+    if found is None or obs.lease_log is None:
+        return False
+    session_id, turn_id = found[0]
+    if not any(run.turn_id == turn_id and run.write_failures for run in obs.runs or ()):
+        return False
+    t0 = entry.batch_at or 0.0
+    left = [step.at for step in obs.lease_log
+            if step.what in ("refresher_stopped", "released") and step.session_id == session_id
+            and turn_of(step.holder) == turn_id and step.at >= t0]
+    return bool(left) and min(left) <= t0 + bounds.deadline_s + EPS
 
 
 def _settled(obs: Observation, entry: SimLedgerEntry) -> bool:

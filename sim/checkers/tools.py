@@ -34,6 +34,7 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_calls
+from sim.checkers.lease import lost_leases
 from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
 from sim.world import CallRecord
@@ -177,6 +178,8 @@ def tool_error_is_result(obs: Observation) -> list[Violation]:
         if found is None:
             if obs.crash_seqs:
                 continue  # the process may have died before the result was written
+            if _left_open_by_a_lost_lease(obs, entry):
+                continue  # its result write was fenced (LEASE-4): the next turn's prologue closes it
             out.append(Violation("tool_error_is_result", "TOOL-6",
                                  f"{entry.name}({entry.call_id}) failed and has no result row"))
             continue
@@ -194,6 +197,21 @@ def tool_error_is_result(obs: Observation) -> list[Violation]:
                                  f"the failure of {entry.name}({entry.call_id}) ended turn "
                                  f"{row.turn_id} without another model call"))
     return out
+
+
+def _left_open_by_a_lost_lease(obs: Observation, entry: LedgerEntry) -> bool:
+    """The call's turn lost its lease while the call ran, so the holder could write neither
+    the error's result nor a closure (LEASE-4), and its call row is still its session's last
+    row: the call waits, open, for the next turn's prologue to report it unknown (TOOL-10).
+    Once anything follows that row, the call's result must be among what follows."""
+    found = call_row_of(obs, entry)
+    if found is None or found[0] not in lost_leases(obs):
+        return False
+    (session_id, _), call_row = found
+    if call_row is None:
+        return False
+    last = next((m.message for m in reversed(obs.record.messages) if m.session_id == session_id), None)
+    return last is not None and last.row_id == call_row.row_id
 
 
 def _ended_by_something_else(obs: Observation, session_id: str, turn_id: str) -> bool:

@@ -515,7 +515,10 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
             if record.cut is not None:
                 continue  # a correction cut the reply: the iteration starts over without it (LOOP-4)
             if cut_off(record.reply, bad):
-                if ids & stored or exits.get(turn_id, "truncated_tool_call") != "truncated_tool_call":
+                ended = exits.get(turn_id, "truncated_tool_call")
+                went_on = ended != "truncated_tool_call" and not (
+                    ended == "interrupted" and _stopped_before_the_reply(obs, record, records))
+                if ids & stored or went_on:
                     out.append(_v9(f"{tag}: a cut-off call was recorded or the turn went on "
                                    f"(exit {exits.get(turn_id)})"))
             elif streak < limit and ids & stored:
@@ -523,6 +526,23 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
             elif streak >= limit and not ids & stored and not _write_prevented(obs, record, exits):
                 out.append(_v9(f"{tag}: malformed try {streak} of {limit} was not recorded"))
     return out
+
+
+def _stopped_before_the_reply(obs: Observation, record: CallRecord,
+                              records: list[CallRecord]) -> bool:
+    """The turn was stopped from outside while this call was out, so its reply never
+    reached the turn: the user interrupted it (the world's log) or its lease went (LEASE-4)
+    at or after the effect that sent the call, and the turn made no call after it. Such a
+    turn ends interrupted (FIN-4); it had no cut-off call to end on."""
+    if record is not records[-1]:
+        return False
+    by_user = any(i.what == "interrupt" and i.turn_id == record.turn_id
+                  and i.session_id == record.session_id and i.seq >= record.seq
+                  for i in obs.interventions)
+    lease_lost = any(step.what in ("refresh_failed", "interrupted") and step.seq >= record.seq
+                     and holder_fields(step.holder).get("turn") == record.turn_id
+                     for step in obs.lease_log or ())
+    return by_user or lease_lost
 
 
 def _write_prevented(obs: Observation, record: CallRecord, exits: dict[str, str | None]) -> bool:
