@@ -422,6 +422,20 @@ def as_written(obs: Observation, first_row_id: int) -> Callable[[Message], Messa
     return then
 
 
+def as_sent_at(obs: Observation, seq: int) -> Callable[[Message], Message]:
+    """The rows as they were at the world's effect ``seq`` (a call made then): a row the
+    harness rewrote later (a redaction, WIRE-2, ``RewriteRun``) is read as it was, since a
+    request made before the rewrite carried it so."""
+    later: dict[int, Message] = {}
+    for r in obs.runs or ():
+        if isinstance(r, RewriteRun) and r.was is not None and r.seq >= seq:
+            later.setdefault(r.row_id, r.was)  # the first rewrite since: the row as it was
+
+    def then(row: Message) -> Message:
+        return later.get(row.row_id or 0) or row
+    return then
+
+
 def record_tokens(obs: Observation, session_id: str, rows: Sequence[Message]) -> int:
     """A request rebuilt from the record: the session's stored prompt, then ``rows`` but the
     hidden ones, which no request carries (LOOP-4)."""

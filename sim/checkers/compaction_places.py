@@ -230,22 +230,29 @@ def _closed_after(obs: Observation, view: TurnView, calls: list[CallRecord]) -> 
     if not refused_at_preflight(view):
         return None
     later = tuple(m for m in view.rows if (m.row_id or 0) > last.watermark)
-    held = working_list(obs, last)
-    if any(m.role is Role.USER for m in later):
-        messages = (*(m for m in held if m.scaffold is None), *later)
-    else:
-        carried = [m for m in held if m.scaffold is not None]
-        then = scaffolding_after(obs.limits, calls, last)
-        if then == carried:
-            messages = (*held, *later)
-        elif then[:len(carried)] == carried:
-            messages = (*held, *later, *then[len(carried):])
-        else:  # a newer reasoning prefill replaced the one at the list's end
-            messages = (*held[:-1], *later, then[-1])
+    messages = held_after(obs, calls, last, later)
     root = lineage_of(obs).get(last.session_id, last.session_id)
     return Preflight(view, "later", root, None, last, _exit_at(view, last.at), last.seq + 1,
                      (last.watermark, 1, 2 * last.seq + 1, 1), messages, _estimate(last, messages),
                      refusing_route(obs, view, last))
+
+
+def held_after(obs: Observation, calls: list[CallRecord], last: CallRecord,
+               later: tuple[Message, ...]) -> tuple[Message, ...]:
+    """The working list once the reply of ``last`` (of the turn's ``calls``) was handled and
+    the turn wrote the rows ``later``: the last request's list, those rows, and the
+    scaffolding the reply called for (none once a correction was taken in: it drops the
+    scaffolding, LOOP-4)."""
+    held = working_list(obs, last)
+    if any(m.role is Role.USER for m in later):
+        return (*(m for m in held if m.scaffold is None), *later)
+    carried = [m for m in held if m.scaffold is not None]
+    then = scaffolding_after(obs.limits, calls, last)
+    if then == carried:
+        return (*held, *later)
+    if then[:len(carried)] == carried:
+        return (*held, *later, *then[len(carried):])
+    return (*held[:-1], *later, then[-1])  # a newer reasoning prefill replaced the list's last
 
 
 def refusing_route(obs: Observation, view: TurnView, last: CallRecord) -> Limits:

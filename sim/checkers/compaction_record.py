@@ -27,6 +27,7 @@ from hermes_ref.tokens import count_message, count_wire_messages
 from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
     Observation,
     TurnView,
+    as_sent_at,
     as_written,
     record_tokens,
     remembered,
@@ -207,9 +208,11 @@ def excused_early(obs: Observation, view: TurnView | None, call: CallRecord) -> 
 
 def pre_tokens(obs: Observation, call: CallRecord) -> int:
     """The request the turn would have sent when it asked for the summary: the system
-    prompt, the session's rows committed by then, and the retry scaffolding (a nudge, a
-    refused reply) that the turn's next model call is seen carrying on the wire."""
-    rows = [m.message for m in obs.record.messages
+    prompt, the session's rows committed by then (as they were then: a redaction after
+    the call shortens none of them), and the retry scaffolding (a nudge, a refused reply)
+    that the turn's next model call is seen carrying on the wire."""
+    then = as_sent_at(obs, call.seq)
+    rows = [then(m.message) for m in obs.record.messages
             if m.session_id == call.session_id and (m.message.row_id or 0) <= call.watermark]
     return record_tokens(obs, call.session_id, rows) + \
         scaffolding_tokens(obs, call.turn_id, call.seq)

@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from hermes_ref.limits import Limits
-from hermes_ref.models import Role
+from hermes_ref.models import Message, Role
 from hermes_ref.tokens import count_message
 from sim.checkers.base import Observation, TurnView, remembered
 from sim.checkers.compaction_places import (
@@ -41,6 +41,7 @@ from sim.checkers.compaction_places import (
     Preflight,
     finds_nothing,
     has_work,
+    held_after,
     own_text,
     preflights,
     refused_at_preflight,
@@ -58,9 +59,10 @@ from sim.checkers.compaction_record import (
     summary_calls_of,
     tail_tokens,
     threshold_tokens,
+    tokens_of,
     turn_of,
 )
-from sim.checkers.compaction_split import middle, prunable
+from sim.checkers.compaction_split import middle, prunable, split
 from sim.world import CallRecord
 
 
@@ -149,7 +151,7 @@ def _read(obs: Observation) -> Reading:
     views = {v.turn_id: v for v in obs.turns.values()}
     out = sorted((Verdict(lineage.get(p.done.session_id, p.done.session_id), p.turn,
                           (p.done.first_row_id, 0, 0, 0),
-                          _tokens_after(views.get(p.turn or ""), p)
+                          _tokens_after(obs, views.get(p.turn or ""), p)
                           >= threshold_tokens(_route_of(obs, views.get(p.turn or ""), p)))
                   for p in passes(obs)), key=lambda v: v.order)
     early: list[tuple[Preflight, int]] = []
@@ -177,18 +179,46 @@ def _read(obs: Observation) -> Reading:
     return Reading(out, early, blind)
 
 
-def _tokens_after(view: TurnView | None, step: Pass) -> int:
+def _tokens_after(obs: Observation, view: TurnView | None, step: Pass) -> int:
     """The request a committed pass left, as the engine judges it: the rows it wrote, and
     the scaffolding the turn's working list still held (a nudge goes on the wire but is
-    never stored), as the turn's next request carried it. Without a next request, the
-    rows alone."""
-    calls = sorted((c for c in view.calls if c.request.purpose == "turn"
-                    and c.watermark >= step.done.first_row_id), key=lambda c: c.seq) \
-        if view is not None else []
-    if not calls:
+    never stored), as the turn's next request carried it. Without a next request (the
+    turn failed closed after the pass), the scaffolding the pass kept of what the list
+    held (``_scaffolding_kept``)."""
+    if view is None:
         return step.tokens_after
-    return step.tokens_after + sum(count_message(m.wire) for m in calls[0].request.messages
+    calls = sorted((c for c in view.calls if c.request.purpose == "turn"), key=lambda c: c.seq)
+    after = [c for c in calls if c.watermark >= step.done.first_row_id]
+    if not after:
+        return step.tokens_after + tokens_of(_scaffolding_kept(obs, view, calls, step))
+    return step.tokens_after + sum(count_message(m.wire) for m in after[0].request.messages
                                    if m.scaffold is not None and not m.hidden)
+
+
+def _scaffolding_kept(obs: Observation, view: TurnView, calls: list[CallRecord],
+                      step: Pass) -> list[Message]:
+    """The scaffolding a committed pass left in the turn's working list, where no later
+    request shows it: of the list the turn held after its last call before the pass
+    (``held_after``), all of it when the pass only pruned (pruning moves no message), else
+    what lay in the head or the tail of the pruned list, as the spec splits it; what lay in
+    the middle went with the summary. Before the turn's first call there is none."""
+    before = [c for c in calls if c.watermark < step.done.first_row_id]
+    if not before:
+        return []
+    last = before[-1]
+    later = tuple(m for m in view.rows
+                  if last.watermark < (m.row_id or 0) < step.done.first_row_id)
+    held = held_after(obs, calls, last, later)
+    earlier = {m.content for m in step.before if is_summary(m)}
+    if not any(is_summary(m) and m.content not in earlier for m in step.after):
+        return [m for m in held if m.scaffold is not None]
+    limits = _route_of(obs, view, step)
+    placeholders = {id(row): text for row, text in prunable(held, limits)}
+    pruned = tuple(m.rewritten(placeholders[id(m)]) if id(m) in placeholders else m
+                   for m in held)
+    head, start = split(pruned, limits)
+    return [m for index, m in enumerate(pruned)
+            if m.scaffold is not None and not head <= index < start]
 
 
 def _pruned_only(obs: Observation, views: dict[str, TurnView]) -> list[Blind]:

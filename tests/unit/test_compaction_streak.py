@@ -30,8 +30,9 @@ from sim.world import CallRecord
 # (146), an overflow's forced pass (1), lists holding a cut reply's hidden row (201), a
 # committed pass judged on a fallback's threshold (3313), a retry's nudge in the tail (4850),
 # committed passes whose next request still carried the scaffolding of re-prompts and
-# recoveries, sent but never stored, which puts it back over the threshold (8337, 8441)
-SEEDS = (0, 1, 3, 19, 146, 201, 262, 2966, 3313, 4850, 8337, 8441)
+# recoveries, sent but never stored, which puts it back over the threshold (8337, 8441), and
+# an overflow's forced pass that failed the turn closed with re-prompts in its tail (11105)
+SEEDS = (0, 1, 3, 19, 146, 201, 262, 2966, 3313, 4850, 8337, 8441, 11105)
 
 
 def _engine_and_checker(seed: int) -> tuple[dict[str, list[tuple[bool, bool]]],
