@@ -129,3 +129,46 @@ def relieved_overflow_unblocks_the_turns_next_pass(s: Story) -> None:
     s.run_all()
     s.world.moments.clear()  # a correction held for a moment not reached is no fault of the calm
     _calm(s)
+
+
+@scenario("After a correction, compaction keeps the correction as the turn's current "
+          "message, and the message it superseded may be summarized (explored seed 11447)",
+          invariants=("CTX-7", "LOOP-4"), stage="explore")
+def correction_is_the_message_compaction_keeps(s: Story) -> None:
+    """In a 600-token window a turn on s-2 runs a wide batch of reads, and the user sends
+    "Say hello 96 instead." during its tool round: a correction, stored as a user row of
+    the turn (LOOP-4). The next call is refused as too long; the forced pass re-locates
+    the turn's current message, the last user row of the turn, which is the correction,
+    and summarizes the message it superseded (CTX-7: the turn's text no row holds any
+    longer, else the last user row). CTX-7's checker demanded the turn's first text in
+    every later request; it now demands the text of the turn's current message at each
+    call: its own until it takes a correction in, then the last correction."""
+    _world(s, 11447, ReplyFault(call=1, kind=FaultKind.OUTAGE),
+           ReplyFault(call=7, kind=FaultKind.TOOL_ERROR),
+           ReplyFault(call=10, kind=FaultKind.OVERFLOW),
+           ReplyFault(call=18, kind=FaultKind.WIDE_BATCH),
+           ReplyFault(call=19, kind=FaultKind.OVERFLOW), parts=7)
+    s.limits(context_window_tokens=600)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-2", "r-a869d7", {"text": "Write note 4 to s-2-out-4.txt."},
+                   session="s-2", after_s=0.9)
+    s.start_submit(one, "p-2", "r-a869d7x",
+                   {"text": "Write note 4 to s-2-out-4.txt.", "role": "operator"},
+                   session="s-2", after_s=2.2)
+    s.start_submit(one, "p-1", "r-31893b", {"text": "Go through part-1.txt to part-7.txt in order."},
+                   session="s-1", after_s=4.6)
+    s.start_drain(one, "s-2", after_s=17.1)
+    s.start_drain(one, "s-1", after_s=17.6)
+    s.start_drain(one, "s-2", after_s=26.3)
+    correct_at_a_moment(s, "Say hello 96 instead.", after_s=38.7, session="s-2", during="tools",
+                        slow_s=0.0)
+    s.start_submit(one, "p-2", "r-45aa01", {"text": "Write note 1 to s-2-out-1.txt."},
+                   session="s-2", after_s=40.3)
+    s.start_drain(one, "s-2", after_s=51.4)
+    s.run_all()
+    s.world.moments.clear()  # a correction held for a moment not reached is no fault of the calm
+    _calm(s)
