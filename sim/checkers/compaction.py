@@ -191,7 +191,9 @@ def cooldown_respected(obs: Observation) -> list[Violation]:
             out.append(Violation("cooldown_respected", "CMP-4",
                                  f"turn {call.turn_id} asked for a summary {call.at - failed[-1].at:g} s "
                                  f"after one failed (cooldown {limits.compression_cooldown_s:g} s)"))
-        streak = ineffective_streak(obs, root, call.turn_id, order_of(call), own=False)
+        # the streak the engine blocked on: every pass judged before this one, the turn's
+        # own included (a forced pass that relieved the request ended the streak)
+        streak = ineffective_streak(obs, root, call.turn_id, order_of(call))
         if streak >= limits.compression_ineffective_max and not asked \
                 and not _forced_by_overflow(obs, call):
             out.append(Violation("cooldown_respected", "CMP-4",

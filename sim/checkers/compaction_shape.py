@@ -328,7 +328,7 @@ def _stopped_there(reason: ExitReason, key: TurnKey, stopped: set[TurnKey]) -> b
 
 @checker("own_user_message_kept", ("CTX-7",),
          "a compaction a turn runs keeps that turn's own user row, and every request of the "
-         "turn carries its text")
+         "turn carries its text (after a correction, the correction's)")
 def own_user_message_kept(obs: Observation) -> list[Violation]:
     out: list[Violation] = []
     for step in passes(obs):
@@ -346,13 +346,24 @@ def own_user_message_kept(obs: Observation) -> list[Violation]:
             sent = sent_messages(call) if call.turn_id == run.turn_id else None
             if not isinstance(sent, list):
                 continue
+            text = _current_text(obs, run.turn_id, run.text, call)
             if not any(m.get("role") == "user" and (
-                    m.get("content") == run.text
-                    or str(m.get("content") or "").startswith(run.text + "\n\n")) for m in sent):
+                    m.get("content") == text
+                    or str(m.get("content") or "").startswith(text + "\n\n")) for m in sent):
                 out.append(Violation("own_user_message_kept", "CTX-7",
                                      f"call at effect {call.seq} of turn {run.turn_id} does not "
                                      "carry the turn's own message"))
     return out
+
+
+def _current_text(obs: Observation, turn: str, text: str, call: CallRecord) -> str:
+    """The turn's current user message when ``call`` was made: its own text until it took a
+    correction in (LOOP-4: a later user row of the turn, stored before the call), then the
+    last correction. That is the last user row of the turn, the one compaction re-locates
+    and keeps (CTX-7); the message the correction superseded may be summarized."""
+    users = [m for m in obs.rows_of_turn(turn) if m.role is Role.USER
+             and (m.row_id or 0) <= call.watermark]
+    return (users[-1].content or "") if len(users) > 1 else text
 
 
 # ---- FIN-5's exemption: context pressure leaves the tail as it is --------------------------

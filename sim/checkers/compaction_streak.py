@@ -121,16 +121,15 @@ def blind_passes(obs: Observation) -> list[Blind]:
 
 
 def ineffective_streak(obs: Observation, root: str, turn: str | None, order: Order, *,
-                       own: bool = True, among: list[Verdict] | None = None) -> int:
+                       among: list[Verdict] | None = None) -> int:
     """Ineffective passes in a row, before ``order``, in one lineage and one process (the
-    streak is one engine's memory: a restarted process starts without it); ``own`` False
-    leaves out the passes of ``turn`` itself."""
+    streak is one engine's memory: a restarted process starts without it), the passes of
+    ``turn`` itself included."""
     streak = 0
     for verdict in verdicts(obs) if among is None else among:
         if verdict.order >= order:
             break
-        if verdict.root != root or not same_engine(obs, verdict.turn, turn) \
-                or (not own and verdict.turn == turn):
+        if verdict.root != root or not same_engine(obs, verdict.turn, turn):
             continue
         streak = streak + 1 if verdict.ineffective else 0
     return streak
