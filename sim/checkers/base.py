@@ -379,27 +379,36 @@ def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
 
 
 def _reprompt_tokens(limits: Limits, last: CallRecord) -> int:
-    """The tokens of the re-prompt pair a dropped call at the loop's bound left in the
-    turn's working list (LOOP-7): the reply as it came and the nudge, scaffolding that is
-    never stored but that the grace request still carries after them. 0 for any other
-    last reply, and for a dropped call past the re-prompts' bound."""
-    reply = last.reply
-    if reply is None or reply.finish_reason != "tool_calls" or reply.tool_calls:
-        return 0
+    """The tokens of the dropped-call re-prompt pairs (LOOP-7) the turn's working list
+    holds when its grace request is built: the reply as it came and the nudge, scaffolding
+    that is never stored, so a request rebuilt from the record lacks them, but that the
+    grace request still carries. They are the pairs the last request carried (a landed
+    tool round starts the count over, but only the finalizer drops the pairs: SCAF-1),
+    and the pair the last reply adds when it was a dropped call with re-prompts left."""
     try:
         body = last.sent
     except ValueError:
         return 0
     sent = body.get("messages") if isinstance(body, dict) else None
-    nudges = 0
-    for message in reversed(sent if isinstance(sent, list) else []):
+    messages: list[dict[str, Any]] = sent if isinstance(sent, list) else []
+    nudges = [i for i, m in enumerate(messages) if i > 0 and _is_reprompt(m)]
+    carried = sum(count_message(messages[i - 1]) + count_message(messages[i]) for i in nudges)
+    reply = last.reply
+    if reply is None or reply.finish_reason != "tool_calls" or reply.tool_calls:
+        return carried
+    in_a_row = 0
+    for message in reversed(messages):
         if message.get("role") == Role.TOOL.value:
             break
-        nudges += message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE
-    if nudges >= limits.dropped_toolcall_retries_max:
-        return 0
-    return count_message({"role": "assistant", "content": reply.content or ""}) + \
+        in_a_row += _is_reprompt(message)
+    if in_a_row >= limits.dropped_toolcall_retries_max:
+        return carried
+    return carried + count_message({"role": "assistant", "content": reply.content or ""}) + \
         count_message({"role": "user", "content": DROPPED_TOOLCALL_NUDGE})
+
+
+def _is_reprompt(message: dict[str, Any]) -> bool:
+    return message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE
 
 
 def ended_in(view: TurnView) -> str:

@@ -54,6 +54,7 @@ from sim.checkers.base import (
     route_chain,
     window_tokens,
 )
+from sim.checkers.intake import taken_in_text
 from sim.checkers.lease import lost_leases
 from sim.checkers.thoughts import inline_thought, thought_of, visible_text
 from sim.checkers.wire import sent_messages
@@ -166,14 +167,15 @@ def _held_at_the_end(obs: Observation, view: TurnView) -> str | None:
 def _answer_text(call: CallRecord) -> str | None:
     """The visible text a call answered with and no tool call: its reply's, or the whole
     answer its failed stream had delivered, which the engine takes as a reply (FIN-2), and
-    so may hold back for verification like any."""
+    so may hold back for verification like any. The text as the engine took it in: a lone
+    surrogate the provider sent is U+FFFD in the held answer (``intake.taken_in_text``)."""
     from sim.checkers.streaming import whole_answer  # streaming reads this module
 
     reply = call.reply
     if reply is not None:
-        return None if reply.tool_calls else visible_text(reply.content) or None
+        return None if reply.tool_calls else visible_text(taken_in_text(reply.content)) or None
     whole = whole_answer(call)
-    return visible_text(whole) or None if whole is not None else None
+    return visible_text(taken_in_text(whole)) or None if whole is not None else None
 
 
 def _reprompt_due(limits: Limits, call: CallRecord) -> bool:

@@ -455,8 +455,9 @@ def dropped_call_reprompts(obs: Observation) -> list[Violation]:
                     in pairwise(records)
                     if (problem := _reprompt_problem(before, after, limit)) is not None]
         last, reason = records[-1], exits.get(turn_id)
-        if (dropped_call(last.reply) and not is_grace(last) and reason is not None
-                and nudges_since_tool(last) < limit and reason not in _STOPPED_FROM_OUTSIDE
+        if (dropped_call(last.reply) and last.cut is None and not is_grace(last)
+                and reason is not None and nudges_since_tool(last) < limit
+                and reason not in _STOPPED_FROM_OUTSIDE
                 and not (reason == ExitReason.INTERRUPTED.value and turn_id in stopped)
                 and not stopped_at_the_bound(obs, turn_id)):
             # silence is a finding: no request followed, and nothing outside the reply stopped it
@@ -474,6 +475,8 @@ def _reprompt_problem(before: CallRecord, after: CallRecord, limit: int) -> str 
     sent, prior = nudges_since_tool(after), nudges_since_tool(before)
     if sent > limit:
         return f"sends {sent} dropped-call re-prompts in a row (limit {limit})"
+    if before.cut is not None:
+        return None  # a correction cut the reply: the iteration starts over without it (LOOP-4)
     if dropped_call(before.reply) and prior < limit and sent != prior + 1:
         return f"does not re-prompt the dropped tool call of effect {before.seq}"
     return None
