@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from hermes_ref import lease as lease_rules
 from hermes_ref.errors import LeaseLost, PersistenceError
@@ -82,19 +83,33 @@ _SELECT_GRANTS = (
 
 
 def take(conn: sqlite3.Connection, session_id: str, holder: str, now: float, ttl_s: float,
-         holder_alive: Callable[[str], bool] | None, poll_s: float = 0.0) -> int | None:
+         holder_alive: Callable[[str], bool] | None, poll_s: float = 0.0, *,
+         new_session: bool = False) -> int | None:
     """Grant the lease inside the open transaction; the new token, or None when busy.
 
     With ``poll_s`` the asker waits in line: it is refused while a live waiter that asked
-    before it still waits, and a refusal (re)writes its place in the queue.
+    before it still waits, and a refusal (re)writes its place in the queue. A grant takes
+    the asker's place out of the queue, if the queue showed it one (or was not read).
+
+    ``new_session``: this transaction has just inserted the session's row. A lease and its
+    grants can only be written for a session that exists (foreign keys), a place in the
+    queue only beside a live lease or an earlier place, and no session row is ever
+    deleted: so a new session has no lease, no grant and no queue, and its first grant is
+    made without reading them.
     """
-    if poll_s > 0 and not _first_in_line(conn, session_id, holder, now, holder_alive):
-        _join_queue(conn, session_id, holder, now, poll_s)
-        return None
-    token = _grant(conn, session_id, holder, now, ttl_s, holder_alive)
+    if new_session:
+        return _grant(conn, session_id, holder, now, ttl_s, holder_alive, current=None)
+    queued = True  # unread: the asker may hold a place from an earlier poll
+    if poll_s > 0:
+        first, queued = _first_in_line(conn, session_id, holder, now, holder_alive)
+        if not first:
+            _join_queue(conn, session_id, holder, now, poll_s)
+            return None
+    token = _grant(conn, session_id, holder, now, ttl_s, holder_alive,
+                   current=conn.execute(_CURRENT, (session_id,)).fetchone())
     if token is None and poll_s > 0:
         _join_queue(conn, session_id, holder, now, poll_s)
-    elif token is not None:
+    elif token is not None and queued:
         conn.execute(_LEAVE, (session_id, holder))
     return token
 
@@ -109,7 +124,8 @@ _JOIN = (
 
 
 def _first_in_line(conn: sqlite3.Connection, session_id: str, holder: str, now: float,
-                   holder_alive: Callable[[str], bool] | None) -> bool:
+                   holder_alive: Callable[[str], bool] | None) -> tuple[bool, bool]:
+    """Is the asker first in line, and does it hold a live place in the queue?"""
     mine, others = None, []
     for waiter, seq, valid_until in conn.execute(_WAITERS, (session_id,)).fetchall():
         if valid_until <= now or (holder_alive is not None and not holder_alive(waiter)):
@@ -118,7 +134,7 @@ def _first_in_line(conn: sqlite3.Connection, session_id: str, holder: str, now: 
             mine = int(seq)
         else:
             others.append(int(seq))
-    return lease_rules.first_in_line(mine, others)
+    return lease_rules.first_in_line(mine, others), mine is not None
 
 
 def leave_queue(conn: sqlite3.Connection, session_id: str, holder: str) -> None:
@@ -131,8 +147,9 @@ def _join_queue(conn: sqlite3.Connection, session_id: str, holder: str, now: flo
 
 
 def _grant(conn: sqlite3.Connection, session_id: str, holder: str, now: float, ttl_s: float,
-           holder_alive: Callable[[str], bool] | None) -> int | None:
-    current = conn.execute(_CURRENT, (session_id,)).fetchone()
+           holder_alive: Callable[[str], bool] | None,
+           current: tuple[Any, ...] | None) -> int | None:
+    """The upsert of the grant; ``current`` is the lease row as it stood (``_CURRENT``)."""
     reason = "expired"
     if current is not None and current[0] is not None and current[2] > now:
         incumbent = str(current[0])

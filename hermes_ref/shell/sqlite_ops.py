@@ -461,7 +461,8 @@ def open_turn(
                 if _follows_tip(stored.end_reason):  # CMP-5: the turn runs on the tip
                     tip = _lease_target(conn, stored.id)
                     stored = decode_session(conn.execute(_SELECT_SESSION, (tip,)).fetchone())
-            token = leases.take(conn, stored.id, holder, now, ttl_s, holder_alive, poll_s)
+            token = leases.take(conn, stored.id, holder, now, ttl_s, holder_alive, poll_s,
+                                new_session=created)
             if token is None and not created and poll_s <= 0:
                 raise _Busy
             if token is not None or created:
