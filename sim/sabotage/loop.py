@@ -273,12 +273,16 @@ sabotage("malformed_count_never_restarts", ("LOOP-9",),
 # ---- LOOP-5: the request rebuilt after an overflow inherits the retries already spent --------
 
 
-def _retries_inherited() -> list[AbstractContextManager[Any]]:
-    broken = one_line_changed(loop, "call_with_retries",
-                                    "request, attempt, sent = rebuilt, 0, False",
-                                    "request, sent = rebuilt, False")
+def _retries_changed(old: str, new: str) -> list[AbstractContextManager[Any]]:
+    """``call_with_retries`` with one line changed, for the loop and for the grace call."""
+    broken = one_line_changed(loop, "call_with_retries", old, new)
     return [mock.patch.object(loop, "call_with_retries", broken),
             mock.patch.object(finalizer, "call_with_retries", broken)]
+
+
+def _retries_inherited() -> list[AbstractContextManager[Any]]:
+    return _retries_changed("request, attempt, sent = rebuilt, 0, False",
+                            "request, sent = rebuilt, False")
 
 
 sabotage("rebuilt_request_inherits_retries", ("LOOP-5",),
@@ -290,12 +294,9 @@ sabotage("rebuilt_request_inherits_retries", ("LOOP-5",),
 
 
 def _overflow_counted() -> list[AbstractContextManager[Any]]:
-    broken = one_line_changed(loop, "call_with_retries",
-                              "        if isinstance(failure, ContextOverflow):  # LOOP-5",
-                              "        ctx.state.provider_errors += isinstance(failure, ContextOverflow)\n"
-                              "        if isinstance(failure, ContextOverflow):  # LOOP-5")
-    return [mock.patch.object(loop, "call_with_retries", broken),
-            mock.patch.object(finalizer, "call_with_retries", broken)]
+    return _retries_changed("        if isinstance(failure, ContextOverflow):  # LOOP-5",
+                            "        ctx.state.provider_errors += isinstance(failure, ContextOverflow)\n"
+                            "        if isinstance(failure, ContextOverflow):  # LOOP-5")
 
 
 sabotage("overflow_counted_as_a_failed_call", ("LOOP-5",),
