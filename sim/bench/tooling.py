@@ -134,22 +134,32 @@ server.stop()
 """
 
 
-def _load(port: int, clients: int, per_client: int) -> list[float]:
-    """Latencies of ``clients`` threads, each opening a new connection per request."""
+def _load(port: int, clients: int, per_client: int) -> tuple[list[float], int]:
+    """Latencies of ``clients`` threads, each opening a new connection per request, and how
+    many requests the server's full backlog reset (a client whose connection is reset
+    stops: the small-backlog diagnostic counts them instead of timing them)."""
     latencies: list[float] = []
+    resets = 0
     lock = threading.Lock()
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 
     def client() -> None:
+        nonlocal resets
         mine = []
         for _ in range(per_client):
             started = time.perf_counter()
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            conn.request("POST", "/v1/chat/completions", body,
-                         {"content-type": "application/json", "connection": "close"})
-            response = conn.getresponse()
-            response.read()
-            conn.close()
+            try:
+                conn.request("POST", "/v1/chat/completions", body,
+                             {"content-type": "application/json", "connection": "close"})
+                response = conn.getresponse()
+                response.read()
+            except ConnectionError:
+                with lock:
+                    resets += 1
+                break
+            finally:
+                conn.close()
             assert response.status == 200
             mine.append(time.perf_counter() - started)
         with lock:
@@ -160,7 +170,7 @@ def _load(port: int, clients: int, per_client: int) -> list[float]:
         thread.start()
     for thread in threads:
         thread.join()
-    return sorted(latencies)
+    return sorted(latencies), resets
 
 
 def _percentile_ms(values: list[float], share: float) -> float:
@@ -179,9 +189,10 @@ def serve_rows(calibration: dict[str, float] | None, per_client: int = REQUESTS_
         try:
             assert child.stdout is not None
             port = int(child.stdout.readline())
-            latencies = _load(port, CLIENTS, per_client)
+            latencies, resets = _load(port, CLIENTS, per_client)
         finally:
             child.communicate("", timeout=30)
+        out[f"{label}_resets"] = {"median": resets, "min": resets, "max": resets}
         for pct, share in (("p50", 0.50), ("p99", 0.99)):
             value = _percentile_ms(latencies, share)
             out[f"{label}_latency_ms_{pct}"] = {"median": value, "min": value, "max": value}
