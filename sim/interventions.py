@@ -86,6 +86,8 @@ def interrupt(story: Story, after_s: float, session: str) -> None:
             return
         actor.interrupt = USER_INTERRUPT
         if actor.wait is not None and type(actor.pending) in _CUTTABLE:
+            if isinstance(actor.pending, fx.CallProvider):
+                world.stop_pending_call(actor.turn_id, "interrupt")
             _cut(world, actor, TurnInterrupted(USER_INTERRUPT))
     world.scheduler.at(world.clock.now() + after_s, fire)
 

@@ -240,6 +240,8 @@ class LeaseHandlers:
         turn.interrupt = effect.reason
         if turn.wait is not None and type(turn.pending) in _TIMED:  # cut its wait short
             pending = turn.pending
+            if isinstance(pending, fx.CallProvider):
+                self.world.stop_pending_call(turn.turn_id, "lease")
             self.world.scheduler.unpark(turn)
             turn.driver._complete(turn, pending, None, TurnInterrupted(effect.reason))
 

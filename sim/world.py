@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from hermes_ref.admission import AdmissionRow
@@ -52,6 +52,9 @@ class CallRecord:
     retry_after_s: float | None  # the Retry-After a RateLimited error carried, else None
     wire_body: WireBody       # the request body as sent (``ProviderRequest.wire_body``)
     cut: str | None = None    # LOOP-4: "redirect" when a correction cut the reply's stream
+    # FIN-4 / LEASE-4: "interrupt" or "lease" when a stop from outside cut the call while the
+    # turn waited on it, so its reply never reached the turn (the loop read nothing of it)
+    stopped: str | None = None
     # DEL-1 / FIN-2: the deltas a cut stream delivered before it failed (a kept stream's
     # are its reply's ``deltas``)
     delivered: tuple[StreamDelta, ...] = ()
@@ -337,6 +340,14 @@ class World:
         if prefix == "turn":
             self.minted_turns.append(minted)
         return minted
+
+    def stop_pending_call(self, turn_id: str | None, why: str) -> None:
+        """A stop from outside cut the model call ``turn_id`` waits on: mark its record, the
+        turn's last (``CallRecord.stopped``), so readers know its reply never reached it."""
+        for index in range(len(self.calls) - 1, -1, -1):
+            if self.calls[index].turn_id == turn_id:
+                self.calls[index] = replace(self.calls[index], stopped=why)
+                return
 
     def crash(self, point: str, seq: int, pid: int | None = None) -> None:
         """A process dies: its pending writes are gone; the committed record stays."""

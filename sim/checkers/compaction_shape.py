@@ -361,9 +361,13 @@ def _current_text(obs: Observation, turn: str, text: str, call: CallRecord) -> s
     correction in (LOOP-4: a later user row of the turn, stored before the call), then the
     last correction. That is the last user row of the turn, the one compaction re-locates
     and keeps (CTX-7); the message the correction superseded may be summarized."""
+    sent = [i.text for i in obs.interventions if i.what == "redirect" and i.turn_id == turn]
     users = [m for m in obs.rows_of_turn(turn) if m.role is Role.USER
              and (m.row_id or 0) <= call.watermark]
-    return (users[-1].content or "") if len(users) > 1 else text
+    last = users[-1].content or "" if len(users) > 1 else ""
+    # a later user row counts only as a correction the world sent this turn (the row holds
+    # its text, or the texts of corrections taken in together)
+    return last if sent and any(t in last for t in sent) else text
 
 
 # ---- FIN-5's exemption: context pressure leaves the tail as it is --------------------------

@@ -214,8 +214,9 @@ def _landed(obs: Observation, calls: list[CallRecord]) -> set[int]:
             and round_landed(obs, c)}
 
 
-# LOOP-8's housekeeping tools, as the catalog names them: a round of only these whose reply
-# had text lets the ladder reuse that text (the engine's own list is not read here)
+# LOOP-8's housekeeping tools, as the source notes name them (memory, todo, todo_list,
+# skill_manage, session_search): a round of only these whose reply had text lets the
+# ladder reuse that text (the engine's own list is not read here)
 HOUSEKEEPING = frozenset({"memory", "todo", "todo_list", "skill_manage", "session_search"})
 
 

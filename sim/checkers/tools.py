@@ -200,18 +200,33 @@ def tool_error_is_result(obs: Observation) -> list[Violation]:
 
 
 def _left_open_by_a_lost_lease(obs: Observation, entry: LedgerEntry) -> bool:
-    """The call's turn lost its lease while the call ran, so the holder could write neither
-    the error's result nor a closure (LEASE-4), and its call row is still its session's last
-    row: the call waits, open, for the next turn's prologue to report it unknown (TOOL-10).
-    Once anything follows that row, the call's result must be among what follows."""
+    """The call's process was frozen (a stall or a clock jump) from the call's batch on
+    while its turn's lease lapsed, so the woken holder could write neither the error's
+    result nor a closure (LEASE-4), and its call row is still its session's last row: the
+    call waits, open, for the next turn's prologue to report it unknown (TOOL-10). A lease
+    that lapsed while the process ran (an engine slow to write) excuses nothing, and once
+    anything follows the call row, the call's result must be among what follows."""
     found = call_row_of(obs, entry)
     if found is None or found[0] not in lost_leases(obs):
         return False
-    (session_id, _), call_row = found
-    if call_row is None:
+    (session_id, turn_id), call_row = found
+    if call_row is None or turn_id is None or not _lapsed_while_frozen(obs, entry, turn_id):
         return False
     last = next((m.message for m in reversed(obs.record.messages) if m.session_id == session_id), None)
     return last is not None and last.row_id == call_row.row_id
+
+
+def _lapsed_while_frozen(obs: Observation, entry: LedgerEntry, turn_id: str) -> bool:
+    """Did a grant of ``turn_id`` lapse (expire, or be reclaimed from a dead holder) inside
+    a pause of the process that ran the call, a pause that began once its batch had?"""
+    pid, began = getattr(entry, "pid", None), getattr(entry, "batch_at", None)
+    if pid is None or began is None:
+        return False
+    pauses = [(since, until) for p, since, until in obs.stalls
+              if p == pid and since >= began - 1e-9]
+    return any(g.end_reason in ("expired", "holder_dead") and holder_turn(g.holder) == turn_id
+               and any(since - 1e-9 <= g.expires_at <= until + 1e-9 for since, until in pauses)
+               for g in obs.record.lease_grants)
 
 
 def _ended_by_something_else(obs: Observation, session_id: str, turn_id: str) -> bool:

@@ -475,8 +475,10 @@ def _reprompt_problem(before: CallRecord, after: CallRecord, limit: int) -> str 
     sent, prior = nudges_since_tool(after), nudges_since_tool(before)
     if sent > limit:
         return f"sends {sent} dropped-call re-prompts in a row (limit {limit})"
-    if before.cut is not None:
-        return None  # a correction cut the reply: the iteration starts over without it (LOOP-4)
+    if before.cut is not None:  # a correction cut the reply: the loop never read it, and the
+        # iteration starts over on the correction (LOOP-4), with no re-prompt for that reply
+        return (f"re-prompts the reply of effect {before.seq}, which a correction cut"
+                if sent > prior else None)
     if dropped_call(before.reply) and prior < limit and sent != prior + 1:
         return f"does not re-prompt the dropped tool call of effect {before.seq}"
     return None
@@ -513,14 +515,16 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
                 out.append(_v9(f"{tag}: a call with unusable arguments ran"))
             if record.request.purpose == "grace":
                 continue  # the grace summary's tool calls are ignored whatever their JSON
-            if loop_fire.unprocessable(record.reply):
-                continue  # no try at all: the turn stops at once (LOOP-5, local_bug_stops_at_once)
+            if loop_fire.unprocessable(record.reply):  # no try at all: the turn stops at once
+                if ids & stored:  # (LOOP-5, local_bug_stops_at_once), and records nothing
+                    out.append(_v9(f"{tag}: an unprocessable call was recorded"))
+                continue
             if record.cut is not None:
                 continue  # a correction cut the reply: the iteration starts over without it (LOOP-4)
             if cut_off(record.reply, bad):
                 ended = exits.get(turn_id, "truncated_tool_call")
                 went_on = ended != "truncated_tool_call" and not (
-                    ended == "interrupted" and _stopped_before_the_reply(obs, record, records))
+                    ended == "interrupted" and _stopped_before_the_reply(record, records))
                 if ids & stored or went_on:
                     out.append(_v9(f"{tag}: a cut-off call was recorded or the turn went on "
                                    f"(exit {exits.get(turn_id)})"))
@@ -531,21 +535,12 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
     return out
 
 
-def _stopped_before_the_reply(obs: Observation, record: CallRecord,
-                              records: list[CallRecord]) -> bool:
-    """The turn was stopped from outside while this call was out, so its reply never
-    reached the turn: the user interrupted it (the world's log) or its lease went (LEASE-4)
-    at or after the effect that sent the call, and the turn made no call after it. Such a
-    turn ends interrupted (FIN-4); it had no cut-off call to end on."""
-    if record is not records[-1]:
-        return False
-    by_user = any(i.what == "interrupt" and i.turn_id == record.turn_id
-                  and i.session_id == record.session_id and i.seq >= record.seq
-                  for i in obs.interventions)
-    lease_lost = any(step.what in ("refresh_failed", "interrupted") and step.seq >= record.seq
-                     and holder_fields(step.holder).get("turn") == record.turn_id
-                     for step in obs.lease_log or ())
-    return by_user or lease_lost
+def _stopped_before_the_reply(record: CallRecord, records: list[CallRecord]) -> bool:
+    """The user's stop or a lost lease cut this call while the turn waited on it (the
+    world marks the call it cut: ``CallRecord.stopped``), so its reply never reached the
+    turn, and the turn made no call after it. Such a turn ends interrupted (FIN-4); it had
+    no cut-off call to end on. A stop that came after the reply arrived marks nothing."""
+    return record is records[-1] and record.stopped is not None
 
 
 def _write_prevented(obs: Observation, record: CallRecord, exits: dict[str, str | None]) -> bool:

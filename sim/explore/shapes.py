@@ -54,7 +54,8 @@ ERRORS_MAX = 5  # a turn's failed calls (``outer_loop_errors_max``) where ``arou
 
 
 def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
-    """``plan`` with one to three reply shapes, in a world in six (see the module docstring)."""
+    """``plan`` with one to three reply shapes, in a world in six and in every windowed world
+    (see the module docstring)."""
     rng = random.Random(f"{seed}:shapes")
     wanted = [k for k in SHAPES if k in kinds]
     windowed = plan.context_window is not None
