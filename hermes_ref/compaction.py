@@ -79,6 +79,8 @@ class PassOutcome:
 
 
 def request_tokens(ctx: TurnContext) -> int:
+    """The next request's tokens by this engine's count: the system message and the
+    working list's total (hidden rows count for nothing)."""
     return ctx.cache.system_message.tokens + ctx.transcript.tokens
 
 

@@ -86,7 +86,7 @@ def build_request(ctx: TurnContext, *, with_tools: bool = True, purpose: str = "
         model=ctx.limits.model,
         messages=(system, *ctx.transcript.visible()),  # LOOP-4: hidden rows stay off
         tools=ctx.tools if with_tools else (),
-        prompt_tokens=routes.route_tokens(ctx, system.tokens + ctx.transcript.tokens),
+        prompt_tokens=routes.route_tokens(ctx, compaction.request_tokens(ctx)),
         max_tokens=ctx.limits.max_tokens,
         stream=ctx.limits.stream_replies,
         purpose=purpose,

@@ -20,12 +20,9 @@ take the interrupt, and a grace call that does not fit is simply not sent.
 from __future__ import annotations
 
 from hermes_ref import compaction
+from hermes_ref.compaction import request_tokens  # the one count of a request's tokens
 from hermes_ref.context import TurnContext
 from hermes_ref.phases import Phase
-
-
-def request_tokens(ctx: TurnContext) -> int:
-    return ctx.cache.system_message.tokens + ctx.transcript.tokens
 
 
 async def check(ctx: TurnContext) -> bool:
