@@ -32,7 +32,7 @@ route (LOOP-6) answers from its own script while the primary fails from the stor
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hermes_ref import effects as fx
@@ -87,7 +87,7 @@ def interrupt(story: Story, after_s: float, session: str) -> None:
         actor.interrupt = USER_INTERRUPT
         if actor.wait is not None and type(actor.pending) in _CUTTABLE:
             if isinstance(actor.pending, fx.CallProvider):
-                world.stop_pending_call(actor.turn_id, "interrupt")
+                world.mark_pending_call(actor.turn_id, stopped="interrupt")
             _cut(world, actor, TurnInterrupted(USER_INTERRUPT))
     world.scheduler.at(world.clock.now() + after_s, fire)
 
@@ -117,10 +117,7 @@ def _deliver(world: World, actor: Actor, session: str, text: str) -> None:
     if actor.wait is None or not isinstance(actor.pending, fx.CallProvider):
         return
     reply = world.streaming.pop(actor.seq, None)
-    for index in range(len(world.calls) - 1, -1, -1):  # the call it waits on was the last
-        if world.calls[index].turn_id == actor.turn_id:
-            world.calls[index] = replace(world.calls[index], cut="redirect")
-            break
+    world.mark_pending_call(actor.turn_id, cut="redirect")
     _cut(world, actor, Redirected(raw_partial(reply)))
 
 

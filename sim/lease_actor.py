@@ -241,7 +241,7 @@ class LeaseHandlers:
         if turn.wait is not None and type(turn.pending) in _TIMED:  # cut its wait short
             pending = turn.pending
             if isinstance(pending, fx.CallProvider):
-                self.world.stop_pending_call(turn.turn_id, "lease")
+                self.world.mark_pending_call(turn.turn_id, stopped="lease")
             self.world.scheduler.unpark(turn)
             turn.driver._complete(turn, pending, None, TurnInterrupted(effect.reason))
 

@@ -341,12 +341,16 @@ class World:
             self.minted_turns.append(minted)
         return minted
 
-    def stop_pending_call(self, turn_id: str | None, why: str) -> None:
-        """A stop from outside cut the model call ``turn_id`` waits on: mark its record, the
-        turn's last (``CallRecord.stopped``), so readers know its reply never reached it."""
+    def mark_pending_call(self, turn_id: str | None, *, cut: str | None = None,
+                          stopped: str | None = None) -> None:
+        """Something from outside cut the model call ``turn_id`` waits on, the turn's last:
+        mark its record (``cut`` for a correction, ``stopped`` for a stop), so readers know
+        its reply never reached the turn."""
         for index in range(len(self.calls) - 1, -1, -1):
             if self.calls[index].turn_id == turn_id:
-                self.calls[index] = replace(self.calls[index], stopped=why)
+                record = self.calls[index]
+                self.calls[index] = replace(record, cut=cut or record.cut,
+                                            stopped=stopped or record.stopped)
                 return
 
     def crash(self, point: str, seq: int, pid: int | None = None) -> None:
