@@ -34,7 +34,7 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_calls
-from sim.checkers.lease import lost_leases
+from sim.checkers.lease import EPSILON_S, lost_leases
 from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
 from sim.world import CallRecord
@@ -219,13 +219,13 @@ def _left_open_by_a_lost_lease(obs: Observation, entry: LedgerEntry) -> bool:
 def _lapsed_while_frozen(obs: Observation, entry: LedgerEntry, turn_id: str) -> bool:
     """Did a grant of ``turn_id`` lapse (expire, or be reclaimed from a dead holder) inside
     a pause of the process that ran the call, a pause that began once its batch had?"""
-    pid, began = getattr(entry, "pid", None), getattr(entry, "batch_at", None)
-    if pid is None or began is None:
+    if not isinstance(entry, SimLedgerEntry) or entry.pid is None or entry.batch_at is None:
         return False
+    pid, began = entry.pid, entry.batch_at
     pauses = [(since, until) for p, since, until in obs.stalls
-              if p == pid and since >= began - 1e-9]
+              if p == pid and since >= began - EPSILON_S]
     return any(g.end_reason in ("expired", "holder_dead") and holder_turn(g.holder) == turn_id
-               and any(since - 1e-9 <= g.expires_at <= until + 1e-9 for since, until in pauses)
+               and any(since - EPSILON_S <= g.expires_at <= until + EPSILON_S for since, until in pauses)
                for g in obs.record.lease_grants)
 
 
