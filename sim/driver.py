@@ -52,7 +52,7 @@ from sim.scheduler import Actor, Wait
 from sim.stream_driver import StreamHandlers  # DEL, FIN-2
 from sim.summarizer import COMPRESSION_PURPOSE  # CMP-2
 from sim.tool_batch import run_segment  # TOOL-5
-from sim.world import CallRecord, SimProcess, World
+from sim.world import CallRecord, FailedWrite, SimProcess, World
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -288,6 +288,7 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
             if turn_id is not None:  # whose write it was, for turns that run side by side
                 failed = self.world.write_failures_by_turn
                 failed[turn_id] = failed.get(turn_id, 0) + 1
+            self.world.failed_writes.append(FailedWrite(turn_id, str(site), self.world.clock.now()))
             self.world.timeline.add("FAULT", f"write at {site} fails ({cause})")
             raise PersistenceError(f"simulated store failure at {site}", cause=cause)
 

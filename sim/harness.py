@@ -314,6 +314,7 @@ class Story:
                                limits=self._limits, runs=tuple(world.runs),
                                acks=tuple(world.acks), lease_log=tuple(world.lease_log),
                                deaths=world.deaths(), stalls=tuple(world.stalls),
+                               failed_writes=tuple(world.failed_writes),
                                death_seqs=world.death_seqs(),
                                interventions=tuple(world.interventions),  # LOOP-4/5, FIN-4
                                lane_effects=tuple(world.lane_effects),  # SES-7

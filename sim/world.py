@@ -188,6 +188,16 @@ class LaneEffect:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedWrite:
+    """A store write the world failed on purpose: whose turn wrote it (None: no turn was
+    running), at which site (``hermes_ref.effects.Site``) and when, in virtual time."""
+
+    turn_id: str | None
+    site: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Intervention:
     """LOOP-4, LOOP-5, FIN-4: something the world did to a running turn, as the world saw it.
 
@@ -283,6 +293,7 @@ class World:
     minted_turns: list[str] = field(default_factory=list)  # turn ids, in minting order
     write_failures: int = 0  # store writes the world failed on purpose, so far
     write_failures_by_turn: dict[str, int] = field(default_factory=dict)  # turn id -> failed
+    failed_writes: list[FailedWrite] = field(default_factory=list)  # each one, in order
     on_crash: Callable[[str], None] | None = None  # called first at a crash point
     provider_delays_s: dict[int, float] = field(default_factory=dict)  # call n -> reply delay
     lease_log: list[LeaseStep] = field(default_factory=list)  # what each lease holder did

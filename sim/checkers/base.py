@@ -22,7 +22,7 @@ from hermes_ref.tokens import count_message
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
 from sim.checkers import lineage  # CMP-5: a rotated turn is one turn
-from sim.world import CallRecord, Intervention, LaneEffect, LeaseStep, RewriteRun, TurnRun
+from sim.world import CallRecord, FailedWrite, Intervention, LaneEffect, LeaseStep, RewriteRun, TurnRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +150,8 @@ class Observation:
     death_seqs: tuple[tuple[int, int], ...] = ()  # (pid, world effect count at its death)
     # LEASE-2: stretches when a simulated process was stalled, as (pid, from, until)
     stalls: tuple[tuple[int, float, float], ...] = ()
+    # TOOL-5, TOOL-8: the store writes the world failed on purpose, each with its site and time
+    failed_writes: tuple[FailedWrite, ...] = ()
     # LOOP-4/5, FIN-4: interrupts, corrections and credential renewals, as the world saw them
     interventions: tuple[Intervention, ...] = ()
     # SES-7: starts, route reads and route writes in effect order (None: nobody logged them)

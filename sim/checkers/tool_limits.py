@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hermes_ref.closure import INTERRUPTED_CALL_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
+from hermes_ref.effects import Site
 from hermes_ref.models import Message, Role
 from hermes_ref.tool_batch import BatchBounds, is_timed_out
 from hermes_ref.tool_spill import spilled_path
@@ -208,23 +209,27 @@ def _interrupted_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchB
 def _unrecorded_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBounds) -> bool:
     """Did the deadline close the call, and the write of its timed-out result fail?
 
-    The world failed a write of the call's turn, and the turn left its tool round by the
-    deadline (its lease refresher stopped, or the lease was let go, in time): the batch
-    gave up on the call when it should, but the result that says so could not be stored,
-    so the closing row says the call's result was not recorded (TOOL-8), which is its
-    right result. A turn that waited out the call leaves its tool round too late.
+    The world failed the turn's write of its tool results between the batch's start and
+    its deadline, and the turn left its tool round by the deadline (its lease refresher
+    stopped, or the lease was let go, in time): the batch gave up on the call when it
+    should, but the result that says so could not be stored, so the closing row says the
+    call's result was not recorded (TOOL-8), which is its right result. Any other failed
+    write of the turn excuses nothing, and a turn that waited out the call leaves its tool
+    round too late.
     """
     found = call_row_of(obs, entry)
     if found is None or obs.lease_log is None:
         return False
     session_id, turn_id = found[0]
-    if not any(run.turn_id == turn_id and run.write_failures for run in obs.runs or ()):
-        return False
     t0 = entry.batch_at or 0.0
+    due = t0 + bounds.deadline_s + EPS
+    if not any(w.turn_id == turn_id and w.site == Site.TOOL_RESULTS and t0 <= w.at <= due
+               for w in obs.failed_writes):
+        return False
     left = [step.at for step in obs.lease_log
             if step.what in ("refresher_stopped", "released") and step.session_id == session_id
             and turn_of(step.holder) == turn_id and step.at >= t0]
-    return bool(left) and min(left) <= t0 + bounds.deadline_s + EPS
+    return bool(left) and min(left) <= due
 
 
 def _settled(obs: Observation, entry: SimLedgerEntry) -> bool:
