@@ -571,15 +571,14 @@ def unprocessable(reply: ProviderReply | None) -> bool:
          "no later call, no tool run; and that exit names such a reply")
 def local_bug_stops_at_once(obs: Observation) -> list[Violation]:
     out = []
-    stopped = interrupted(obs)  # the user, or a lost lease: an interrupted exit needs one
     for view in obs.ended_turns():
         # a reply a correction cut never reached the loop, which got the correction (LOOP-4)
         bad = [c for c in view.calls if c.cut is None and unprocessable(c.reply)]
         line = view.exit
         reason = line.reason if line is not None else None
         if bad and bad[0] is view.calls[-1] and reason is ExitReason.INTERRUPTED \
-                and (view.session_id, view.turn_id) in stopped:
-            continue  # stopped while that reply was on its way: nothing after it either (FIN-4)
+                and bad[0].stopped is not None:
+            continue  # the user or a lost lease cut that very call: nothing after it (FIN-4)
         if bad and (bad[0] is not view.calls[-1] or reason is not ExitReason.LOCAL_PROCESSING_ERROR):
             later = len(view.calls) - view.calls.index(bad[0]) - 1
             shown = reason.value if reason is not None else None
