@@ -366,7 +366,8 @@ def bound_spent(obs: Observation, view: TurnView) -> bool:
 def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
     """The turn made no grace call, and its grace request rebuilt from the record (the
     prompt of the session it ended in, that session's rows up to the turn's own last one
-    but its closing row, the grace prompt) is over the window of the turn's last route: preflight refused it."""
+    but its closing row, the grace prompt) is over the window of the turn's last route:
+    preflight refused it."""
     if not view.calls or any(c.request.purpose == "grace" for c in view.calls) \
             or view.exit is None or "grace call not sent" not in view.exit.detail:
         return False  # the engine said it refused, and the rebuilt request must agree
