@@ -63,6 +63,7 @@ _ROWS: tuple[tuple[str, str], ...] = (
     ("durable_sessions_16_turns_per_s", "16 sessions in flight, aggregate"),
     ("durable_sessions_16_over_1", "per rep: 16-session turns/s / 1-session turns/s"),
     ("durable_sessions_16_over_1_cpu_bound", "per rep: 1-session wall/turn / 16-session CPU/turn"),
+    ("durable_sessions_fsync_us", "per rep: median timed 8 KB fdatasync beside the database"),
     ("durable_sessions_1_cpu_ms_per_turn", "process CPU (loop + store worker) per turn"),
     ("durable_sessions_16_cpu_ms_per_turn", ""),
     ("durable_sessions_1_share_of_calibration", "turns/s / calibration turns/s"),
@@ -164,6 +165,9 @@ def _sessions(report: dict[str, Any]) -> list[str]:
         return []
     lines = ["durable_sessions_16_over_1 per rep: "
              + " ".join(_fmt(value) for value in figure["reps"])]
+    fsync = report.get("durable_sessions_fsync_us")
+    if fsync:
+        lines.append("fdatasync µs beside each rep: " + " ".join(_fmt(v) for v in fsync["reps"]))
     note = report["notes"].get("durable_sessions_16_fsyncs_per_turn")
     if note:
         lines.append(f"fsyncs, 16 sessions: {note}")

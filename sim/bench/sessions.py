@@ -29,12 +29,21 @@ together), as ``durable_sessions_N_cpu_ms_per_turn``. ``durable_sessions_16_over
 is, per rep, the 1-session wall time per turn over the 16-session CPU time per turn: the
 ratio 16 sessions would reach if they waited on nothing and only spent CPU. When the
 measured ratio is close to it, the commits are shared and what is left is CPU per turn.
+
+The ratio is a verdict on the disk as much as on the engine: one session waits for each of
+its commits' fsyncs, sixteen share them. So every rep also times the disk it runs on,
+before and after its chunks: ``fsync_probe_count`` writes of one 8 KB page to a file beside
+the database, each followed by ``fdatasync`` (``fsync`` where there is none), and
+``durable_sessions_fsync_us`` is the median of a rep's samples, per rep, to be read beside
+the ratio of that rep (docs/performance.md says how the two relate).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +57,8 @@ __all__ = ["LEVELS", "ORDER", "Chunk", "SessionsRow", "report_rows", "run_lanes"
 
 LEVELS = (1, 4, 16)
 ORDER = (1, 4, 16, 16, 4, 1)
+FSYNC_PROBE_COUNT = 40  # timed page writes per probe; two probes per rep
+PAGE = b"\x5a" * 8192
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class SessionsRow:
     cpu_ms_per_turn: dict[int, list[float]] = field(
         default_factory=lambda: {n: [] for n in LEVELS})
     cpu_bound: list[float] = field(default_factory=list)  # 1-session wall/turn over 16's CPU/turn
+    fsync_us: list[float] = field(default_factory=list)  # per rep, the median timed fdatasync
     chunks: list[Chunk] = field(default_factory=list)
 
     def add_rep(self, chunks: list[Chunk]) -> None:
@@ -92,6 +104,24 @@ class SessionsRow:
             self.cpu_ms_per_turn[n].append(1000 * sum(c.cpu_s for c in mine) / turns)
         self.over_1.append(rate[LEVELS[-1]] / rate[1])
         self.cpu_bound.append(1000 / rate[1] / self.cpu_ms_per_turn[LEVELS[-1]][-1])
+
+
+def fsync_samples_us(path: Path, count: int = FSYNC_PROBE_COUNT) -> list[float]:
+    """``count`` timed durable writes of one page to ``path`` (made and removed here), in µs:
+    what one commit of a lone session waits for on this disk, at least."""
+    sync = getattr(os, "fdatasync", os.fsync)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    out = []
+    try:
+        for i in range(count):
+            os.pwrite(fd, PAGE, (i % 8) * len(PAGE))
+            began = time.perf_counter()
+            sync(fd)
+            out.append(1e6 * (time.perf_counter() - began))
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return out
 
 
 async def run_lanes(rig: AsyncRig, sessions: int, seconds: float, tag: str) -> Chunk:
@@ -138,14 +168,18 @@ async def sessions_throughput(tmp: Path, sizes: Sizes) -> SessionsRow:
     out = SessionsRow()
     for rep in range(sizes.reps):
         rig = await AsyncRig.open(tmp / f"sessions-{rep}.db")
+        probe = tmp / f"sessions-{rep}.fsync-probe"
         try:
             await _warm_up(rig, sizes, f"r{rep}")
             gc.collect()
+            samples = fsync_samples_us(probe)
             chunks = [await run_lanes(rig, n, sizes.sessions_chunk_s, f"r{rep}-c{k}")
                       for k, n in enumerate(ORDER)]
+            samples += fsync_samples_us(probe)
         finally:
             await rig.close()
         out.add_rep(chunks)
+        out.fsync_us.append(statistics.median(samples))
     return out
 
 
@@ -163,6 +197,7 @@ def report_rows(row: SessionsRow, calibration: dict[str, float]) -> dict[str, An
         **summary(row.over_1), "reps": list(row.over_1)}
     out[f"durable_sessions_{LEVELS[-1]}_over_1_cpu_bound"] = {
         **summary(row.cpu_bound), "reps": list(row.cpu_bound)}
+    out["durable_sessions_fsync_us"] = {**summary(row.fsync_us), "reps": list(row.fsync_us)}
     out["sessions_chunks"] = [
         {"sessions": c.sessions, "turns": c.turns, "turns_per_s": c.turns / c.elapsed_s,
          "commits_per_turn": c.commits / c.turns, "writes_per_commit": c.writes / max(1, c.commits)}

@@ -26,6 +26,17 @@ async def test_the_row_runs_every_level_in_every_rep_and_judges_16_over_1(tmp_pa
     bound = [1000 / r1 / cpu16 for r1, cpu16 in zip(row.rates[1], row.cpu_ms_per_turn[16], strict=True)]
     assert report["durable_sessions_16_over_1_cpu_bound"]["reps"] == bound
     assert all(c.cpu_s > 0 for c in row.chunks)
+    # the disk it ran on, timed beside each rep; the probe leaves no file behind
+    assert len(row.fsync_us) == bench.TINY.reps and all(us > 0 for us in row.fsync_us)
+    assert report["durable_sessions_fsync_us"]["reps"] == row.fsync_us
+    assert not list(tmp_path.glob("*.fsync-probe"))
+
+
+def test_the_fsync_probe_times_each_write_and_removes_its_file(tmp_path: Path) -> None:
+    """One sample per timed page write, each positive; the probe file is gone after."""
+    samples = sessions.fsync_samples_us(tmp_path / "probe", count=5)
+    assert len(samples) == 5 and all(us > 0 for us in samples)
+    assert not (tmp_path / "probe").exists()
 
 
 async def test_one_session_makes_four_commits_per_turn_and_sixteen_share_them(
