@@ -308,6 +308,11 @@ def _file_event(obs: Observation, view: TurnView, event: Event) -> None:
         (view.exits if event.kind == EventKind.TURN_EXIT else view.completions).append(problem)
 
 
+# Two virtual times closer than this are one moment. The simulated clock starts at a
+# large epoch, where a float keeps only about 1e-7 s, so a tolerance must be well above
+# that; every timing in a world is a whole number of milliseconds or more apart.
+EPSILON_S = 1e-6
+
 Check = Callable[[Observation], list[Violation]]
 
 

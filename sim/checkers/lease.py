@@ -34,10 +34,9 @@ from hermes_ref.lease import holder_fields
 from hermes_ref.models import EventKind, Message, Role
 from hermes_ref.ports import LeaseGrantRow
 from sim.checkers import lineage
-from sim.checkers.base import Observation, Violation, checker
+from sim.checkers.base import EPSILON_S, Observation, Violation, checker
 from sim.world import LeaseStep
 
-EPSILON_S = 1e-6
 HOLDER_FIELDS = ("pid", "pidns", "turn", "platform")
 
 

@@ -42,11 +42,9 @@ from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.rotation import COMPRESSION, ROTATED
-from sim.checkers.base import Observation, Violation, as_written, checker
+from sim.checkers.base import EPSILON_S, Observation, Violation, as_written, checker
 from sim.checkers.lineage import copied_row_ids, roots
 from sim.world import TurnRun
-
-EPSILON_S = 1e-6
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,17 @@ from hermes_ref.effects import Site
 from hermes_ref.models import Message, Role
 from hermes_ref.tool_batch import BatchBounds, is_timed_out
 from hermes_ref.tool_spill import spilled_path
-from sim.checkers.base import Observation, Violation, call_row_of, checker, result_row_of
+from sim.checkers.base import (
+    EPSILON_S,
+    Observation,
+    Violation,
+    call_row_of,
+    checker,
+    result_row_of,
+)
 from sim.checkers.compaction_record import turn_of
 from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
-
-EPS = 1e-6
 
 
 def _entries(obs: Observation) -> list[SimLedgerEntry]:
@@ -117,7 +122,7 @@ def _most_at_once(entries: list[SimLedgerEntry], bounds: BatchBounds) -> tuple[i
         cutoff = (e.batch_at or 0.0) + bounds.deadline_s
         end = cutoff if e.ended_at is None else min(e.ended_at, cutoff)
         edges += [(e.at, 1), (max(end, e.at), -1)]
-    edges.sort(key=lambda edge: (edge[0] + (0 if edge[1] < 0 else EPS), edge[1]))
+    edges.sort(key=lambda edge: (edge[0] + (0 if edge[1] < 0 else EPSILON_S), edge[1]))
     running = most = 0
     when = 0.0
     for at, step in edges:
@@ -140,10 +145,10 @@ def batch_deadline_kept(obs: Observation) -> list[Violation]:
     for entries in batches.values():
         for e in entries:
             found = result_row_of(obs, e)
-            late = e.ended_at is None or e.ended_at - (e.batch_at or 0.0) > bounds.deadline_s + EPS
+            late = e.ended_at is None or e.ended_at - (e.batch_at or 0.0) > bounds.deadline_s + EPSILON_S
             t0 = e.batch_at or 0.0
             tag = f"{e.name}({e.call_id}) of batch {e.batch}"
-            if e.at - t0 > bounds.deadline_s + EPS:
+            if e.at - t0 > bounds.deadline_s + EPSILON_S:
                 out.append(Violation("batch_deadline_kept", "TOOL-5",
                                      f"{tag} started {e.at - t0:g}s in, after the deadline"))
             if found is None:
@@ -180,7 +185,7 @@ def _stopped_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBound
     result, not one that counts as its own.
     """
     t0 = entry.batch_at or 0.0
-    due = t0 + bounds.deadline_s + EPS
+    due = t0 + bounds.deadline_s + EPSILON_S
     if any(pid == entry.pid and t0 <= at <= due for pid, at in obs.deaths):
         return True
     if not any(pid == entry.pid and since < due and until > t0 for pid, since, until in obs.stalls):
@@ -203,7 +208,7 @@ def _interrupted_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchB
     session_id, turn_id = found[0]
     t0 = entry.batch_at or 0.0
     return any(i.what == "interrupt" and i.turn_id == turn_id and i.session_id == session_id
-               and t0 <= i.at <= t0 + bounds.deadline_s + EPS for i in obs.interventions)
+               and t0 <= i.at <= t0 + bounds.deadline_s + EPSILON_S for i in obs.interventions)
 
 
 def _unrecorded_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBounds) -> bool:
@@ -222,7 +227,7 @@ def _unrecorded_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBo
         return False
     session_id, turn_id = found[0]
     t0 = entry.batch_at or 0.0
-    due = t0 + bounds.deadline_s + EPS
+    due = t0 + bounds.deadline_s + EPSILON_S
     if not any(w.turn_id == turn_id and w.site == Site.TOOL_RESULTS and t0 <= w.at <= due
                for w in obs.failed_writes):
         return False
@@ -258,15 +263,15 @@ def start_gate_kept(obs: Observation) -> list[Violation]:
             waited = passed - ready
             tag = f"{e.name}({e.call_id}) of batch {batch}"
             due = _gate_due(obs, e, ready + gate_s)
-            if passed > due + EPS:
-                woke = "" if due <= ready + gate_s + EPS else \
+            if passed > due + EPSILON_S:
+                woke = "" if due <= ready + gate_s + EPSILON_S else \
                     f", its process paused until {due - ready:g}s"
                 out.append(Violation("start_gate_kept", "TOOL-5",
                                      f"{tag} waited {waited:g}s at the start gate "
                                      f"(at most {gate_s:g}s{woke})"))
-            elif waited < gate_s - EPS and e.call_id in order:
+            elif waited < gate_s - EPSILON_S and e.call_id in order:
                 earlier = order[:order.index(e.call_id)]
-                behind = [cid for cid in earlier if cid in started and started[cid] > passed + EPS]
+                behind = [cid for cid in earlier if cid in started and started[cid] > passed + EPSILON_S]
                 if behind:
                     out.append(Violation("start_gate_kept", "TOOL-5",
                                          f"{tag} passed the gate {waited:g}s after it was ready, "
@@ -284,7 +289,7 @@ def _gate_due(obs: Observation, entry: SimLedgerEntry, expires: float) -> float:
     while moved:
         moved = False
         for start, until in pauses:
-            if start <= due + EPS and due < until - EPS:
+            if start <= due + EPSILON_S and due < until - EPSILON_S:
                 due, moved = until, True
     return due
 

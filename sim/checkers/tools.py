@@ -14,6 +14,7 @@ from hermes_ref.ports import LedgerEntry
 from hermes_ref.tool_specs import TOOLS_BY_NAME, path_argument
 from sim.checkers import loop_fire
 from sim.checkers.base import (
+    EPSILON_S,
     Observation,
     Violation,
     _call_keys,
@@ -34,7 +35,7 @@ from sim.checkers.base import (
     tool_replies,
 )
 from sim.checkers.intake import taken_in_calls
-from sim.checkers.lease import EPSILON_S, lost_leases
+from sim.checkers.lease import lost_leases
 from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
 from sim.world import CallRecord

@@ -22,6 +22,7 @@ from hermes_ref.models import Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
 from sim.checkers import loop_fire
 from sim.checkers.base import (
+    EPSILON_S,
     Observation,
     TurnView,
     Violation,
@@ -426,7 +427,7 @@ def _after_error(record: CallRecord, after: CallRecord | None, final: bool, reas
     if not final and after is None and reason is not None:
         return [f"{tag} is retryable but the turn ended ({reason}) without retrying"]
     if after is not None and record.retry_after_s is not None and (
-            after.at - record.at < record.retry_after_s - 1e-9):
+            after.at - record.at < record.retry_after_s - EPSILON_S):
         return [f"{tag} asked to wait {record.retry_after_s:g} s but the next call came "
                 f"{after.at - record.at:g} s later"]
     return []
