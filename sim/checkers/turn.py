@@ -490,7 +490,8 @@ def _reprompt_problem(before: CallRecord, after: CallRecord, limit: int) -> str 
          "ones are asked for again and recorded, with errors, only on the last try")
 def arguments_checked_before_run(obs: Observation) -> list[Violation]:
     """Judged per turn: a call id counts as stored or run only within the turn that replied
-    with it, since ids repeat across turns and sessions."""
+    with it, since ids repeat across turns and sessions. The tries are counted over the
+    replies the loop read: one a correction cut neither counts nor resets the count."""
     out: list[Violation] = []
     ran: dict[str | None, set[str]] = defaultdict(set)
     for entry in obs.ledger:
@@ -504,9 +505,10 @@ def arguments_checked_before_run(obs: Observation) -> list[Violation]:
         streak = 0
         for record in records:
             bad = bad_calls(record.reply)
-            if bad and record.reply and not cut_off(record.reply, bad):
+            read = record.cut is None  # a reply a correction cut never reached the loop (LOOP-4)
+            if read and bad and record.reply and not cut_off(record.reply, bad):
                 streak += 1
-            elif record.reply is not None and record.reply.tool_calls:
+            elif read and record.reply is not None and record.reply.tool_calls:
                 streak = 0  # a round whose arguments all parse resets the count
             if not bad or record.reply is None:
                 continue
