@@ -17,7 +17,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
 from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
-from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, GRACE_SUMMARY_PROMPT
+from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT
 from hermes_ref.tokens import count_message
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
@@ -383,42 +383,20 @@ def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
     if rows and rows[-1].turn_id == view.turn_id and rows[-1].role is Role.ASSISTANT \
             and not rows[-1].tool_calls:
         rows = rows[:-1]  # the boundary or answer row the finalizer wrote after
-    tokens = record_tokens(obs, where, rows) + _reprompt_tokens(obs.limits, view.calls[-1]) + \
+    tokens = record_tokens(obs, where, rows) + _scaffolding_tokens(obs, view) + \
         count_message({"role": "user", "content": GRACE_SUMMARY_PROMPT})
     return tokens > window_tokens(obs.limits, view.calls[-1].request.model)
 
 
-def _reprompt_tokens(limits: Limits, last: CallRecord) -> int:
-    """The tokens of the dropped-call re-prompt pairs (LOOP-7) the turn's working list
-    holds when its grace request is built: the reply as it came and the nudge, scaffolding
-    that is never stored, so a request rebuilt from the record lacks them, but that the
-    grace request still carries. They are the pairs the last request carried (a landed
-    tool round starts the count over, but only the finalizer drops the pairs: SCAF-1),
-    and the pair the last reply adds when it was a dropped call with re-prompts left."""
-    try:
-        body = last.sent
-    except ValueError:
-        return 0
-    sent = body.get("messages") if isinstance(body, dict) else None
-    messages: list[dict[str, Any]] = sent if isinstance(sent, list) else []
-    nudges = [i for i, m in enumerate(messages) if i > 0 and _is_reprompt(m)]
-    carried = sum(count_message(messages[i - 1]) + count_message(messages[i]) for i in nudges)
-    reply = last.reply
-    if reply is None or reply.finish_reason != "tool_calls" or reply.tool_calls:
-        return carried
-    in_a_row = 0
-    for message in reversed(messages):
-        if message.get("role") == Role.TOOL.value:
-            break
-        in_a_row += _is_reprompt(message)
-    if in_a_row >= limits.dropped_toolcall_retries_max:
-        return carried
-    return carried + count_message({"role": "assistant", "content": reply.content or ""}) + \
-        count_message({"role": "user", "content": DROPPED_TOOLCALL_NUDGE})
+def _scaffolding_tokens(obs: Observation, view: TurnView) -> int:
+    """The tokens of the retry scaffolding the turn's working list holds when its grace
+    request is built: what the last call carried and what its reply called for (a dropped
+    call's re-prompt, LOOP-7; the nudge after a tool round's empty reply or a reasoning
+    prefill, LOOP-8). Scaffolding is never stored (SCAF-1), so a request rebuilt from the
+    record lacks it, but the finalizer drops it only after the grace call."""
+    from sim.checkers.compaction_record import scaffolding_after, tokens_of  # it reads this module
 
-
-def _is_reprompt(message: dict[str, Any]) -> bool:
-    return message.get("role") == Role.USER.value and message.get("content") == DROPPED_TOOLCALL_NUDGE
+    return tokens_of(scaffolding_after(obs.limits, view.calls, view.calls[-1]))
 
 
 def ended_in(view: TurnView) -> str:
