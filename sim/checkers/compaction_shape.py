@@ -125,7 +125,10 @@ def compaction_shape(obs: Observation) -> list[Violation]:
         asked = call.request.messages[-1].content or "" if call is not None else ""
         if previous and (previous[-1].content or "")[len(SUMMARY_PREFIX):].strip() not in asked:
             bad(step, "started a new summary instead of updating the earlier one")
-        pre = step.system_tokens + tokens_of(before)
+        # the list the engine measured also held the retry scaffolding of the turn's
+        # working list (a reasoning prefill, a nudge), which the record never shows
+        pre = step.system_tokens + tokens_of(before) + \
+            (scaffolding_tokens(obs, call.turn_id, call.seq) if call is not None else 0)
         if pre >= limit and call is not None and pre - _prunable_saving(step, limits) < limit \
                 and excused_early(obs, obs.turns.get((call.session_id, call.turn_id)), call) is None \
                 and not idle_pass(obs, call):
