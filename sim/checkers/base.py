@@ -371,13 +371,14 @@ def bound_spent(obs: Observation, view: TurnView) -> bool:
 def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
     """The turn made no grace call, and its grace request rebuilt from the record (the
     prompt of the session it ended in, that session's rows up to the turn's own last one
-    but its closing row, the grace prompt) is over the window of the turn's last route:
-    preflight refused it."""
+    but its closing row, each as it read then, the scaffolding its working list held, the
+    grace prompt) is over the window of the turn's last route: preflight refused it."""
     if not view.calls or any(c.request.purpose == "grace" for c in view.calls) \
             or view.exit is None or "grace call not sent" not in view.exit.detail:
         return False  # the engine said it refused, and the rebuilt request must agree
     where = ended_in(view)
-    rows = [m.message for m in obs.record.messages if m.session_id == where]
+    then = as_sent_at(obs, view.calls[-1].seq)  # a later redaction had not shortened them yet
+    rows = [then(m.message) for m in obs.record.messages if m.session_id == where]
     own = [i for i, row in enumerate(rows) if row.turn_id == view.turn_id]
     rows = rows[:own[-1] + 1] if own else rows  # later turns' rows were not there yet
     if rows and rows[-1].turn_id == view.turn_id and rows[-1].role is Role.ASSISTANT \
