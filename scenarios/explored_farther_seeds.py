@@ -6,15 +6,19 @@ phase.
 
 from __future__ import annotations
 
+from hermes_ref.session import SessionSource
 from scenarios._explored_common import calm as _calm
 from scenarios._explored_common import world as _world
 from sim.explore.edges import handed_history
+from sim.explore.lanes import LaneWorld
 from sim.explore.plan import FaultKind, ReplyFault
+from sim.explore.terminal import SECRET, redact_later
 from sim.harness import Story, scenario
 from sim.interventions import correct_at_a_moment
 
 FIGURES = "memory: the user keeps the quarterly figures in notes-1.txt and prefers short answers"
 SIGNATURE = "memory: the user signs notes as Ana and works from the Lisbon office"
+MEMORY = "memory: last week the user asked for every change to be written to its own file"
 
 
 @scenario("A malformed reply a correction cuts is no try: the turn's next malformed reply "
@@ -153,4 +157,41 @@ def prefill_keeps_a_pruned_list_over_the_threshold(s: Story) -> None:
                    {"text": "Go through part-1.txt to part-7.txt in order."},
                    session="s-1", after_s=27.0)
     s.start_drain(one, "s-1", after_s=45.0)
+    _calm(s)
+
+
+@scenario("A grace request refused for its length is measured on the rows as they read "
+          "then, before a later redaction shortened one (explored seed 35611)",
+          invariants=("FIN-1", "WIRE-2"), stage="explore")
+def refused_grace_request_before_a_redaction(s: Story) -> None:
+    """In a 250-token window with one iteration a turn on t-1 gets a dropped call and is
+    out of calls; its grace request (the session's rows, the first of them still holding a
+    pasted card number, the re-prompt pair and the summary prompt) is over the window, so
+    preflight refuses it. Five seconds later the user redacts the card number. FIN-1's
+    checker rebuilt the request from the rows as redacted, found that it fit, and read the
+    refusal as a skipped grace call; it now reads each row as it was at the turn's last
+    call (``base.as_sent_at``), as the checkers of the summary requests do."""
+    _world(s, 35611, ReplyFault(call=2, kind=FaultKind.BAD_ARGUMENTS),
+           ReplyFault(call=6, kind=FaultKind.DROPPED_CALL), parts=10)
+    s.limits(max_iterations=1)
+    s.limits(context_window_tokens=250)
+    s.limits(session_reset_mode="none", session_idle_minutes=60, session_reset_at_hour=6,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=10800.0, stuck_restart_threshold=3)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-2", "r-779b2a", {"text": "Go through part-1.txt to part-10.txt in order."},
+                   session="s-2", after_s=2.0)
+    s.start_turn(f"Say hello 1. {SECRET}", session="t-1", process=one, after_s=3.0)
+    s.start_turn("Say hello 2.", session="t-1", process=one, after_s=13.0, injected=MEMORY)
+    s.start_drain(one, "s-2", after_s=18.0)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=one, after_s=19.0,
+                 injected="memory: the build log is long; the user wants only its last line")
+    redact_later(s, SECRET, after_s=24.0, session="t-1")
+    lanes = LaneWorld(s, [one], job_s=400.0)
+    lanes.message(0, SessionSource(platform="telegram", chat_type="group", chat_id="-1002285219667",
+                                   thread_id="17585", participant="erin"),
+                  "Write note 5 to lane-out-5.txt.", after_s=31031.7)
     _calm(s)
