@@ -10,9 +10,9 @@ the docs, in its own words and code. What may be shared with the engine is data:
 texts, marks, tool tables, enums and value types. Functions that decide may not (a test,
 ``tests/sim/test_checker_independence.py``, keeps it so).
 
-The token estimate has a module of its own (``measure``). Here are the rest:
+The token estimate has a module of its own (``measure``), and the text rule of reply
+intake lives with its checker (``intake.taken_in_text``). Here are the rest:
 
-* ``client_text``: how a UTF-16 client renders streamed text (DEL-1, FIN-6);
 * ``named_path`` and ``scoped_path``: the path a file tool's call names, and that path
   collapsed as a string (TOOL-4, TOOL-9);
 * ``says_timed_out``: whether a tool result is the batch deadline's own (TOOL-5, TOOL-7);
@@ -30,31 +30,6 @@ from typing import Any
 from hermes_ref.models import ToolCall, ToolKind
 from hermes_ref.tool_batch import TIMED_OUT_MARK
 from hermes_ref.tool_specs import TOOLS_BY_NAME
-
-REPLACEMENT = "\ufffd"  # what a decoder shows for a code unit it cannot read
-_HIGH = range(0xD800, 0xDC00)  # the first half of a surrogate pair
-_LOW = range(0xDC00, 0xE000)  # the second half
-
-
-def client_text(text: str) -> str:
-    """``text`` as a UTF-16 client renders it (DEL-1, FIN-6).
-
-    A client reads the stream as UTF-16 code units: a high surrogate followed at once by a
-    low one is one character, and every other surrogate, high or low, is unreadable and is
-    shown as U+FFFD. Walked one code point at a time, so nothing is borrowed from a codec.
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        point = ord(text[i])
-        after = ord(text[i + 1]) if i + 1 < len(text) else None
-        if point in _HIGH and after is not None and after in _LOW:
-            out.append(chr(0x10000 + ((point - 0xD800) << 10) + (after - 0xDC00)))
-            i += 2
-            continue
-        out.append(REPLACEMENT if point in _HIGH or point in _LOW else text[i])
-        i += 1
-    return "".join(out)
 
 
 def named_path(call: ToolCall) -> str | None:
