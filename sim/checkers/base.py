@@ -20,7 +20,7 @@ from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
 from sim.checkers import lineage  # CMP-5: a rotated turn is one turn
-from sim.checkers.measure import message_tokens
+from sim.checkers.measure import message_tokens, route_window_tokens
 from sim.checkers.rules import holder_fields
 from sim.world import CallRecord, FailedWrite, Intervention, LaneEffect, LeaseStep, RewriteRun, TurnRun
 
@@ -445,7 +445,7 @@ def window_tokens(limits: Limits, model: str | None = None) -> int:
     """The window of the route a request went to (LOOP-6: a fallback has its own)."""
     for route in getattr(limits, "fallback_providers", ()):
         if route.model == model:
-            return int(route.window_in_estimate)
+            return route_window_tokens(route.context_window_tokens, route.token_ratio)
     return limits.context_window_tokens
 
 

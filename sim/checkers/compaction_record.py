@@ -32,7 +32,7 @@ from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
     window_tokens,
 )
 from sim.checkers.lineage import roots
-from sim.checkers.measure import message_tokens, wire_tokens
+from sim.checkers.measure import message_tokens, route_window_tokens, wire_tokens
 from sim.checkers.rotation import CompactionRun  # a story's own compaction, not judged here
 from sim.checkers.rules import holder_fields
 from sim.checkers.thoughts import inline_thought, thought_of, visible_text
@@ -183,7 +183,8 @@ def attempts(obs: Observation, turn: str, before: CallRecord | None = None,
 
 
 def smallest_window(limits: Limits) -> int:
-    routes = [int(r.window_in_estimate) for r in getattr(limits, "fallback_providers", ())]
+    routes = [route_window_tokens(r.context_window_tokens, r.token_ratio)
+              for r in getattr(limits, "fallback_providers", ())]
     return min([limits.context_window_tokens, *routes])
 
 

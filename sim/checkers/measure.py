@@ -50,3 +50,10 @@ def message_tokens(wire: Mapping[str, Any]) -> int:
 def wire_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     """Tokens of a list of wire messages: the sum of each one's."""
     return sum(message_tokens(m) for m in messages)
+
+
+def route_window_tokens(context_window_tokens: int, token_ratio: float) -> int:
+    """A fallback route's window in this estimate (LOOP-6): the route counts
+    ``token_ratio`` of its own tokens per token of the estimate, so its window holds its
+    size divided by the ratio, rounded down (a request must fit, not nearly fit)."""
+    return int(context_window_tokens / token_ratio)
