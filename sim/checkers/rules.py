@@ -8,7 +8,7 @@ way, and the two would agree: the checker would be blind to exactly the bug it e
 So every rule a checker decides by is written out here a second time, from the spec and
 the docs, in its own words and code. What may be shared with the engine is data: prompt
 texts, marks, tool tables, enums and value types. Functions that decide may not (a test,
-``tests/sim/test_checker_independence.py``, keeps it so).
+``tests/unit/test_checker_independence.py``, keeps it so).
 
 The token estimate has a module of its own (``measure``), and the text rule of reply
 intake lives with its checker (``intake.taken_in_text``). Here are the rest:
@@ -16,6 +16,7 @@ intake lives with its checker (``intake.taken_in_text``). Here are the rest:
 * ``named_path`` and ``scoped_path``: the path a file tool's call names, and that path
   collapsed as a string (TOOL-4, TOOL-9);
 * ``says_timed_out``: whether a tool result is the batch deadline's own (TOOL-5, TOOL-7);
+* ``spill_named``: the spill file a spilled result's summary names (TOOL-7);
 * ``normalized_payload``: the payload the admission digest is computed over (ADM-3, ADM-6);
 * ``holder_fields``: the parts of a lease or lock holder's identity (LEASE-2).
 """
@@ -66,6 +67,26 @@ def says_timed_out(content: str | None, deadline_s: float) -> bool:
     """Is this tool result the batch deadline's own (TOOL-5)? Both of its wordings carry
     the mark and the deadline in seconds, written shortest (``420s``, ``0.5s``)."""
     return content is not None and f"{TIMED_OUT_MARK} {deadline_s:g}s" in content
+
+
+SPILL_MARK = "the whole output is in "  # the summary's wording before the spill file's path
+
+
+def spill_named(content: str | None) -> str | None:
+    """The spill file a result's summary names (TOOL-7: the model gets a summary and the
+    path), or None when ``content`` names none. The summary says the whole output is in
+    the file, and the path, which holds no whitespace, is followed by `` (`` and how to
+    read it; the first such mention counts."""
+    text = content or ""
+    at = text.find(SPILL_MARK)
+    while at >= 0:
+        begin = end = at + len(SPILL_MARK)
+        while end < len(text) and not text[end].isspace():
+            end += 1
+        if end > begin and text.startswith(" (", end):
+            return text[begin:end]
+        at = text.find(SPILL_MARK, at + 1)
+    return None
 
 
 def normalized_payload(payload: object, bytes_max: int) -> dict[str, Any] | None:

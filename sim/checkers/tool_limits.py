@@ -18,7 +18,6 @@ from hermes_ref.closure import INTERRUPTED_CALL_TEXT, RECOVERED_CALL_TEXT, UNREC
 from hermes_ref.effects import Site
 from hermes_ref.models import Message, Role
 from hermes_ref.tool_batch import BatchBounds
-from hermes_ref.tool_spill import spilled_path
 from sim.checkers.base import (
     EPSILON_S,
     Observation,
@@ -28,7 +27,7 @@ from sim.checkers.base import (
     result_row_of,
 )
 from sim.checkers.compaction_record import turn_of
-from sim.checkers.rules import says_timed_out
+from sim.checkers.rules import says_timed_out, spill_named
 from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
 
@@ -340,7 +339,7 @@ def _spill_problems(obs: Observation, e: SimLedgerEntry) -> list[Violation]:
     if found is None or says_timed_out(found[1].content, _bounds(obs).deadline_s) \
             or found[1].content in UNDELIVERED_TEXTS:
         return []  # no result reached the model: a closure row stands for it (FIN-4, TOOL-8/10)
-    named = spilled_path(found[1].content)
+    named = spill_named(found[1].content)
     if named != e.spilled_to:
         return [Violation("oversized_results_spilled", "TOOL-7",
                           f"{tag}; its result names {named!r}, not the spill file {e.spilled_to}")]

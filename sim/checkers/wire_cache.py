@@ -40,7 +40,6 @@ from typing import Any
 
 from hermes_ref.models import Message, Role
 from hermes_ref.ports import CompactionRow
-from hermes_ref.prologue import compose_api_content
 from sim.checkers.base import Observation, Violation, checker
 from sim.checkers.lineage import roots
 from sim.checkers.measure import message_tokens
@@ -185,15 +184,15 @@ def _v(invariant: str, message: str) -> Violation:
 def sidecar_problem(content: str | None, sidecar: str) -> str | None:
     """Why ``sidecar`` is not ``content`` composed with an injection, or None when it is.
 
-    The one composer (``prologue.compose_api_content``) writes a sidecar as the row's
-    content, a blank line, then the injection fenced in ``<context>``; so a sidecar always
-    holds its row's content as the composer writes it. A row whose content was written
-    again and whose old sidecar stayed holds the *old* content in it: that is WIRE-2.
+    WIRE-1's composer writes a sidecar only for a non-empty injection: the row's content,
+    a blank line, then the injection fenced in ``<context>``; so a sidecar always holds its
+    row's content as the composer writes it. A row whose content was written again and
+    whose old sidecar stayed holds the *old* content in it: that is WIRE-2.
     """
     head, tail = f"{content or ''}\n\n<context>\n", "\n</context>"
     if not sidecar.startswith(head) or not sidecar.endswith(tail) or len(sidecar) < len(head) + len(tail):
         return "it is not the row's content composed with an injection"
-    if compose_api_content(content or "", sidecar[len(head):-len(tail)]) != sidecar:
+    if not sidecar[len(head):-len(tail)]:  # an empty injection gets no sidecar at all
         return "the composer would not write it for the row's content"
     return None
 
