@@ -46,6 +46,23 @@ def conflicting_resubmission_is_refused(s: Story) -> None:
     s.expect(s.admissions()[0].outcome is Outcome.COMPLETED, "the first payload ran")
 
 
+@scenario("Every field of a payload is part of its digest: the same request with another "
+          "field beside the text is a conflict",
+          invariants=("ADM-3", "ADM-6"), stage="admission")
+def every_payload_field_is_digested(s: Story) -> None:
+    """Normalization keeps every field and changes only the line ends of ``text``, so two
+    payloads with the same text and another field are two payloads (ADM-3)."""
+    s.bind("alice")
+    s.script(text("Replying to the first."))
+    _acked(s.submit("alice", "msg-1", {"text": "Hello!", "reply_to": "m-1"}))
+    changed = {"text": "Hello!", "reply_to": "m-2"}
+    refused = s.submit("alice", "msg-1", changed)
+    s.expect(isinstance(refused, Refusal) and refused.code == "admission_conflict"
+             and refused.carried is changed, "another field is another payload: a conflict")
+    s.drain()
+    s.expect(len(s.admissions()) == 1, "one row, the first payload's")
+
+
 @scenario("A payload that claims the operator role gains nothing",
           invariants=("ADM-2", "ADM-6"), stage="admission")
 def hostile_payload_gains_nothing(s: Story) -> None:

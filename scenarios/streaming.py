@@ -6,7 +6,7 @@ from __future__ import annotations
 from hermes_ref.models import EventKind, ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
 from sim.harness import Story, scenario
-from sim.provider import stream_deltas, text, tool_calls
+from sim.provider import LONE_SURROGATE, lone_surrogate_text, stream_deltas, text, tool_calls
 from sim.stream_client import SimClient
 
 ANSWER = "The notes say alpha, beta and gamma."
@@ -107,3 +107,20 @@ def client_reconnects_across_a_crash(s: Story) -> None:
     s.expect(result is not None and result.final_response == ANSWER, "the next turn answered")
     turn_id = result.turn_id if result is not None else ""
     s.expect(client.text(turn_id, 1) == ANSWER, "the client saw the new answer live, once")
+
+
+@scenario("A client shown a lone surrogate reads it as U+FFFD, and so does the durable answer",
+          invariants=("DEL-2", "FIN-6"), stage="streaming")
+def lone_surrogate_shown_as_the_record_keeps_it(s: Story) -> None:
+    """The provider streams an answer holding a lone UTF-16 surrogate, and a client watches.
+    The deltas reach the client as they were streamed; a UTF-16 reader shows the lone half
+    as U+FFFD, so the answer row must hold U+FFFD in its place (DEL-2), and nothing else
+    would be the answer the user was shown."""
+    client = SimClient.join(s.world, "s-1")
+    s.script(lone_surrogate_text("Nice work ", "!"))
+    result = s.turn("How did I do?")
+    s.expect(result is not None and result.final_response == "Nice work \ufffd!",
+             "the answer holds U+FFFD where the lone surrogate was")
+    turn_id = result.turn_id if result is not None else ""
+    s.expect(client.text(turn_id, 1) == f"Nice work {LONE_SURROGATE}!",
+             "the client was handed the text as it was streamed")

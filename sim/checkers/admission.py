@@ -25,7 +25,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from hermes_ref import admission
 from hermes_ref.admission import (
     Ack,
     AdmissionRow,
@@ -36,6 +35,7 @@ from hermes_ref.admission import (
 )
 from hermes_ref.models import Role
 from sim.checkers.base import Observation, Violation, checker, remembered
+from sim.checkers.rules import normalized_payload
 from sim.world import SIM_PID_NAMESPACE, AckRecord
 
 
@@ -66,11 +66,15 @@ def submitted_digest(obs: Observation, rec: AckRecord) -> str | None:
 
 
 def _submitted_digest(obs: Observation, rec: AckRecord) -> str | None:
+    """The digest over the payload as the spec normalizes it (``rules.normalized_payload``,
+    restated rather than the engine's, which a broken door would share)."""
     sub = rec.submitted
     try:
-        payload = admission.normalize_payload(sub.payload, obs.limits)
+        payload = normalized_payload(sub.payload, obs.limits.admission_payload_bytes_max)
+        if payload is None:
+            return None
         return digest_of(str(sub.session_id), payload, str(sub.intent))
-    except (admission.AdmissionRefused, AttributeError, TypeError, ValueError):
+    except (AttributeError, TypeError, ValueError):
         return None
 
 

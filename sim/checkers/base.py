@@ -12,16 +12,16 @@ from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 
-from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
 from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT
-from hermes_ref.tokens import count_message
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from hermes_ref.wire import ProviderRequest
 from sim.checkers import lineage  # CMP-5: a rotated turn is one turn
+from sim.checkers.measure import message_tokens, route_window_tokens
+from sim.checkers.rules import holder_fields
 from sim.world import CallRecord, FailedWrite, Intervention, LaneEffect, LeaseStep, RewriteRun, TurnRun
 
 
@@ -385,7 +385,7 @@ def grace_would_not_fit(obs: Observation, view: TurnView) -> bool:
             and not rows[-1].tool_calls:
         rows = rows[:-1]  # the boundary or answer row the finalizer wrote after
     tokens = record_tokens(obs, where, rows) + _scaffolding_tokens(obs, view) + \
-        count_message({"role": "user", "content": GRACE_SUMMARY_PROMPT})
+        message_tokens({"role": "user", "content": GRACE_SUMMARY_PROMPT})
     return tokens > window_tokens(obs.limits, view.calls[-1].request.model)
 
 
@@ -438,15 +438,15 @@ def record_tokens(obs: Observation, session_id: str, rows: Sequence[Message]) ->
     """A request rebuilt from the record: the session's stored prompt, then ``rows`` but the
     hidden ones, which no request carries (LOOP-4)."""
     prompt = next((s.system_prompt for s in obs.record.sessions if s.id == session_id), "")
-    return count_message({"role": "system", "content": prompt}) + \
-        sum(count_message(m.wire) for m in rows if not m.hidden)
+    return message_tokens({"role": "system", "content": prompt}) + \
+        sum(message_tokens(m.wire) for m in rows if not m.hidden)
 
 
 def window_tokens(limits: Limits, model: str | None = None) -> int:
     """The window of the route a request went to (LOOP-6: a fallback has its own)."""
     for route in getattr(limits, "fallback_providers", ()):
         if route.model == model:
-            return int(route.window_in_estimate)
+            return route_window_tokens(route.context_window_tokens, route.token_ratio)
     return limits.context_window_tokens
 
 

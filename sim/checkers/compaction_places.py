@@ -30,7 +30,6 @@ from hermes_ref import compression
 from hermes_ref.limits import Limits
 from hermes_ref.models import EventKind, Message, Role
 from hermes_ref.outcomes import ExitReason
-from hermes_ref.tokens import count_message
 from sim.checkers import compaction_split
 from sim.checkers.base import Observation, TurnView, as_written, remembered
 from sim.checkers.compaction_record import (
@@ -42,6 +41,7 @@ from sim.checkers.compaction_record import (
     tokens_of,
     turn_of,
 )
+from sim.checkers.measure import message_tokens
 from sim.world import CallRecord
 
 Order = tuple[int, int, int, int]
@@ -152,7 +152,7 @@ def has_work(messages: tuple[Message, ...], limits: Limits, turn: str) -> bool:
 def _estimate(call: CallRecord, messages: tuple[Message, ...]) -> int:
     """The engine's estimate of a request: its system prompt and the working list (a hidden
     row in it goes on no wire and counts nothing, LOOP-4)."""
-    system = sum(count_message(m.wire) for m in call.request.messages if m.role is Role.SYSTEM)
+    system = sum(message_tokens(m.wire) for m in call.request.messages if m.role is Role.SYSTEM)
     return system + tokens_of(list(messages))
 
 
@@ -289,7 +289,7 @@ def _closed_at_once(obs: Observation, view: TurnView) -> Preflight | None:
             return None
         session, rows = found, _live_rows(obs, found, mark)
     prompt = next((r.system_prompt for r in obs.record.sessions if r.id == session), "")
-    tokens = count_message({"role": "system", "content": prompt}) + tokens_of(list(rows))
+    tokens = message_tokens({"role": "system", "content": prompt}) + tokens_of(list(rows))
     root = lineage_of(obs).get(session, session)
     return Preflight(view, "first", root, None, None, _exit_at(view, 0.0), released[0],
                      (mark, 1, 2 * released[0] - 1, 1), rows, tokens, obs.limits)

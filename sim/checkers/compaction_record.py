@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ScaffoldFlag
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL
-from hermes_ref.tokens import count_message, count_wire_messages
 from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
     Observation,
     TurnView,
@@ -34,7 +32,9 @@ from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
     window_tokens,
 )
 from sim.checkers.lineage import roots
+from sim.checkers.measure import message_tokens, route_window_tokens, wire_tokens
 from sim.checkers.rotation import CompactionRun  # a story's own compaction, not judged here
+from sim.checkers.rules import holder_fields
 from sim.checkers.thoughts import inline_thought, thought_of, visible_text
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
@@ -67,7 +67,7 @@ def tail_tokens(limits: Limits) -> int:
 
 def sent_tokens(call: CallRecord) -> int | None:
     sent = sent_messages(call)
-    return None if isinstance(sent, str) else count_wire_messages(sent)
+    return None if isinstance(sent, str) else wire_tokens(sent)
 
 
 def tokens_sent(obs: Observation, call: CallRecord) -> int | None:
@@ -81,7 +81,7 @@ def is_summary(message: Message) -> bool:
 
 def tokens_of(rows: list[Message]) -> int:
     """What ``rows`` add to a request: a hidden row goes on no wire (LOOP-4), so adds nothing."""
-    return sum(count_message(m.wire) for m in rows if not m.hidden)
+    return sum(message_tokens(m.wire) for m in rows if not m.hidden)
 
 
 def turn_of(holder: str) -> str | None:
@@ -152,7 +152,7 @@ def _passes(obs: Observation) -> list[Pass]:
                  and done.first_row_id <= (m.message.row_id or 0) < last]
         if any((m.content or "").startswith(STAGED_PREFIX) for m in after):
             continue  # the story wrote this set itself, before its runs are marked as such
-        system = count_message({"role": "system", "content": prompts.get(done.session_id, "")})
+        system = message_tokens({"role": "system", "content": prompts.get(done.session_id, "")})
         out.append(Pass(done, turn_of(done.holder), before, after, system))
     return out
 
@@ -183,7 +183,8 @@ def attempts(obs: Observation, turn: str, before: CallRecord | None = None,
 
 
 def smallest_window(limits: Limits) -> int:
-    routes = [int(r.window_in_estimate) for r in getattr(limits, "fallback_providers", ())]
+    routes = [route_window_tokens(r.context_window_tokens, r.token_ratio)
+              for r in getattr(limits, "fallback_providers", ())]
     return min([limits.context_window_tokens, *routes])
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
-from hermes_ref.tokens import count_message
 from sim.checkers.base import (
     Observation,
     TurnKey,
@@ -42,6 +41,7 @@ from sim.checkers.compaction_record import (
 from sim.checkers.compaction_split import prunable, split
 from sim.checkers.compaction_streak import blind_passes
 from sim.checkers.loop_fire import interrupted
+from sim.checkers.measure import message_tokens
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
 
@@ -56,7 +56,7 @@ def _key(m: Message) -> tuple[object, ...]:
 def _prunable_saving(step: Pass, limits: Limits) -> int:
     """Tokens pruning old tool outputs (after the head, before the tail, neither splitting a
     tool group: ``compaction_split``) would have saved, each replaced by its placeholder."""
-    return sum(count_message(row.wire) - count_message({**row.wire, "content": text})
+    return sum(message_tokens(row.wire) - message_tokens({**row.wire, "content": text})
                for row, text in prunable(tuple(step.before), limits))
 
 

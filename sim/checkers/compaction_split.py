@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
-from hermes_ref.tokens import count_message
 from sim.checkers.compaction_record import PRUNED_PREFIX, is_summary, tail_tokens
+from sim.checkers.measure import message_tokens
 
 
 def _cost(row: Message) -> int:
     """What a row adds to a request: nothing for a hidden one (LOOP-4)."""
-    return 0 if row.hidden else count_message(row.wire)
+    return 0 if row.hidden else message_tokens(row.wire)
 
 
 def tail_start(rows: tuple[Message, ...], budget: int, floor: int) -> int:

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
-from hermes_ref.tokens import count_message
 from sim.checkers.base import Observation, TurnView, remembered
 from sim.checkers.compaction_places import (
     Order,
@@ -63,6 +62,7 @@ from sim.checkers.compaction_record import (
     turn_of,
 )
 from sim.checkers.compaction_split import middle, prunable, split
+from sim.checkers.measure import message_tokens
 from sim.world import CallRecord
 
 
@@ -190,7 +190,7 @@ def _tokens_after(obs: Observation, view: TurnView | None, step: Pass) -> int:
     after = [c for c in calls if c.watermark >= step.done.first_row_id]
     if not after:
         return step.tokens_after + tokens_of(_scaffolding_kept(obs, view, calls, step))
-    return step.tokens_after + sum(count_message(m.wire) for m in after[0].request.messages
+    return step.tokens_after + sum(message_tokens(m.wire) for m in after[0].request.messages
                                    if m.scaffold is not None and not m.hidden)
 
 

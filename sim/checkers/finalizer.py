@@ -11,7 +11,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import FAILED_EXITS, ExitLine, ExitReason
 from hermes_ref.ports import LedgerEntry
-from hermes_ref.tool_specs import TOOLS_BY_NAME, scoped_path
+from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers import lineage, loop_fire, thoughts
 from sim.checkers.base import (
     Observation,
@@ -30,6 +30,7 @@ from sim.checkers.base import (
 )
 from sim.checkers.intake import taken_in_text
 from sim.checkers.reasons import dropped_call, grace_texts, nudges_since_tool
+from sim.checkers.rules import scoped_path
 from sim.world import CallRecord, RaisedRun
 
 # ---- finalizer ---------------------------------------------------------------------------

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 
-from hermes_ref.lease import holder_fields
 from hermes_ref.models import EventKind, Message, Role
 from hermes_ref.ports import LeaseGrantRow
 from sim.checkers import lineage
 from sim.checkers.base import EPSILON_S, Observation, Violation, checker
+from sim.checkers.rules import holder_fields
 from sim.world import LeaseStep
 
 HOLDER_FIELDS = ("pid", "pidns", "turn", "platform")

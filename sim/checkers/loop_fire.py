@@ -35,7 +35,6 @@ from hermes_ref.scaffolding import (
     EMPTY_SENTINEL,
     PRE_VERIFY_NUDGE,
 )
-from hermes_ref.tokens import count_wire_messages
 from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers import lineage
 from sim.checkers.base import (
@@ -56,6 +55,7 @@ from sim.checkers.base import (
 )
 from sim.checkers.intake import taken_in_text
 from sim.checkers.lease import lost_leases
+from sim.checkers.measure import wire_tokens
 from sim.checkers.thoughts import inline_thought, thought_of, visible_text
 from sim.checkers.wire import sent_messages
 from sim.interventions import raw_partial
@@ -433,7 +433,7 @@ def fallback_routes(obs: Observation) -> list[Violation]:
             position = where
             route = routes.get(model)
             if route is not None:
-                tokens = count_wire_messages(_messages(call)) * route.token_ratio
+                tokens = wire_tokens(_messages(call)) * route.token_ratio
                 if tokens > route.context_window_tokens:
                     out.append(_v6(f"{tag} sent {tokens:.0f} tokens to {model!r} at effect "
                                    f"{call.seq}, past its {route.context_window_tokens}-token window"))
@@ -483,7 +483,7 @@ def _grace_refused_on(obs: Observation, view: TurnView, call: CallRecord, model:
     line = view.exit
     if call.request.purpose != "grace" or line is None or "grace call not sent" not in line.detail:
         return False
-    return count_wire_messages(_messages(call)) > window_tokens(obs.limits, model)
+    return wire_tokens(_messages(call)) > window_tokens(obs.limits, model)
 
 
 def _stopped_before_sending(view: TurnView) -> bool:

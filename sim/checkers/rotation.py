@@ -37,13 +37,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import combinations
 
-from hermes_ref.lease import holder_fields
 from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.rotation import COMPRESSION, ROTATED
 from sim.checkers.base import EPSILON_S, Observation, Violation, as_written, checker
 from sim.checkers.lineage import copied_row_ids, roots
+from sim.checkers.rules import holder_fields
 from sim.world import TurnRun
 
 

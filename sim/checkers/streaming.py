@@ -12,10 +12,10 @@ from collections import defaultdict
 from typing import Any
 
 from hermes_ref.models import Event, EventKind, Message, Role, StreamDelta
-from hermes_ref.reply_intake import clean_text
 from hermes_ref.scaffolding import EMPTY_SENTINEL
 from sim.checkers import loop_fire
 from sim.checkers.base import Observation, TurnView, Violation, checker, remembered
+from sim.checkers.intake import taken_in_text
 from sim.checkers.thoughts import visible_text
 from sim.world import CallRecord
 
@@ -296,12 +296,12 @@ def _shown_answer(obs: Observation, view: TurnView, client: Any, calls: list[Any
     renders it: the turn's last streamed call, or, when the answer is one the verification
     gate held back and FIN-1 delivered at the budget's end, the call that gave it (the
     model went on to check its work in later calls)."""
-    last = clean_text(client.text(view.turn_id, calls[-1]))
+    last = taken_in_text(client.text(view.turn_id, calls[-1])) or ""
     held = loop_fire.withheld_answers(view, obs)
     if not loop_fire.delivers_held(stored, held):
         return last
     for call in reversed(list(dict.fromkeys(calls))):
-        shown = clean_text(client.text(view.turn_id, call))
+        shown = taken_in_text(client.text(view.turn_id, call)) or ""
         if shown in held or visible_text(shown) in held:
             return shown
     return last

@@ -17,8 +17,7 @@ from collections import defaultdict
 from hermes_ref.closure import INTERRUPTED_CALL_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
 from hermes_ref.effects import Site
 from hermes_ref.models import Message, Role
-from hermes_ref.tool_batch import BatchBounds, is_timed_out
-from hermes_ref.tool_spill import spilled_path
+from hermes_ref.tool_batch import BatchBounds
 from sim.checkers.base import (
     EPSILON_S,
     Observation,
@@ -28,6 +27,7 @@ from sim.checkers.base import (
     result_row_of,
 )
 from sim.checkers.compaction_record import turn_of
+from sim.checkers.rules import says_timed_out, spill_named
 from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
 
@@ -163,12 +163,12 @@ def batch_deadline_kept(obs: Observation) -> list[Violation]:
                 continue  # FIN-4: the user stopped the turn before the deadline could close it
             if late and content == UNRECORDED_RESULT_TEXT and _unrecorded_in_time(obs, e, bounds):
                 continue  # TOOL-8: the deadline closed it, but its timed-out result was not stored
-            if late and not is_timed_out(content, bounds):
+            if late and not says_timed_out(content, bounds.deadline_s):
                 ended = "never ended" if e.ended_at is None else f"ended {e.ended_at - t0:g}s in"
                 out.append(Violation("batch_deadline_kept", "TOOL-5",
                                      f"{tag} {ended}, past the {bounds.deadline_s:g}s deadline, "
                                      f"and its own result counts: {(content or '')[:40]!r}"))
-            elif not late and is_timed_out(content, bounds):
+            elif not late and says_timed_out(content, bounds.deadline_s):
                 out.append(Violation("batch_deadline_kept", "TOOL-5",
                                      f"{tag} ended {(e.ended_at or t0) - t0:g}s in, in time, but its result "
                                      "says it timed out"))
@@ -336,10 +336,10 @@ def _spill_problems(obs: Observation, e: SimLedgerEntry) -> list[Violation]:
         return [Violation("oversized_results_spilled", "TOOL-7",
                           f"{tag} but {e.spilled_to} does not hold the whole output")]
     found = result_row_of(obs, e)
-    if found is None or is_timed_out(found[1].content, _bounds(obs)) \
+    if found is None or says_timed_out(found[1].content, _bounds(obs).deadline_s) \
             or found[1].content in UNDELIVERED_TEXTS:
         return []  # no result reached the model: a closure row stands for it (FIN-4, TOOL-8/10)
-    named = spilled_path(found[1].content)
+    named = spill_named(found[1].content)
     if named != e.spilled_to:
         return [Violation("oversized_results_spilled", "TOOL-7",
                           f"{tag}; its result names {named!r}, not the spill file {e.spilled_to}")]

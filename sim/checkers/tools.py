@@ -7,11 +7,10 @@ from collections import defaultdict
 from functools import partial
 
 from hermes_ref.closure import NOT_RUN_TEXT, RECOVERED_CALL_TEXT, UNRECORDED_RESULT_TEXT
-from hermes_ref.lease import holder_fields
 from hermes_ref.models import EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.ports import LedgerEntry
-from hermes_ref.tool_specs import TOOLS_BY_NAME, path_argument
+from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers import loop_fire
 from sim.checkers.base import (
     EPSILON_S,
@@ -36,6 +35,7 @@ from sim.checkers.base import (
 )
 from sim.checkers.intake import taken_in_calls
 from sim.checkers.lease import lost_leases
+from sim.checkers.rules import holder_fields, named_path
 from sim.checkers.wire import sent_messages
 from sim.tools import SimLedgerEntry
 from sim.world import CallRecord
@@ -529,7 +529,7 @@ def _unsafe_together(calls: list[ToolCall], ran: Ran) -> str | None:
         spec = TOOLS_BY_NAME.get(call.name)
         if spec is None or spec.kind not in _JOINABLE or call.parsed_arguments() is None:
             return f"{call.name}({call.id}) ran alongside other calls but is a barrier"
-        if path_argument(call, spec) is None and spec.kind is not ToolKind.PARALLEL_SAFE:
+        if named_path(call) is None and spec.kind is not ToolKind.PARALLEL_SAFE:
             return f"{call.name}({call.id}) has no usable path but ran alongside other calls"
         paths.append((call, spec.kind, _landed(call, spec.kind, ran.get(call.id))))
     for i, (a, kind_a, path_a) in enumerate(paths):

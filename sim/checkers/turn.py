@@ -16,7 +16,6 @@ from hermes_ref.errors import (
     RateLimited,
     StreamCut,
 )
-from hermes_ref.lease import holder_fields
 from hermes_ref.limits import Limits
 from hermes_ref.models import Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitReason
@@ -39,6 +38,7 @@ from sim.checkers.base import (
     stopped_at_the_bound,
 )
 from sim.checkers.reasons import bad_calls, cut_off, dropped_call, nudges_since_tool, reason_problem
+from sim.checkers.rules import holder_fields
 from sim.checkers.streaming import failed_calls, whole_answer  # FIN-2: a recovered stream answered
 from sim.checkers.thoughts import visible_text
 from sim.checkers.wire import sent_messages

@@ -13,7 +13,7 @@ It reads only the request bodies the world recorded, never the engine's figures 
 provider's: for each call of a session, in call order, the cached tokens are those of the
 longest run of leading messages its body shares with the body of an earlier *answered*
 call of the same session (a failed call leaves nothing cached) with the same model and
-tools, each message counted whole by the engine's own estimate (``tokens.count_message``
+tools, each message counted whole by the token estimate (``measure.message_tokens``
 of the parsed wire message), as ``sim.provider.PromptCache`` reports them.
 
 A story declares what it expects by running turns as ``CacheShareRun`` with a
@@ -40,10 +40,9 @@ from typing import Any
 
 from hermes_ref.models import Message, Role
 from hermes_ref.ports import CompactionRow
-from hermes_ref.prologue import compose_api_content
-from hermes_ref.tokens import count_message
 from sim.checkers.base import Observation, Violation, checker
 from sim.checkers.lineage import roots
+from sim.checkers.measure import message_tokens
 from sim.checkers.wire import WireMessage, sent_messages
 from sim.world import CallRecord, RewriteRun, TurnRun
 
@@ -88,8 +87,8 @@ def session_shares(obs: Observation, session_id: str) -> list[CallShare] | str:
             shared = _shared(sent, other)
             if nearest is None or shared > best:
                 best, nearest = shared, record
-        out.append(CallShare(call, sum(count_message(m) for m in sent),
-                             sum(count_message(m) for m in sent[:best]), nearest, best, sent))
+        out.append(CallShare(call, sum(message_tokens(m) for m in sent),
+                             sum(message_tokens(m) for m in sent[:best]), nearest, best, sent))
         if call.reply is not None:
             earlier.append((head, sent, call))
     return out
@@ -185,15 +184,15 @@ def _v(invariant: str, message: str) -> Violation:
 def sidecar_problem(content: str | None, sidecar: str) -> str | None:
     """Why ``sidecar`` is not ``content`` composed with an injection, or None when it is.
 
-    The one composer (``prologue.compose_api_content``) writes a sidecar as the row's
-    content, a blank line, then the injection fenced in ``<context>``; so a sidecar always
-    holds its row's content as the composer writes it. A row whose content was written
-    again and whose old sidecar stayed holds the *old* content in it: that is WIRE-2.
+    WIRE-1's composer writes a sidecar only for a non-empty injection: the row's content,
+    a blank line, then the injection fenced in ``<context>``; so a sidecar always holds its
+    row's content as the composer writes it. A row whose content was written again and
+    whose old sidecar stayed holds the *old* content in it: that is WIRE-2.
     """
     head, tail = f"{content or ''}\n\n<context>\n", "\n</context>"
     if not sidecar.startswith(head) or not sidecar.endswith(tail) or len(sidecar) < len(head) + len(tail):
         return "it is not the row's content composed with an injection"
-    if compose_api_content(content or "", sidecar[len(head):-len(tail)]) != sidecar:
+    if not sidecar[len(head):-len(tail)]:  # an empty injection gets no sidecar at all
         return "the composer would not write it for the row's content"
     return None
 

@@ -26,6 +26,7 @@ from sim.sabotage import (
     paths,
     prologue,
     rotation,  # CMP-5, CMP-6, LEASE-1 per lineage
+    rules,  # in-place edits of the small rules the checkers restate
     sessions,  # SES
     streaming,  # DEL-2, FIN-2
     tool_limits,  # TOOL-5, TOOL-7
@@ -35,5 +36,5 @@ from sim.sabotage import (
 from sim.sabotage.base import SABOTAGES, Sabotage, sabotage
 
 __all__ = ["SABOTAGES", "Sabotage", "admission", "compaction", "finalizer", "intake", "lease",
-           "loop", "loop_fire", "paths", "prologue", "rotation", "sabotage", "sessions",
+           "loop", "loop_fire", "paths", "prologue", "rotation", "rules", "sabotage", "sessions",
            "streaming", "tool_limits", "tool_round", "wire_cache"]

@@ -49,3 +49,23 @@ def one_line_changed(module: Any, name: str, old: str, new: str) -> Any:
     exec(compile(source.replace(old, new), inspect.getfile(module), "exec"),
          vars(module), namespace)
     return namespace[name]
+
+
+@contextmanager
+def edited_in_place(module: Any, name: str, old: str, new: str) -> Iterator[None]:
+    """``module.name`` with ``old`` replaced by ``new`` in its own body, for the block.
+
+    ``one_line_changed`` builds a new function, which reaches only the callers that look
+    it up on ``module``; a module that imported the function by name keeps the intact one.
+    An engineer's edit reaches every holder, so this swaps the function's code object
+    instead: whoever holds the function, the engine's modules and any checker that
+    borrowed it, runs the broken line. That is how a sabotage shows that a checker does
+    not share the engine's deciding function.
+    """
+    function = getattr(module, name)
+    intact = function.__code__
+    function.__code__ = one_line_changed(module, name, old, new).__code__
+    try:
+        yield
+    finally:
+        function.__code__ = intact
