@@ -325,17 +325,22 @@ def decide_admit(existing: AdmissionRow | None, candidate: AdmissionRow) -> Verd
     return "hit" if existing.payload_digest == candidate.payload_digest else "conflict"
 
 
+# The answers that claim no row: frozen values, so one of each serves every claim (a
+# draining door asks again and again while an admission is in flight).
+PAUSED, BUSY, NOTHING_QUEUED = ClaimAnswer(paused=True), ClaimAnswer(busy=True), ClaimAnswer()
+
+
 def next_claim(rows: Iterable[AdmissionRow]) -> ClaimAnswer:
     """ADM-4/5: the lowest-seq queued row; none while one is started; paused on unknown."""
     queued: list[AdmissionRow] = []
     for row in rows:
         if row.status is AdmissionStatus.UNKNOWN:
-            return ClaimAnswer(paused=True)
+            return PAUSED
         if row.status is AdmissionStatus.STARTED:
-            return ClaimAnswer(busy=True)
+            return BUSY
         if row.status is AdmissionStatus.QUEUED:
             queued.append(row)
-    return ClaimAnswer(row=min(queued, key=lambda r: r.seq)) if queued else ClaimAnswer()
+    return ClaimAnswer(row=min(queued, key=lambda r: r.seq)) if queued else NOTHING_QUEUED
 
 
 def apply_move(row: AdmissionRow, move: Move, *, epoch: int, live: bool, now: float,

@@ -172,8 +172,10 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         world = self.world
         world.effects_performed += 1
         actor.value, actor.error = value, error
+        if not world.fault_state.crashes_planned or error is not None:
+            return  # most effects: nothing planned to die after them
         site = effect.site
-        if not world.fault_state.crashes_planned or error is not None or site is None:
+        if site is None:
             return
         if world.fault_state.crash_due("after", site):
             self._drop(f"after:{site.value}")

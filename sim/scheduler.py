@@ -96,6 +96,7 @@ class Scheduler:
         self._parked: list[tuple[float, int, int, Actor]] = []  # (deadline, park order, seq)
         self._parks = 0
         self._frozen: dict[int, float] = {}  # pid -> until when none of its actors runs
+        self._frozen_until = 0.0  # the end of the latest stall: after it, no actor is frozen
         self._timers: list[tuple[float, int, Callable[[], None]]] = []  # (at, order, what)
 
     def spawn(self, driver: SimDriver, coro: Coroutine[Any, Any, Any], name: str,
@@ -133,6 +134,7 @@ class Scheduler:
     def freeze(self, pid: int, until: float) -> None:
         """No actor of process ``pid`` runs before ``until`` (a stalled, not a dead, process)."""
         self._frozen[pid] = max(until, self._frozen.get(pid, 0.0))
+        self._frozen_until = max(self._frozen_until, until)
 
     def at(self, when: float, what: Callable[[], None]) -> None:
         """Do ``what`` (a harness action: stall or kill a process) at virtual time ``when``."""
@@ -156,7 +158,8 @@ class Scheduler:
             if a.done or a.wait is not None:
                 ready = self._ready = [a for a in ready if not a.done and a.wait is None]
                 break
-        active = [a for a in ready if self._thawed(a)] if self._frozen else ready
+        stalled = self._frozen_until > self._now()  # some stall is not over: leave its actors out
+        active = [a for a in ready if self._thawed(a)] if stalled else ready
         if not active:
             return self._wake_next(frozen=[a for a in ready if a not in active])
         actor = active[0] if len(active) == 1 else active[self._pick(len(active))]
@@ -210,9 +213,9 @@ class Scheduler:
         """Is the earliest timer due no later than anything else that could happen? (The
         parked heap's top is settled: live, and past any stall of its process.)"""
         when = self._timers[0][0]
-        nexts = [self._parked[0][0]] if self._parked else []
-        later = min([*nexts, *([thaw] if thaw is not None else [])], default=None)
-        return later is None or when <= later
+        if self._parked and when > self._parked[0][0]:
+            return False
+        return thaw is None or when <= thaw
 
     def drop_process(self, pid: int, point: str) -> None:
         """Every live actor of process ``pid`` ends where it stands (it crashed at ``point``)."""

@@ -345,8 +345,8 @@ def own_user_message_kept(obs: Observation) -> list[Violation]:
     for run in obs.runs or ():
         if run.turn_id is None:
             continue
-        for call in obs.calls:
-            sent = sent_messages(call) if call.turn_id == run.turn_id else None
+        for call in obs.calls_of_turn(run.turn_id):  # the run's own calls, in call order
+            sent = sent_messages(call)
             if not isinstance(sent, list):
                 continue
             text = _current_text(obs, run.turn_id, run.text, call)

@@ -143,12 +143,23 @@ def aligned(obs: Observation, call: CallRecord, by_content: bool = True,
     The answer depends only on the call, those rows and the rewrites since: kept between
     checks while every one of those rows is the same value (a compaction or a rewrite
     that replaces one makes it read again)."""
-    durable = _durable_at(obs, call)
-    rewritten = rewritten_since(obs, call)
+    durable, rewritten = _at_the_call(obs, call)
     shapes: RowShapes = obs.reading("row shapes", dict)
     return remembered(obs, "align", (call, *durable),
                       lambda: align_request(call, durable, rewritten, by_content, shapes),
                       extra=(by_content, rewritten))
+
+
+def _at_the_call(obs: Observation, call: CallRecord) -> tuple[list[Message], frozenset[int]]:
+    """``_durable_at`` and ``rewritten_since`` of ``call``, read once per observation: both
+    alignments of a call (by content for CTX-2, by position for WIRE-1) ask for them. Kept
+    with the call itself, so an id is never taken for another call's."""
+    kept: dict[int, tuple[CallRecord, list[Message], frozenset[int]]] = obs.reading(
+        "rows at each call", dict)
+    hit = kept.get(id(call))
+    if hit is None or hit[0] is not call:
+        hit = kept[id(call)] = (call, _durable_at(obs, call), rewritten_since(obs, call))
+    return hit[1], hit[2]
 
 
 def _durable_at(obs: Observation, call: CallRecord) -> list[Message]:
