@@ -332,7 +332,10 @@ class ResolvePaths(Effect[tuple[str | None, ...]]):
 @dataclass(frozen=True, slots=True)
 class ExecuteTools(Effect[tuple[ToolResult, ...]]):
     """Run one segment of calls within ``bounds`` (TOOL-5): one result per call, in any
-    order (the simulator's come as they finished); the tool round restores call order."""
+    order (the simulator's come as they finished); the tool round restores call order.
+
+    ``lease_token`` is vouched for as the batch begins, as a model call's is, and again
+    as each later call begins (``tool_batch.vouch_again``, LEASE-4)."""
 
     lease_token: int
     session_id: str

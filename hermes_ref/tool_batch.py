@@ -22,6 +22,12 @@ quote them. Times are seconds since the batch began (``t = 0``).
   ``none`` (``timed_out``). Every call thus has exactly one result (TOOL-3).
 * **Order of results.** A driver may hand results back in any order (the simulator's
   come as they finished); the tool round puts them in call order (``tool_round``).
+* **The lease (LEASE-4).** The store cannot fence a tool run, so before the batch begins
+  the driver asks it whether the turn's lease still holds. That answer is good for the
+  instant it was given: a call that begins later (it waited for a worker, the gate or its
+  own start) is vouched for again as it begins (``vouch_again``), because a process frozen
+  in between may wake past its lease before its refresher has noticed. A call the store
+  no longer vouches for never begins: the turn is interrupted, as a failed refresh would.
 
 The catalog's figures are the defaults (``Limits.tool_workers_max`` 8,
 ``tool_batch_deadline_s`` 420, ``tool_start_gate_s`` 120), and the tool round puts the
@@ -76,6 +82,12 @@ def may_start(ready_s: float, now_s: float, earlier_started: bool, bounds: Batch
 def release_s(ready_s: float, bounds: BatchBounds) -> float:
     """When the gate lets a call ready at ``ready_s`` start whatever the others do."""
     return ready_s + bounds.gate_s
+
+
+def vouch_again(begins_s: float) -> bool:
+    """Must the lease be vouched for again before a call that begins ``begins_s`` into the
+    batch? Every call but one that begins at the very instant the batch was vouched for."""
+    return begins_s > 0.0
 
 
 def gives_up_at(bounds: BatchBounds) -> float:

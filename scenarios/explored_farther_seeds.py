@@ -1,7 +1,6 @@
-"""Stories the explorer found in seeds 20,000-29,999, the first sweep past 19,999, each a
-shrunk seed (``hermes-ref explore --shrink SEED``) red before its fix, as each story says.
-The calls are the explorer's own, so each replays the run it came from, then the calm
-phase.
+"""Stories the explorer found in seeds 20,000-49,999, the sweeps past 19,999, each a shrunk
+seed (``hermes-ref explore --shrink SEED``) red before its fix, as each story says. The
+calls are the explorer's own, so each replays the run it came from, then the calm phase.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from scenarios._explored_common import world as _world
 from sim.explore.edges import handed_history
 from sim.explore.lanes import LaneWorld
 from sim.explore.plan import FaultKind, ReplyFault
+from sim.explore.run import jump_clock
 from sim.explore.terminal import SECRET, redact_later
 from sim.harness import Story, scenario
 from sim.interventions import correct_at_a_moment
@@ -194,4 +194,61 @@ def refused_grace_request_before_a_redaction(s: Story) -> None:
     lanes.message(0, SessionSource(platform="telegram", chat_type="group", chat_id="-1002285219667",
                                    thread_id="17585", participant="erin"),
                   "Write note 5 to lane-out-5.txt.", after_s=31031.7)
+    _calm(s)
+
+
+@scenario("A batch whose process froze before the deadline and was killed still frozen is "
+          "closed as unknown by the next turn (explored seed 33201)",
+          invariants=("TOOL-5", "TOOL-10"), stage="explore")
+def batch_of_a_process_killed_frozen_closes_as_unknown(s: Story) -> None:
+    """A turn on s-3 starts a 500 s read; seven seconds later its process freezes for 900 s
+    and is killed at 959 s, before it ever thaws. Nothing of it ran at the batch's 420 s
+    deadline, so nothing could close the call there; the next turn's prologue closes it as
+    unknown (TOOL-10), its right result. TOOL-5's checker excused a freeze only when the
+    frozen turn woke to a failed refresh, and read that closure as the late call's own
+    result; a process that dies frozen has stopped at its freeze, and now counts so."""
+    _world(s, 33201)
+    s.world.tools.slow("read_file", 500.0, path="notes-2.txt", start_delay_s=0.0)
+    s.limits(session_reset_mode="idle", session_idle_minutes=30, session_reset_at_hour=3,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=10800.0, stuck_restart_threshold=2)
+    s.bind("p-3", session="s-3")
+    s.bind("op-s-3", session="s-3", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-3", "r-64e3ac", {"text": "Read notes-2.txt."}, session="s-3",
+                   after_s=25.0)
+    s.start_submit(one, "p-3", "r-f35f95", {"text": "Write note 5 to s-3-out-5.txt."},
+                   session="s-3", after_s=29.0)
+    s.start_drain(one, "s-3", after_s=61.0)
+    s.stall(one, 900.0, after_s=68.0)
+    lanes = LaneWorld(s, [one], job_s=240.0)
+    lanes.restart(0, graceful=False, after_s=959.1)
+    _calm(s)
+
+
+@scenario("A tool call that would begin after its frozen process's lease expired never "
+          "begins: the lease is vouched for again as the call begins (explored seed 39168)",
+          invariants=("LEASE-4",), stage="explore")
+def late_tool_call_is_vouched_for_again(s: Story) -> None:
+    """A turn on s-2 reads two notes at once; the second waits 300 s to begin (an approval,
+    a lock). Its process freezes for 400 s right after the batch began, so the lease
+    expires at 300 s into its grant, and on waking the batch came before the refresher:
+    the driver had asked the store about the lease only as the batch began, and the
+    second read ran 400 s in, on a lease long gone (LEASE-4). Each call that begins after
+    its batch did is now vouched for as it begins; the store refuses, the read never
+    begins, and the turn ends interrupted."""
+    _world(s, 39168)
+    s.world.tools.slow("read_file", 1.0, path="notes-2.txt", start_delay_s=300.0)
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    s.bind("q-2", session="s-2")
+    one = s.main_process()
+    s.start_submit(one, "q-2", "r-cfd478", {"text": "Say hello cfd478 from q-2."},
+                   session="s-2", after_s=10.0)
+    s.start_submit(one, "p-2", "r-7f73e0", {"text": "Read notes-1.txt and notes-2.txt."},
+                   session="s-2", after_s=69.0)
+    s.start_drain(one, "s-2", after_s=71.0)
+    jump_clock(s, 60.0, after_s=95.0)
+    s.start_drain(one, "s-2", after_s=110.0)
+    s.stall(one, 400.0, after_s=125.0)
     _calm(s)

@@ -308,12 +308,14 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
                 self.world.timeline.add("write", f"{effect.label:<9} #{row.row_id} {describe_row(row)}")
         return rows
 
-    def _vouch(self, what: str, session_id: str, lease_token: int) -> None:
-        """LEASE-4 for acts the store cannot fence: refuse one the lease no longer covers."""
+    def _vouch(self, what: str, session_id: str, lease_token: int, *,
+               unsent: bool = True) -> None:
+        """LEASE-4 for acts the store cannot fence: refuse one the lease no longer covers
+        (``unsent``: nothing of the effect has begun)."""
         if lease_token and not self.world.store.lease_holds(session_id, lease_token):
             self.world.timeline.add("FENCED", f"{what} with token {lease_token} refused: "
                                     "the lease is gone")
-            raise TurnInterrupted(f"{LOST_REASON} (gone before the {what})", unsent=True)
+            raise TurnInterrupted(f"{LOST_REASON} (gone before the {what})", unsent=unsent)
 
     def _call_provider(self, effect: fx.CallProvider) -> Any:
         self._vouch("model call", effect.session_id, effect.lease_token)
@@ -440,13 +442,17 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         workers, the start gate and the deadline, in ``sim.tool_batch``.
 
         The batch moves from instant to instant as ``Wait``s, so other actors (a lease
-        refresher) get their turns while a long batch is in flight.
+        refresher) get their turns while a long batch is in flight. The lease is vouched
+        for as the batch begins, and again for each call that begins later (LEASE-4).
         """
         self._vouch("tool run", effect.session_id, effect.lease_token)
         if self.world.moments:  # LOOP-4: the user corrects the turn during this round
             self._moment(effect, None)
+
+        def vouch() -> None:  # a call beginning later: earlier calls of the batch may have run
+            self._vouch("tool call", effect.session_id, effect.lease_token, unsent=False)
         return run_segment(self.world, effect, hung_s=self.world.tool_batch_deadline_s,
-                           pid=self.process.pid)
+                           pid=self.process.pid, vouch=vouch)
 
     def _flush_events(self, effect: fx.FlushEvents) -> None:
         self._fail_if_planned(Site.EVENTS)

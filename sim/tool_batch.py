@@ -15,7 +15,10 @@ At one instant, in this order:
 3. ready calls pass the start gate in call order (``may_start``: every earlier call has
    started, or the gate expired), and begin after their scripted start delay;
 4. calls beginning now run their side effect (``SimTools.run_stamped``: the ledger
-   entry gets the batch's record) and end ``duration`` later (never, when stuck).
+   entry gets the batch's record) and end ``duration`` later (never, when stuck). A call
+   that begins after the batch's first instant is vouched for first (LEASE-4,
+   ``tool_batch.vouch_again``): if the store says the turn's lease is gone (its process
+   froze past it), the call never begins and the turn is interrupted.
 
 At the deadline whatever has not ended gets its timed-out result in place
 (``tool_batch.timed_out``). A sequential segment is the same with one worker.
@@ -28,6 +31,7 @@ The timeline narrates results in call order when the batch ends, as before.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -72,6 +76,7 @@ class SimBatch:
     t0: float
     watermark: int
     pid: int | None = None  # the process running the batch, as its ledger entries say
+    vouch: Callable[[], None] | None = None  # raises TurnInterrupted once the lease is gone
     finished: list[ToolResult] = field(default_factory=list)
     results: dict[int, ToolResult] = field(default_factory=dict)
 
@@ -140,6 +145,8 @@ class SimBatch:
             start = slot.start_s
             if slot.started or start is None or start > now + EPS:
                 continue
+            if self.vouch is not None and tool_batch.vouch_again(now):
+                self.vouch()  # LEASE-4: the batch's own vouch was for its first instant
             slot.started, changed = True, True
             slot.end_s = now + slot.duration_s
             self.results[slot.index] = self._run(slot, now)
@@ -185,12 +192,14 @@ class SimBatch:
         return answer
 
 
-def run_segment(world: World, effect: ExecuteTools, hung_s: float, pid: int | None = None) -> Wait:
+def run_segment(world: World, effect: ExecuteTools, hung_s: float, pid: int | None = None,
+                vouch: Callable[[], None] | None = None) -> Wait:
     """Start the segment's batch now; the answer arrives when it ends (see the docstring).
 
     ``hung_s`` is how long a hung tool takes to report its own timeout; ``pid`` is the
     process that runs it, named in its ledger entries (a stall of that process holds the
-    batch back, which TOOL-5's start gate checker must tell from the engine's own wait).
+    batch back, which TOOL-5's start gate checker must tell from the engine's own wait);
+    ``vouch`` raises ``TurnInterrupted`` when the turn's lease no longer holds.
     """
     bounds = effect.bounds.tighter(world.tool_workers_max, world.tool_batch_deadline_s)
     slots = []
@@ -200,7 +209,7 @@ def run_segment(world: World, effect: ExecuteTools, hung_s: float, pid: int | No
             duration_s = hung_s
         slots.append(_Slot(index, call, delay_s, duration_s))
     batch = SimBatch(world, effect, bounds, slots, len(world.batches), world.clock.now(),
-                     world.store.watermark(), pid)
+                     world.store.watermark(), pid, vouch)
     world.batches.append(tuple(call.id for call in effect.calls))
     outcome = batch.step()  # the first calls start now, as the effect is performed
     return outcome if isinstance(outcome, Wait) else Wait(0.0, lambda: outcome)

@@ -345,12 +345,18 @@ class AsyncDriver:
         The act, not the check, is interruptible: an interrupt that comes while the store
         is asked is met by ``interruptible``'s first look, before the act begins, and so
         the turn is told truly that nothing went out (``unsent``)."""
+        await self._vouch(what, session_id, lease_token)
+        return await turn_tasks.interruptible(turn_tasks.CURRENT.get(), act())
+
+    async def _vouch(self, what: str, session_id: str, lease_token: int, *,
+                     unsent: bool = True) -> None:
+        """Refuse the act (``TurnInterrupted``) unless the store vouches for the lease
+        (``unsent``: nothing of the effect has begun)."""
         if lease_token and not await self.store.lease_holds(session_id, lease_token):
             self.log.warning("%s with lease token %s refused: the lease of %s is gone",
                              what, lease_token, session_id)
             raise TurnInterrupted(f"{lease_rules.LOST_REASON} (gone before the {what})",
-                                  unsent=True)
-        return await turn_tasks.interruptible(turn_tasks.CURRENT.get(), act())
+                                  unsent=unsent)
 
     async def _refresh_credentials(self, effect: fx.RefreshCredentials) -> None:
         """LOOP-5: a provider that can renew its credentials does (``refresh_credentials``);
@@ -434,13 +440,18 @@ class AsyncDriver:
 
     async def _run_tools(self, effect: fx.ExecuteTools) -> tuple[ToolResult, ...]:
         """TOOL-5 in ``hermes_ref.shell.tool_pool``: the turn's bounds, tightened by this
-        driver's own ceiling (``tool_workers_max``, ``tool_batch_deadline_s``)."""
+        driver's own ceiling (``tool_workers_max``, ``tool_batch_deadline_s``). A call
+        that begins after the batch is vouched for again as it begins (LEASE-4)."""
         watermark = await self.store.watermark()
         bounds = effect.bounds.tighter(self.tool_workers_max, self.tool_batch_deadline_s)
+
+        async def vouch() -> None:  # earlier calls of the batch may have run: not unsent
+            await self._vouch("tool call", effect.session_id, effect.lease_token, unsent=False)
         if not self.tools_in_thread:
-            return tool_pool.run_inline(self.tools, self.clock, effect.calls, watermark, bounds)
+            return await tool_pool.run_inline(self.tools, self.clock, effect.calls, watermark,
+                                              bounds, vouch=vouch)
         return await tool_pool.run_segment(self.tools, self.clock, effect.calls, watermark,
-                                           bounds, parallel=effect.parallel)
+                                           bounds, parallel=effect.parallel, vouch=vouch)
 
 
 async def _unknown_effect(effect: object) -> None:

@@ -20,13 +20,17 @@ rules of ``hermes_ref.tool_batch`` (TOOL-5), with real threads:
   begun under it, and the batch, giving up, takes it to read the marks and to forbid
   any further start, so a call reported as not started never starts afterwards;
 * a runner that raises (it should not: TOOL-6) gets its own error as the call's
-  result, with disposition ``unknown``, not a timeout.
+  result, with disposition ``unknown``, not a timeout;
+* a call that begins after the batch did is vouched for first (``vouch``, LEASE-4:
+  ``tool_batch.vouch_again``), on the loop, before a worker thread takes it. A refusal
+  (``TurnInterrupted``) ends the batch at once, as a deadline would, and is raised to
+  the turn once the batch has given up, so that call and those after it never begin.
 
 Results come back in call order (the effect allows any order, and the tool round
 restores call order itself; the simulator hands them back as they finished).
 ``run_inline`` is the no-thread form for synchronous runners that must stay on the
 loop: the calls run one after another and the deadline is checked between them,
-since a running call cannot be interrupted.
+since a running call cannot be interrupted; the lease is vouched for between them too.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from hermes_ref import tool_batch
@@ -46,10 +50,12 @@ from hermes_ref.tool_specs import error_result
 
 
 async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tuple[ToolCall, ...],
-                      watermark: int, bounds: BatchBounds, *, parallel: bool
+                      watermark: int, bounds: BatchBounds, *, parallel: bool,
+                      vouch: Callable[[], Awaitable[None]] | None = None
                       ) -> tuple[ToolResult, ...]:
     """Run ``calls`` in threads within ``bounds``; see the module docstring."""
     loop = asyncio.get_running_loop()
+    began_at = clock()
     width = bounds.workers(len(calls)) if parallel else 1
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="hermes-tool")
     slots = asyncio.Semaphore(width)
@@ -72,13 +78,16 @@ async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tupl
             if index:
                 with contextlib.suppress(TimeoutError):  # the gate expired: start anyway
                     await asyncio.wait_for(started[index - 1].wait(), bounds.gate_s)
+            if vouch is not None and tool_batch.vouch_again(clock() - began_at):
+                await vouch()  # raises when the lease is gone: the call never begins
             result = await loop.run_in_executor(pool, work, index, call)
             if result is not None:
                 finished.append((index, result))
 
     tasks = [asyncio.create_task(one(i, call)) for i, call in enumerate(calls)]
     try:
-        await asyncio.wait(tasks, timeout=tool_batch.gives_up_at(bounds))
+        await asyncio.wait(tasks, timeout=tool_batch.gives_up_at(bounds),
+                           return_when=asyncio.FIRST_EXCEPTION)  # a refused vouch ends it
     finally:
         with start_lock:
             gave_up = True
@@ -86,6 +95,10 @@ async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tupl
         for task in tasks:
             task.cancel()  # no-op for finished tasks; abandons calls past the deadline
         pool.shutdown(wait=False, cancel_futures=True)
+    for task in tasks:
+        failure = None if task.cancelled() or not task.done() else task.exception()
+        if failure is not None:
+            raise failure
     done = {index for index, _ in finished}
     cut = {i: tool_batch.timed_out(call, bounds, started=had_begun[i])
            for i, call in enumerate(calls) if i not in done}
@@ -102,14 +115,20 @@ def _run_one(tools: ToolRunner, call: ToolCall, watermark: int,
         return error_result(call, f"{call.name} failed: {exc!r}", "unknown")
 
 
-def run_inline(tools: ToolRunner, clock: Callable[[], float], calls: tuple[ToolCall, ...],
-               watermark: int, bounds: BatchBounds) -> tuple[ToolResult, ...]:
-    """Synchronous tools on the loop, in order; the deadline is checked between calls."""
+async def run_inline(tools: ToolRunner, clock: Callable[[], float], calls: tuple[ToolCall, ...],
+                     watermark: int, bounds: BatchBounds,
+                     vouch: Callable[[], Awaitable[None]] | None = None
+                     ) -> tuple[ToolResult, ...]:
+    """Synchronous tools on the loop, in order; the deadline and the lease are checked
+    between calls."""
     deadline = time.monotonic() + tool_batch.gives_up_at(bounds)
+    began_at = clock()
     results: list[ToolResult] = []
     for call in calls:
         if len(results) and time.monotonic() >= deadline:
             results.append(tool_batch.timed_out(call, bounds, started=False))
-        else:
-            results.append(_run_one(tools, call, watermark, clock))
+            continue
+        if vouch is not None and tool_batch.vouch_again(clock() - began_at):
+            await vouch()  # raises when the lease is gone: this call never begins
+        results.append(_run_one(tools, call, watermark, clock))
     return tuple(results)

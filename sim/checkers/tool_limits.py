@@ -179,17 +179,23 @@ def _stopped_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBound
     """Did the batch's process stop before the deadline could close the call?
 
     It stopped when it died after the batch began and before the deadline, or froze in
-    that span and its turn lost the lease meanwhile (a frozen process wakes to find its
-    writes fenced). Then no live holder of the turn reached the deadline: the call stays
-    open until the next turn's prologue closes it as unknown (TOOL-10), which is its right
-    result, not one that counts as its own.
+    that span and either died still frozen (it never ran again) or its turn lost the
+    lease meanwhile (a frozen process wakes to find its writes fenced). Then no live
+    holder of the turn reached the deadline: the call stays open until the next turn's
+    prologue closes it as unknown (TOOL-10), which is its right result, not one that
+    counts as its own.
     """
     t0 = entry.batch_at or 0.0
     due = t0 + bounds.deadline_s + EPSILON_S
     if any(pid == entry.pid and t0 <= at <= due for pid, at in obs.deaths):
         return True
-    if not any(pid == entry.pid and since < due and until > t0 for pid, since, until in obs.stalls):
+    frozen = [(since, until) for pid, since, until in obs.stalls
+              if pid == entry.pid and since < due and until > t0]
+    if not frozen:
         return False
+    if any(pid == entry.pid and since <= at <= until
+           for pid, at in obs.deaths for since, until in frozen):
+        return True  # killed before it thawed: the freeze was its stop
     found = call_row_of(obs, entry)
     if obs.lease_log is None or found is None:
         return obs.lease_log is None

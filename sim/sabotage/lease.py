@@ -1,7 +1,7 @@
 """Broken leases: a turn that runs without one, a refresher that wakes too late, extends by
 too little or shrugs off a loss, a wait for a busy lease cut to one TTL, a reclaim that
 waits out a dead holder, a release before the refresher stops or never after an interrupt,
-and a late start that says nothing."""
+a late start that says nothing, and a tool call that begins late on its batch's vouch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import finalizer, lease, prologue
+from hermes_ref import finalizer, lease, prologue, tool_batch
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import (
     ClearInterrupt,
@@ -279,3 +279,17 @@ def _call_without_token() -> list[AbstractContextManager[Any]]:
 sabotage("model_call_without_its_token", ("LEASE-4",),
          "the model call is built without the turn's fencing token, so nothing asks the "
          "store whether the lease still holds before the request goes out")(_call_without_token)
+
+
+# ---- LEASE-4: a tool call that begins late goes out on its batch's vouch -------------------
+
+
+def _batch_vouch_only() -> list[AbstractContextManager[Any]]:
+    return [mock.patch.object(tool_batch, "vouch_again", lambda begins_s: False)]
+
+
+sabotage("late_tool_call_on_the_batch_vouch", ("LEASE-4",),
+         "a tool call that begins after its batch did (it waited for a worker, the start gate "
+         "or its own start) is not vouched for again: the store's answer as the batch began "
+         "stands for the whole batch, so a process frozen past its lease wakes and runs it")(
+    _batch_vouch_only)

@@ -155,3 +155,39 @@ async def test_a_read_the_loop_cannot_make_at_once_goes_to_the_worker(tmp_path: 
         assert not await store.lease_holds("s-1", token + 1)
     finally:
         await store.close()
+
+
+class FreezingTools:
+    """Each call stands for a process frozen past the lease while it ran: the clock moves
+    one TTL and a second on."""
+
+    def __init__(self, now: list[float]) -> None:
+        self.now = now
+        self.ran: list[str] = []
+
+    def run(self, call: ToolCall, *, watermark: int = 0, at: float = 0.0) -> ToolResult:
+        self.ran.append(call.id)
+        self.now[0] += TTL_S + 1
+        return ToolResult(call_id=call.id, name=call.name, content="ok")
+
+
+@pytest.mark.parametrize("in_thread", [False, True])
+async def test_a_call_that_begins_after_the_expiry_is_refused(tmp_path: Path,
+                                                              in_thread: bool) -> None:
+    """A sequential batch vouched for as it began: its second call, which would begin after
+    the lease expired, is vouched for again and never begins."""
+    store, now, token = await _world(tmp_path)
+    tools = FreezingTools(now)
+    driver = AsyncDriver(store=store, provider=CountingProvider(), tools=tools,
+                         clock=lambda: now[0], tools_in_thread=in_thread)
+    calls = tuple(ToolCall(id=f"call_{i}", name="read_file", arguments='{"path": "a.txt"}')
+                  for i in (1, 2))
+
+    async def batch() -> tuple[ToolResult, ...]:
+        return await ExecuteTools(token, "s-1", calls, parallel=False)
+    try:
+        with pytest.raises(TurnInterrupted, match="gone before the tool call"):
+            await driver.run(batch())
+        assert tools.ran == ["call_1"]
+    finally:
+        await store.close()
