@@ -9,7 +9,7 @@ from __future__ import annotations
 from scenarios._explored_common import calm as _calm
 from scenarios._explored_common import world as _world
 from sim.explore.edges import handed_history
-from sim.explore.plan import FaultKind, ReplyFault
+from sim.explore.plan import BIG_LOG_TEXT, FaultKind, ReplyFault
 from sim.harness import Story, scenario
 from sim.interventions import correct_at_a_moment
 
@@ -153,4 +153,30 @@ def prefill_keeps_a_pruned_list_over_the_threshold(s: Story) -> None:
                    {"text": "Go through part-1.txt to part-7.txt in order."},
                    session="s-1", after_s=27.0)
     s.start_drain(one, "s-1", after_s=45.0)
+    _calm(s)
+
+
+@scenario("An interrupted turn that read the huge log twice under one call id closed its "
+          "sequence: each read has its one result (explored seed 36919)",
+          invariants=("FIN-4", "TOOL-3", "TOOL-7"), stage="explore")
+def huge_reads_under_one_id_each_answered(s: Story) -> None:
+    """The provider numbers its calls per request, so the turn's two reads of the huge log,
+    two rounds apart, arrive under one call id; each output is spilled and each call row
+    gets its own result. The user then stops the turn during a wide batch, and the turn
+    closes its open calls (FIN-4). FIN-4's checker counted results per id over the whole
+    turn and read two results for one call; it now pairs each call with the results that
+    follow its own row, as TOOL-3's checker does."""
+    _world(s, 36919, ReplyFault(call=4, kind=FaultKind.HUGE_READ),
+           ReplyFault(call=6, kind=FaultKind.HUGE_READ),
+           ReplyFault(call=9, kind=FaultKind.WIDE_BATCH), parts=6, huge_reads_share_id=True)
+    s.files({"big.log": BIG_LOG_TEXT})  # a log of 120,000 characters
+    s.world.tools.slow("read_file", 60.0, path="notes-2.txt", start_delay_s=0.0)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-555a00",
+                   {"text": "Go through part-1.txt to part-6.txt in order."},
+                   session="s-1", after_s=2.0)
+    s.start_drain(one, "s-1", after_s=27.0)
+    s.interrupt(after_s=77.0, session="s-1")
     _calm(s)
