@@ -10,7 +10,7 @@ from scenarios._explored_common import calm as _calm
 from scenarios._explored_common import world as _world
 from sim.explore.edges import handed_history
 from sim.explore.lanes import LaneWorld
-from sim.explore.plan import FaultKind, ReplyFault
+from sim.explore.plan import BIG_LOG_TEXT, FaultKind, ReplyFault
 from sim.explore.run import jump_clock
 from sim.explore.terminal import SECRET, redact_later
 from sim.harness import Story, scenario
@@ -251,4 +251,97 @@ def late_tool_call_is_vouched_for_again(s: Story) -> None:
     jump_clock(s, 60.0, after_s=95.0)
     s.start_drain(one, "s-2", after_s=110.0)
     s.stall(one, 400.0, after_s=125.0)
+    _calm(s)
+
+
+@scenario("An interrupted turn that read the huge log twice under one call id closed its "
+          "sequence: each read has its one result (explored seed 36919)",
+          invariants=("FIN-4", "TOOL-3", "TOOL-7"), stage="explore")
+def huge_reads_under_one_id_each_answered(s: Story) -> None:
+    """The provider numbers its calls per request, so the turn's two reads of the huge log,
+    two rounds apart, arrive under one call id; each output is spilled and each call row
+    gets its own result. The user then stops the turn during a wide batch, and the turn
+    closes its open calls (FIN-4). FIN-4's checker counted results per id over the whole
+    turn and read two results for one call; it now pairs each call with the results that
+    follow its own row, as TOOL-3's checker does."""
+    _world(s, 36919, ReplyFault(call=4, kind=FaultKind.HUGE_READ),
+           ReplyFault(call=6, kind=FaultKind.HUGE_READ),
+           ReplyFault(call=9, kind=FaultKind.WIDE_BATCH), parts=6, huge_reads_share_id=True)
+    s.files({"big.log": BIG_LOG_TEXT})  # a log of 120,000 characters
+    s.world.tools.slow("read_file", 60.0, path="notes-2.txt", start_delay_s=0.0)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-555a00",
+                   {"text": "Go through part-1.txt to part-6.txt in order."},
+                   session="s-1", after_s=2.0)
+    s.start_drain(one, "s-1", after_s=27.0)
+    s.interrupt(after_s=77.0, session="s-1")
+    _calm(s)
+
+
+@scenario("Two chat lanes that start at one instant interleave their writes, and the tool "
+          "call still ran after its own turn's call row (explored seed 38455)",
+          invariants=("TOOL-1",), stage="explore")
+def lanes_at_one_instant_keep_their_own_call_rows(s: Story) -> None:
+    """Process two stalls for 900 s while alice asks for a note to be written and carol
+    says hello in a group chat; both lanes start their turns when the stall ends, at one
+    instant. Alice's turn commits its call row, carol's turn commits its final row, and
+    only then does alice's write run: its call row was durable before it (TOOL-1). The
+    checkers took the turn that ran a call from the store's last row when it ran, which
+    was carol's; the ledger now names the session the batch ran for, and the checkers
+    read that session's last row."""
+    _world(s, 38455)
+    s.limits(session_reset_mode="idle", session_idle_minutes=30, session_reset_at_hour=9,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=10800.0, stuck_restart_threshold=3)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    for n in (1, 2, 3):
+        s.bind(f"p-{n}", session=f"s-{n}")
+        s.bind(f"op-s-{n}", session=f"s-{n}", role="operator", kind="operator")
+    one, two = s.main_process(), s.process()
+    build = "memory: the build log is long; the user wants only its last line"
+    s.start_submit(one, "p-2", "r-b9525d", {"text": "Write note 3 to s-2-out-3.txt."},
+                   session="s-2", after_s=7.0)
+    s.start_drain(two, "s-2", after_s=8.0)
+    s.start_turn("Read notes-2.txt.", session="t-1", process=one, after_s=9.0, injected=build)
+    s.start_turn("Read t-1-build.log.", session="t-1", process=two, after_s=15.0,
+                 injected=build)
+    s.start_submit(one, "p-1", "r-1c0f4c", {"text": "Say hello 1."}, session="s-1",
+                   after_s=15.0)
+    s.start_submit(two, "p-2", "r-1c0f4c", {"text": "Say hello 1."}, session="s-2",
+                   after_s=16.0)
+    s.start_submit(two, "p-3", "r-9153cc", {"text": "Write note 2 to s-3-out-2.txt."},
+                   session="s-3", after_s=23.0)
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=23.0, injected=build)
+    s.start_turn("Read notes-1.txt.", session="t-1", process=one, after_s=24.0, injected=build)
+    s.start_drain(two, "s-2", after_s=26.0)
+    s.start_submit(two, "p-2", "r-ac0239",
+                   {"text": "Read notes-2.txt and rewrite it as note 70 at /workspace/notes-2.txt."},
+                   session="s-2", after_s=32.0)
+    s.start_drain(one, "s-2", after_s=33.0)
+    s.start_drain(one, "s-1", after_s=34.0)
+    s.start_submit(one, "p-2", "r-9153cc", {"text": "Write note 2 to s-2-out-2.txt."},
+                   session="s-2", after_s=39.0)
+    s.start_submit(one, "p-1", "r-9153cc", {"text": "Read notes-2.txt."}, session="s-1",
+                   after_s=46.0)
+    s.start_submit(two, "p-3", "r-1c0f4c", {"text": "Say hello 1."}, session="s-3",
+                   after_s=46.0)
+    s.start_drain(two, "s-3", after_s=51.0)
+    s.start_drain(one, "s-2", after_s=59.0)
+    s.start_drain(two, "s-1", after_s=62.0)
+    s.start_drain(one, "s-3", after_s=72.0)
+    s.start_submit(one, "p-1", "r-35dada", {"text": "Say hello 51."}, session="s-1",
+                   after_s=89.0)
+    s.start_submit(one, "p-3", "r-605b5a", {"text": "Say hello 44."}, session="s-3",
+                   after_s=93.0)
+    s.start_drain(one, "s-1", after_s=93.0)
+    s.start_drain(one, "s-3", after_s=95.0)
+    s.stall(two, 900.0, after_s=99.0)
+    lanes = LaneWorld(s, [one, two], job_s=240.0)
+    group = SessionSource(platform="discord", chat_type="group", chat_id="guild-123",
+                          participant="alice")
+    lanes.message(1, group, "Write note 1 to lane-out-1.txt.", after_s=833.6)
+    lanes.message(1, group.model_copy(update={"participant": "carol"}), "Say hello 3.",
+                  after_s=974.1)
     _calm(s)

@@ -158,7 +158,7 @@ class SimBatch:
         stamp = BatchStamp(batch=self.batch_no, parallel=self.effect.parallel, batch_at=t0,
                            ready_at=t0 + (slot.ready_s or 0.0),
                            dispatched_at=t0 + (slot.dispatched_s or 0.0), ended_at=ended,
-                           pid=self.pid)
+                           pid=self.pid, session_id=self.effect.session_id)
         return self.world.tools.run_stamped(slot.call, stamp, watermark=self.watermark,
                                             at=t0 + now)
 

@@ -128,6 +128,10 @@ class SimLedgerEntry(LedgerEntry):
     ended_at: float | None = None       # None with ``stuck``: it never ends
     stuck: bool = False
     pid: int | None = None  # the simulated process that ran the batch (its pauses delay it)
+    # the session the batch ran for, as its effect named it under the session's lease: with
+    # ``watermark``, it tells the turn that ran the call when turns of other sessions write
+    # between that turn's call row and its tools
+    session_id: str | None = None
     # TOOL-7: the whole output's size and digest, and the spill file's, as read back
     output_chars: int = 0
     output_sha256: str = ""
@@ -146,6 +150,7 @@ class BatchStamp:
     dispatched_at: float
     ended_at: float | None
     pid: int | None = None
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +306,8 @@ class SimTools(GuardedRunner):
         timing = {} if stamp is None else {
             "batch": stamp.batch, "parallel": stamp.parallel, "batch_at": stamp.batch_at,
             "ready_at": stamp.ready_at, "dispatched_at": stamp.dispatched_at,
-            "ended_at": stamp.ended_at, "stuck": stamp.ended_at is None, "pid": stamp.pid}
+            "ended_at": stamp.ended_at, "stuck": stamp.ended_at is None, "pid": stamp.pid,
+            "session_id": stamp.session_id}
         self.ledger.append(
             SimLedgerEntry(
                 call_id=call.id, name=call.name, arguments=call.arguments,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from hermes_ref.wire import ProviderRequest
 from sim.checkers import lineage  # CMP-5: a rotated turn is one turn
 from sim.checkers.measure import message_tokens, route_window_tokens
 from sim.checkers.rules import holder_fields
+from sim.tools import SimLedgerEntry
 from sim.world import CallRecord, FailedWrite, Intervention, LaneEffect, LeaseStep, RewriteRun, TurnRun
 
 
@@ -556,14 +558,22 @@ TurnKey = tuple[str, str | None]  # (session id, turn id)
 def ran_in(obs: Observation, entry: LedgerEntry) -> TurnKey | None:
     """The (session, turn) a tool call ran in, read from the world's record, not its id.
 
-    The ledger entry carries the store's high-water mark when the call ran; the row with
-    that id is the last one committed before it. The simulator runs one turn at a time
-    and a turn writes its user (or recovery) row before any tool, so that row belongs to
-    the turn that ran the call. None when nothing was committed yet. A call id, which a
+    The ledger entry carries the store's high-water mark when the call ran and, from a
+    batch, the session the batch ran for. A turn writes its user (or recovery) row before
+    any tool, and the session's lease keeps every other turn of that session out, so the
+    session's last row committed by then belongs to the turn that ran the call. Turns of
+    other sessions may commit rows between a turn's call row and its tools (two turns of
+    one process starting at one instant), so the high-water row alone decides only for an
+    entry that names no session. None when nothing was committed yet. A call id, which a
     provider may repeat from turn to turn, never decides this.
     """
-    stored = obs.rows_by_id.get(entry.watermark)
-    return None if stored is None else (stored.session_id, stored.message.turn_id)
+    session_id = entry.session_id if isinstance(entry, SimLedgerEntry) else None
+    if session_id is None:
+        stored = obs.rows_by_id.get(entry.watermark)
+        return None if stored is None else (stored.session_id, stored.message.turn_id)
+    rows = obs.written_rows(session_id)
+    committed = bisect_right(rows, entry.watermark, key=lambda m: m.row_id or 0)
+    return None if committed == 0 else (session_id, rows[committed - 1].turn_id)
 
 
 def call_row_of(obs: Observation, entry: LedgerEntry) -> tuple[TurnKey, Message | None] | None:

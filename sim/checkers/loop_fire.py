@@ -617,15 +617,22 @@ def interrupted_turns_closed(obs: Observation) -> list[Violation]:
 
 
 def _open_sequence(view: TurnView) -> str | None:
-    results: dict[str, int] = {}
-    calls: list[str] = []
-    for row in view.rows:
-        calls.extend(c.id for c in row.tool_calls)
-        if row.role is Role.TOOL and row.tool_call_id is not None:
-            results[row.tool_call_id] = results.get(row.tool_call_id, 0) + 1
-    for call_id in calls:
-        if results.get(call_id, 0) != 1:
-            return f"call {call_id} has {results.get(call_id, 0)} results"
+    """What leaves the turn's tool sequence open, or None.
+
+    A provider that numbers its calls per request may send one id in two rounds of a turn
+    (TOOL-3 lets ids repeat across rounds), so each call is answered by the results that
+    follow its own row, up to the next row that makes a call under the same id.
+    """
+    for i, row in enumerate(view.rows):
+        for call in row.tool_calls:
+            results = 0
+            for later in view.rows[i + 1:]:
+                if any(c.id == call.id for c in later.tool_calls):
+                    break  # the id's next round: what follows answers that call
+                if later.role is Role.TOOL and later.tool_call_id == call.id:
+                    results += 1
+            if results != 1:
+                return f"call {call.id} has {results} results"
     tail = view.rows[-1] if view.rows else None
     if tail is not None and tail.tool_calls:
         return f"it ends on the dangling call row #{tail.row_id}"
