@@ -13,6 +13,7 @@ from sim.explore.lanes import LaneWorld
 from sim.explore.plan import BIG_LOG_TEXT, FaultKind, ReplyFault
 from sim.explore.run import jump_clock
 from sim.explore.terminal import SECRET, redact_later
+from sim.explore.watch import recover_later
 from sim.harness import Story, scenario
 from sim.interventions import correct_at_a_moment
 
@@ -344,4 +345,109 @@ def lanes_at_one_instant_keep_their_own_call_rows(s: Story) -> None:
     lanes.message(1, group, "Write note 1 to lane-out-1.txt.", after_s=833.6)
     lanes.message(1, group.model_copy(update={"participant": "carol"}), "Say hello 3.",
                   after_s=974.1)
+    _calm(s)
+
+
+@scenario("A turn that waited behind two ineffective passes on a rotated lineage is still "
+          "blocked from compacting (explored seed 44893)",
+          invariants=("CMP-4", "CMP-5"), stage="explore")
+def waiting_turn_keeps_the_ineffective_block(s: Story) -> None:
+    """In a 250-token window a lane's turn, resumed after a graceful restart, compacts twice
+    before its call (every summary arrives 180 s late), rotating its session twice, and
+    neither pass brings the request under the threshold. The next message of the lane
+    arrives between the two rotations and waits for the lease on the first child. When it
+    got the lease it reached the tip with compression memory built before the wait, so it
+    compacted a third time although two ineffective passes in a row block automatic
+    compaction. The engine now hands a turn that reaches the tip that way the memory the
+    rotating turn carried there."""
+    model = _world(s, 44893)
+    s.limits(context_window_tokens=250)
+    s.limits(session_reset_mode="daily", session_idle_minutes=60, session_reset_at_hour=3,
+             group_sessions_per_user=True, thread_sessions_per_user=True,
+             session_prune_after_s=0.0, stuck_restart_threshold=3)
+    model.summarizer.delay_s = 180.0  # every summary arrives this late
+    s.bind("p-3", session="s-3")
+    s.bind("op-s-3", session="s-3", role="operator", kind="operator")
+    one = s.main_process()
+    lanes = LaneWorld(s, [one], job_s=240.0)
+    dm = SessionSource(platform="telegram", chat_type="dm", chat_id="99", participant="42")
+    lanes.message(0, dm, "Say hello 3.", after_s=1920.6)
+    lanes.message(0, dm, "Read build.log.", after_s=2315.6)
+    lanes.message(0, dm, "Say hello 4.", after_s=2758.0)
+    lanes.message(0, dm, "Read build.log.", after_s=2825.4)
+    lanes.restart(0, graceful=True, after_s=2837.1)
+    lanes.message(0, dm, "Say hello 6.", after_s=2874.2)
+    lanes.message(0, dm, "Read notes-1.txt.", after_s=3056.6)
+    _calm(s)
+
+
+@scenario("A start pass whose process dies at its suspension owes the suspension no more "
+          "(explored seed 44483)",
+          invariants=("SES-7",), stage="explore")
+def start_pass_cut_short_owes_no_suspension(s: Story) -> None:
+    """With a stuck threshold of 2, a telegram lane is still running its turn at two
+    graceful stops in a row. The second start marks the lane resume_pending and then dies
+    at the write that would suspend it (a crash at that effect); no later start comes. SES-7's
+    checker demanded the suspension of that start anyway; it now excuses a start pass its
+    process did not live to finish the revisions it never wrote (the counts it left make
+    the suspension the next start's), and still judges what the pass did write."""
+    _world(s, 44483, ReplyFault(call=1, kind=FaultKind.RATE_LIMIT, seconds=1.0),
+           ReplyFault(call=5, kind=FaultKind.SERVER_ERROR))
+    s.limits(session_reset_mode="both", session_idle_minutes=60, session_reset_at_hour=9,
+             group_sessions_per_user=True, thread_sessions_per_user=True,
+             session_prune_after_s=0.0, stuck_restart_threshold=2)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    s.bind("q-1", session="s-1")
+    one, two = s.main_process(), s.process()
+    s.faults(crash="before:lease#2", crash_at_effect=278, fail_writes={"final": 1})
+    s.start_submit(two, "p-2", "r-697944", {"text": "Write note 3 to s-2-out-3.txt."},
+                   session="s-2", after_s=8.0)
+    s.start_drain(two, "s-2", after_s=13.0)
+    s.start_submit(two, "p-2", "r-231c38", {"text": "Say hello 1."}, session="s-2", after_s=18.0)
+    s.start_submit(two, "p-2", "r-231c38", {"text": "Say hello 99."}, session="s-2", after_s=20.0)
+    s.start_drain(two, "s-2", after_s=22.0)
+    s.start_submit(two, "p-1", "r-697944", {"text": "Read notes-1.txt."}, session="s-1",
+                   after_s=23.0)
+    s.start_drain(one, "s-1", after_s=29.0)
+    s.start_submit(one, "p-1", "r-dac59d", {"text": "Say hello 5."}, session="s-1", after_s=41.0)
+    s.start_submit(one, "p-1", "r-8f204f", {"text": "Write note 6 to s-1-out-6.txt."},
+                   session="s-1", after_s=46.0)
+    recover_later(s, one, after_s=49.0)
+    s.start_drain(one, "s-1", after_s=52.0)
+    s.start_drain(one, "s-2", after_s=54.0)
+    s.start_drain(two, "s-1", after_s=56.0)
+    s.start_drain(two, "s-1", after_s=64.0)
+    s.start_submit(one, "p-2", "r-105dc4", {"text": "Say hello 2."}, session="s-2", after_s=66.0)
+    s.start_submit(one, "p-1", "r-231c38", {"text": "Say hello 1."}, session="s-1", after_s=87.0)
+    s.start_drain(two, "s-2", after_s=89.0)
+    s.start_submit(one, "q-1", "r-231c38", {"text": "Say hello 231c38 from q-1."},
+                   session="s-1", after_s=89.0)
+    s.start_submit(two, "p-1", "r-105dc4", {"text": "Read notes-1.txt."}, session="s-1",
+                   after_s=101.0)
+    s.start_submit(two, "p-1", "r-09303c", {"text": "Say hello 4."}, session="s-1", after_s=103.0)
+    s.start_drain(one, "s-1", after_s=105.0)
+    s.start_submit(two, "q-1", "r-105dc4", {"text": "Say hello 105dc4 from q-1."},
+                   session="s-1", after_s=107.0)
+    s.start_submit(two, "p-1", "r-105dc4", {"text": "Say hello 99."}, session="s-1",
+                   after_s=109.0)
+    s.start_submit(two, "p-2", "r-6866a1",
+                   {"text": "Write note 85 to drafts/s-2-85.txt and search drafts for it."},
+                   session="s-2", after_s=114.0)
+    s.start_drain(two, "s-1", after_s=120.0)
+    recover_later(s, one, after_s=125.0)
+    s.start_drain(one, "s-1", after_s=126.0)
+    s.start_drain(one, "s-2", after_s=128.0)
+    s.start_drain(one, "s-2", after_s=130.0)
+    s.start_drain(two, "s-1", after_s=133.0)
+    lanes = LaneWorld(s, [one, two], job_s=400.0)
+    erin = SessionSource(platform="telegram", chat_type="group", chat_id="-1002285219667",
+                         thread_id="17585", participant="erin")
+    lanes.message(0, erin, "Say hello 7.", after_s=9866.5)
+    lanes.message(0, erin, "Read build.log.", after_s=10019.2)
+    lanes.restart(0, graceful=True, after_s=10030.3)
+    lanes.message(0, erin, "Read build.log.", after_s=10496.2)
+    lanes.restart(0, graceful=True, after_s=10522.0)
     _calm(s)

@@ -13,7 +13,9 @@ start without the marker: lanes active within ``restart_resume_window_s``, neith
 suspended nor pending) and which it owed a suspension (still running across
 ``stuck_restart_threshold`` graceful stops in a row, with no cleared count between), and
 demands exactly those revisions at that start: a mark missing is a violation as much as
-one too many.
+one too many. A start whose process died before its pass ended (before the watcher pass
+that follows it read the routes) is excused only the revisions it did not write: the
+counts it had not yet consumed make an unwritten suspension the next start's to write.
 
 Entries at one instant are ordered completions, clearings, stops, then starts; the revisions a
 start owed are those at its instant with the start pass's causes, and the state it judged
@@ -85,10 +87,17 @@ class _Order:
         effects = obs.lane_effects or ()
         starts = [e for e in effects if e.what == "start"]
         self.read: int | None = None
+        self.cut_short = False
         if start < len(starts):
             mine = starts[start]
-            self.read = next((e.seq for e in effects if e.what == "read"
-                              and e.pid == mine.pid and e.seq > mine.seq), None)
+            reads = [e.seq for e in effects if e.what == "read"
+                     and e.pid == mine.pid and e.seq > mine.seq]
+            self.read = reads[0] if reads else None
+            # the pass ends where its watcher pass reads the routes again; a process that
+            # died before that never finished it
+            died = dict(obs.death_seqs).get(mine.pid)
+            self.cut_short = died is not None and died > mine.seq and (
+                len(reads) < 2 or died < reads[1])
         self.written = {(e.key, e.revision): e.seq for e in effects if e.what == "route"}
 
     def after_read(self, route: Route) -> bool:
@@ -109,14 +118,16 @@ def _judge_start(obs: Observation, at: float, clean: bool, streak: dict[str, int
         active = (not pre.suspended and not pre.resume_pending and not pre.expiry_finalized
                   and not pre.retired and pre.updated_at >= at - window)
         want_mark = not clean and active
-        if want_mark != ("restart_interrupted" in done):
+        # a pass its process did not live to finish owes nothing it did not write; what it
+        # wrote it must still have owed, and an unwritten suspension falls to the next start
+        if want_mark != ("restart_interrupted" in done) and not (want_mark and order.cut_short):
             out.append(Violation("restart_marking", "SES-7", f"start at {_when(at)} ("
                                  f"{'clean' if clean else 'no clean-exit marker'}): {key} "
                                  f"{'owed' if want_mark else 'got'} a resume_pending mark "
                                  f"(last active {at - pre.updated_at:g} s before)"))
         want_stuck = (streak[key] >= threshold and not pre.suspended
                       and not pre.expiry_finalized and not pre.retired)
-        if want_stuck != ("stuck" in done):
+        if want_stuck != ("stuck" in done) and not (want_stuck and order.cut_short):
             out.append(Violation("restart_marking", "SES-7", f"start at {_when(at)}: {key} was "
                                  f"running across {streak[key]} restarts and "
                                  f"{'was not' if want_stuck else 'was'} suspended"))

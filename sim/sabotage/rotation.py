@@ -1,7 +1,7 @@
 """Broken compaction durability: a rotation that leaves its parent live, a lock taken as a
 hint or given back before the write, a turn that goes on writing to the rotated parent, a
-route that does not walk to the tip, and a lease that stays with the session it was
-granted on."""
+route that does not walk to the tip, a lease that stays with the session it was granted
+on, and a waiting turn that reaches the tip without the compression memory left there."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 from unittest import mock
 
 from hermes_ref import rotation, router
-from hermes_ref.context import TurnContext
+from hermes_ref.compression import CompressionState
+from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.effects import TakeCompressionLock
 from hermes_ref.models import Compacted, SessionRecord
 from hermes_ref.session import Route
@@ -105,3 +106,21 @@ def _lease_per_session() -> list[AbstractContextManager[Any]]:
 sabotage("lease_stays_on_the_rotated_parent", ("LEASE-1",),
          "a turn waiting on a rotated session gets that session's lease, not its tip's")(
     _lease_per_session)
+
+
+# ---- CMP-4 across CMP-5: a turn that waited reaches the tip with the memory it began with ----
+
+
+def _tip_without_carried_memory() -> list[AbstractContextManager[Any]]:
+    original = rotation.tip_cache
+
+    async def stale(cache: SessionCache, tip_id: str,
+                    carried: CompressionState | None = None) -> SessionCache:
+        return await original(cache, tip_id)  # "the cache we already hold has the counters"
+    return [mock.patch.object(rotation, "tip_cache", stale)]
+
+
+sabotage("waiting_turn_forgets_the_tip_memory", ("CMP-4",),
+         "a turn that waited behind a rotating turn reaches the tip with the compression "
+         "memory it began with, not the one the rotating turn left there, so two ineffective "
+         "passes no longer block it")(_tip_without_carried_memory)
