@@ -20,6 +20,14 @@ At one instant, in this order:
    ``tool_batch.vouch_again``): if the store says the turn's lease is gone (its process
    froze past it), the call never begins and the turn is interrupted.
 
+A call scripted with ``stall_s`` (``SimTools.slow``) freezes the batch's process as it is
+dispatched to wait out its start delay: the scheduler runs none of the process's actors
+(its lease refresher included) for that long, the freeze is recorded in ``world.stalls``
+(the lease checkers excuse a lapse in it) and in ``tools.late_stalls``, and the timeline
+says so. This is the world of explored seed 39168 made on purpose (the explorer's
+``frozen_late_start``): when the process wakes, the call is past its start and its lease
+may be gone.
+
 At the deadline whatever has not ended gets its timed-out result in place
 (``tool_batch.timed_out``). A sequential segment is the same with one worker.
 Durations come from ``SimTools.timing``; a hung tool (``hang``) reports its own timeout
@@ -137,7 +145,22 @@ class SimBatch:
                 changed = True
                 if slot.delay_s <= 0:
                     self._begin(now)  # a call that begins at once lets the next one pass
+                else:
+                    self._freeze_while_waiting(slot)
         return changed
+
+    def _freeze_while_waiting(self, slot: _Slot) -> None:
+        """The scripted freeze of a call that waits to begin (see the module docstring)."""
+        world = self.world
+        seconds = world.tools.late_stall_s(slot.call)
+        if seconds <= 0 or self.pid is None:
+            return
+        at = world.clock.now()
+        world.scheduler.freeze(self.pid, at + seconds)
+        world.stalls.append((self.pid, at, at + seconds))
+        world.tools.late_stalls.append((self.pid, at, at + seconds))
+        world.timeline.add("FAULT", f"pid={self.pid} stalls for {seconds:g} s while "
+                           f"{slot.call.id} waits {slot.delay_s:g} s to begin")
 
     def _begin(self, now: float) -> bool:
         changed = False

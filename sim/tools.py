@@ -38,7 +38,10 @@ Like the real tools, a call never raises (TOOL-6).
 Time in a batch (TOOL-5, run by ``sim.tool_batch``): ``slow(name, seconds, path=...,
 start_delay_s=...)`` scripts how long matching calls run and how long they take to
 begin once dispatched (a call waiting for an approval or a lock); ``stuck(name, ...)``
-makes them never return. ``timing(call)`` answers the driver. Each ledger entry of a
+makes them never return. ``timing(call)`` answers the driver. ``stall_s=...`` on either
+freezes the calling process while the first such call waits out its start delay (a late
+call whose process stalls past its lease, LEASE-4): ``late_stall_s(call)`` tells the
+batch runner how long, once, and ``late_stalls`` lists the freezes it carried out. Each ledger entry of a
 call run in a batch carries the batch's record (``BatchStamp``): when the batch began,
 when the call got a worker, was dispatched, started (``at``) and ended; checkers judge
 the worker count, the start gate and the deadline on it.
@@ -159,6 +162,7 @@ class _Timing:
     path: str | None
     duration_s: float
     start_delay_s: float
+    stall_s: float = 0.0  # the process freezes this long as the first call waits to begin
 
 
 def sha256_text(text: str) -> str:
@@ -187,6 +191,8 @@ class SimTools(GuardedRunner):
         self._failures: dict[str, deque[str]] = {}
         self._hung: set[str] = set()
         self._timings: list[_Timing] = []
+        self._late_stalled: set[int] = set()  # timing rules whose freeze was handed out
+        self.late_stalls: list[tuple[int, float, float]] = []  # (pid, from, until), run
         self._outputs: dict[str, deque[str]] = {}
         self._stamp: BatchStamp | None = None
         self._spills = 0
@@ -244,18 +250,44 @@ class SimTools(GuardedRunner):
         self._failures.clear()
         self._hung.clear()
         self._timings.clear()
+        self._late_stalled.clear()
 
     def slow(self, name: str, seconds: float, *, path: str | None = None,
-             start_delay_s: float = 0.0) -> None:
+             start_delay_s: float = 0.0, stall_s: float = 0.0) -> None:
         """Calls of ``name`` (aimed at ``path``, if given) run ``seconds`` and begin
-        ``start_delay_s`` after dispatch, in virtual time; the latest rule wins."""
-        if not (seconds >= 0 and start_delay_s >= 0):
-            raise BadInput(f"a tool's times must not be negative: {seconds}, {start_delay_s}")
-        self._timings.append(_Timing(name, path, seconds, start_delay_s))
+        ``start_delay_s`` after dispatch, in virtual time; the latest rule wins. With
+        ``stall_s``, the process running the first such call freezes that long as the call
+        begins to wait out its delay (see ``late_stall_s``)."""
+        if not (seconds >= 0 and start_delay_s >= 0 and stall_s >= 0):
+            raise BadInput(f"a tool's times must not be negative: {seconds}, {start_delay_s}, "
+                           f"{stall_s}")
+        self._timings.append(_Timing(name, path, seconds, start_delay_s, stall_s))
 
-    def stuck(self, name: str, *, path: str | None = None, start_delay_s: float = 0.0) -> None:
+    def stuck(self, name: str, *, path: str | None = None, start_delay_s: float = 0.0,
+              stall_s: float = 0.0) -> None:
         """Calls of ``name`` (aimed at ``path``, if given) never return."""
-        self._timings.append(_Timing(name, path, math.inf, start_delay_s))
+        if not (start_delay_s >= 0 and stall_s >= 0):
+            raise BadInput(f"a tool's times must not be negative: {start_delay_s}, {stall_s}")
+        self._timings.append(_Timing(name, path, math.inf, start_delay_s, stall_s))
+
+    def disarm_late_stalls(self) -> None:
+        """No rule set so far freezes a process any more (a calm phase: faults off, while
+        the tools stay as slow as they were)."""
+        self._late_stalled.update(range(len(self._timings)))
+
+    def late_stall_s(self, call: ToolCall) -> float:
+        """How long the process of ``call`` freezes as the call begins to wait out its start
+        delay: the ``stall_s`` of the rule that times it, handed out once per rule (the
+        first call that waits), else 0."""
+        path = path_argument(call)
+        for index in reversed(range(len(self._timings))):
+            rule = self._timings[index]
+            if rule.name == call.name and rule.path in (None, path):
+                if rule.stall_s <= 0 or rule.start_delay_s <= 0 or index in self._late_stalled:
+                    return 0.0
+                self._late_stalled.add(index)
+                return rule.stall_s
+        return 0.0
 
     def timing(self, call: ToolCall) -> tuple[float, float]:
         """(start delay, duration) of ``call`` in virtual seconds (duration inf: stuck)."""

@@ -67,6 +67,9 @@ class FaultKind(StrEnum):
     SUMMARY_FAILURE = "summary_failure"  # a compaction's summary request fails (503): the cooldown
     REFUSED_WRITE = "refused_write"    # the model writes under a file as if it were a folder
     LOCK_STALL = "lock_stall"          # a process freezes holding a compression lock (CMP-6)
+    # a process freezes while its late tool call waits to begin, drawn only in
+    # ``sim/explore/late.py``
+    FROZEN_LATE_START = "frozen_late_start"
     # the reply shapes of ``sim/explore/shapes.py``, drawn only there
     CUT_OFF_ARGUMENTS = "cut_off_arguments"  # arguments cut off mid-value, finish_reason tool_calls
     TRUNCATED_CALL = "truncated_call"  # arguments cut off mid-value, finish_reason length
@@ -192,13 +195,16 @@ class ReplyFault(Frozen):
 
 class ToolTiming(Frozen):
     """Calls of ``tool`` aimed at ``path`` begin ``start_delay_s`` late and run ``seconds``,
-    or never return (``stuck``): the batch's start gate and deadline (TOOL-5)."""
+    or never return (``stuck``): the batch's start gate and deadline (TOOL-5). With
+    ``stall_s``, the process of the first such call freezes that long as the call begins
+    to wait out its delay (``frozen_late_start``, ``sim/explore/late.py``: LEASE-4)."""
 
     tool: str
     path: str
     seconds: float = Field(default=0.0, ge=0)
     start_delay_s: float = Field(default=0.0, ge=0)
     stuck: bool = False
+    stall_s: float = Field(default=0.0, ge=0)
 
 
 class WorldPlan(Frozen):
@@ -269,6 +275,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.OUTAGE)
         if self.tool_timings:
             kinds.add(FaultKind.SLOW_TOOL)
+        if any(t.stall_s > 0 for t in self.tool_timings):
+            kinds.add(FaultKind.FROZEN_LATE_START)
         if self.fallback_window is not None:
             kinds.add(FaultKind.FALLBACK)
         if self.context_window is not None:
@@ -297,6 +305,7 @@ class WorldPlan(Frozen):
         faults = (len(self.replies) + (self.crash is not None) + (self.crash_at_effect is not None)
                   + sum(self.write_failures.values())
                   + len(self.tool_timings) + (self.fallback_window is not None)
+                  + sum(1 for t in self.tool_timings if t.stall_s > 0)
                   + (self.context_window is not None) + self.verify_before_answer
                   + len(self.summary_failures) + len(self.summary_timeouts)
                   + len(self.grace_outages)
@@ -423,13 +432,13 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
         replies = [r for r in replies if r.kind is not FaultKind.HUGE_READ]  # for unspilled
     watched = _bystanders(seed, kinds, processes, sorted(sessions), sorted(files), steps)
     steps.sort(key=lambda s: s.at_s)
-    from sim.explore import edges, shapes  # their parts are drawn last, on streams of their own
-    return shapes.draw(seed, kinds, edges.draw(seed, kinds, WorldPlan(
+    from sim.explore import edges, late, shapes  # drawn last, on streams of their own
+    return late.draw(seed, kinds, shapes.draw(seed, kinds, edges.draw(seed, kinds, WorldPlan(
         seed=seed, processes=processes, sessions=sessions, members=members,
         max_iterations=iterations, files=files, steps=tuple(steps), replies=tuple(replies),
         crash=crash, crash_at_effect=at_effect, write_failures=failures, tool_timings=timings,
         fallback_window=fallback, context_window=_small_window(seed, kinds, processes),
-        verify_before_answer=_verify_gate(seed, kinds, iterations), **watched)))
+        verify_before_answer=_verify_gate(seed, kinds, iterations), **watched))))
 
 
 def _kills_and_stalls(faults: random.Random, kinds: frozenset[FaultKind], processes: int,

@@ -143,12 +143,13 @@ def _options(plan: WorldPlan) -> list[str]:
     if plan.verify_before_answer:
         lines.append("s.limits(verify_before_answer=True)")
     for t in plan.tool_timings:
+        stall = f", stall_s={t.stall_s!r}" if t.stall_s > 0 else ""
         if t.stuck:
             lines.append(f"s.world.tools.stuck({t.tool!r}, path={t.path!r}, "
-                         f"start_delay_s={t.start_delay_s!r})")
+                         f"start_delay_s={t.start_delay_s!r}{stall})")
         else:
             lines.append(f"s.world.tools.slow({t.tool!r}, {t.seconds!r}, path={t.path!r}, "
-                         f"start_delay_s={t.start_delay_s!r})")
+                         f"start_delay_s={t.start_delay_s!r}{stall})")
     if plan.context_window is not None:
         lines.append(f"s.limits(context_window_tokens={plan.context_window})")
     if plan.fallback_window is not None:

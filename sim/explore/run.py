@@ -254,6 +254,9 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
         fired.add(FaultKind.KILL)  # a scheduled kill landed on a live process
     jumped = sum(len(entries) for entries in _jump_stalls(world))
     jumped += FaultKind.LOCK_STALL in fired  # a freeze holding a lock is a fault of its own
+    if world.tools.late_stalls:  # a freeze while a late call waits is a fault of its own
+        fired.add(FaultKind.FROZEN_LATE_START)
+        jumped += len(world.tools.late_stalls)
     if len(world.stalls) > jumped:
         fired.add(FaultKind.STALL)  # a stall began (a clock jump's pauses are not stalls)
     if world.clock_jumps:
@@ -388,10 +391,10 @@ def _stage_options(story: Story, plan: WorldPlan) -> None:
     for timing in plan.tool_timings:
         if timing.stuck:
             story.world.tools.stuck(timing.tool, path=timing.path,
-                                    start_delay_s=timing.start_delay_s)
+                                    start_delay_s=timing.start_delay_s, stall_s=timing.stall_s)
         else:
             story.world.tools.slow(timing.tool, timing.seconds, path=timing.path,
-                                   start_delay_s=timing.start_delay_s)
+                                   start_delay_s=timing.start_delay_s, stall_s=timing.stall_s)
     if plan.context_window is not None:
         story.limits(context_window_tokens=plan.context_window)
     if plan.fallback_window is not None:
@@ -437,6 +440,7 @@ def calm_phase(story: Story) -> list[str]:
     if isinstance(world.provider, ExploreModel):
         world.provider.calm = True
     world.provider_delays_s.clear()
+    world.tools.disarm_late_stalls()  # a late call's process no longer freezes
     story.faults()
     world.timeline.add("calm", "faults off: a new process recovers and drains")
     story.restart()

@@ -10,7 +10,8 @@ ids (so a shrink never wanders off to a different bug). The edits, biggest first
 3. drop one step (a submission, a drain claim, a kill, a stall, a clock jump, an
    interrupt, a correction, a terminal's turn, a redaction, a recovery round);
 4. drop one reply fault, the crash point, the crash at an effect, a write failure, a slow
-   tool, the small context window, the fallback route, the verification gate;
+   tool or only its process's freeze while it waits to begin, the small context window,
+   the fallback route, the verification gate;
 5. drop the terminal session, a chat client, the short lease wait, the slow build log;
 6. round the times of steps down to whole seconds;
 7. drop the lanes part, else runs of its events.
@@ -84,6 +85,7 @@ def shrink(plan: WorldPlan, *, runs_max: int = RUNS_MAX,
         if state.plan.max_iterations is not None:
             state.attempt(state.plan.model_copy(update={"max_iterations": None}))
         state.drop_chunks("tool_timings")
+        _calmer_tools(state)
         for option in ("context_window", "fallback_window"):
             if getattr(state.plan, option) is not None:
                 state.attempt(state.plan.model_copy(update={option: None}))
@@ -191,6 +193,15 @@ def _simpler_times(plan: WorldPlan) -> Iterator[WorldPlan]:
     rounded = tuple(s.model_copy(update={"at_s": float(int(s.at_s))}) for s in plan.steps)
     if rounded != plan.steps:
         yield plan.model_copy(update={"steps": rounded})
+
+
+def _calmer_tools(state: _State) -> None:
+    """Each kept tool timing without its process's freeze (``frozen_late_start``)."""
+    for index, timing in enumerate(state.plan.tool_timings):
+        if timing.stall_s > 0:
+            timings = list(state.plan.tool_timings)
+            timings[index] = timing.model_copy(update={"stall_s": 0.0})
+            state.attempt(state.plan.model_copy(update={"tool_timings": tuple(timings)}))
 
 
 def _fewer_bystanders(state: _State) -> None:
