@@ -289,10 +289,7 @@ async def _correction_alone(ctx: TurnContext) -> None:
         return
     ctx.transcript.drop_scaffolding()
     row = Message(role=Role.USER, content="\n\n".join(corrections), turn_id=ctx.turn_id)
-    if await ctx.persist((row,), Site.REDIRECT):
-        state = ctx.state
-        state.last_round_had_tools = state.post_tool_nudged = False
-        state.empty_retries = state.thinking_prefills = 0
+    await ctx.persist((row,), Site.REDIRECT)
 
 
 sabotage("cut_reply_left_out", ("LOOP-4",),
