@@ -400,7 +400,8 @@ def empty_ladder_in_order(obs: Observation) -> list[Violation]:
                 walk.tool_rounds += 1
             if not _is_empty(reply):
                 continue
-            spent = charged_requests(calls[:index + 1])
+            # a call a correction cut was sent and paid for too (LOOP-2)
+            spent = charged_requests(view.calls[:view.calls.index(call) + 1])
             at_bound = spent >= obs.limits.max_iterations or \
                 spent - refunded_rounds(view) >= obs.limits.iteration_budget
             seen = _observed(view, calls, index, landed, at_bound)
