@@ -19,6 +19,12 @@ correction is there:
 
 and the loop goes on with the next iteration, preflight first. Hermes does the same in
 ``_apply_active_turn_redirect``.
+
+A correction leaves the empty-reply ladder's counters (LOOP-8) as they were: they count
+per turn and per provider, not per correction. A tool round the correction followed and
+no nudge answered yet is still due its one nudge, a round already nudged gets no second
+one, and prefills and retries stay bounded across the correction. (Only the scaffolding
+goes; Hermes's redirect resets none of those counters either.)
 """
 
 from __future__ import annotations
@@ -66,8 +72,5 @@ async def take_redirects(ctx: TurnContext) -> None:
     if tail is None or tail.role is not Role.ASSISTANT:
         rows.append(placeholder(ctx, partial))
     rows.append(Message(role=Role.USER, content="\n\n".join(corrections), turn_id=ctx.turn_id))
-    if await ctx.persist(tuple(rows), Site.REDIRECT):  # stored rows join the working list
-        state = ctx.state
-        state.last_round_had_tools = False  # the tail is the user's word now
-        state.post_tool_nudged = False
-        state.empty_retries = state.thinking_prefills = 0
+    # stored rows join the working list; the ladder's counters stay the turn's (LOOP-8)
+    await ctx.persist(tuple(rows), Site.REDIRECT)

@@ -5,6 +5,7 @@ calls are the explorer's own, so each replays the run it came from, then the cal
 
 from __future__ import annotations
 
+from hermes_ref.limits import ProviderRoute
 from hermes_ref.session import SessionSource
 from scenarios._explored_common import calm as _calm
 from scenarios._explored_common import world as _world
@@ -450,4 +451,44 @@ def start_pass_cut_short_owes_no_suspension(s: Story) -> None:
     lanes.restart(0, graceful=True, after_s=10030.3)
     lanes.message(0, erin, "Read build.log.", after_s=10496.2)
     lanes.restart(0, graceful=True, after_s=10522.0)
+    _calm(s)
+
+
+@scenario("A tool round the user corrected is still nudged once when the reply after the "
+          "correction is empty (explored seed 32677)",
+          invariants=("LOOP-8", "LOOP-4", "LOOP-2"), stage="explore")
+def correction_after_a_round_keeps_its_nudge(s: Story) -> None:
+    """The turn on s-1 reads and rewrites notes-2.txt; during its tool round the user
+    corrects it, and the turn takes the correction in before its next call. The next four
+    replies are empty. The engine set the ladder's counters back at the correction, as if
+    the turn had just begun: no nudge for the round, three retries, then the fallback,
+    whose rebuilt request preflight refused in its 200-token window. LOOP-8 counts the
+    nudge once per tool round and the prefills and retries per turn and provider, and the
+    agent it models keeps them across a correction; a correction now leaves them as they
+    were, so the round is nudged, retried three times, and the fifth reply after the
+    correction answers it. LOOP-8's checker stepped aside for every corrected turn and
+    now judges them too; the budget checker, which walks the ladder to tell a refused
+    fallback, was the one to see a unit refunded that its walk did not expect."""
+    model = _world(s, 32677, ReplyFault(call=3, kind=FaultKind.EMPTY_REPLY),
+                   ReplyFault(call=4, kind=FaultKind.EMPTY_REPLY),
+                   ReplyFault(call=5, kind=FaultKind.EMPTY_REPLY),
+                   ReplyFault(call=6, kind=FaultKind.EMPTY_REPLY), parts=6)
+    s.limits(fallback_providers=(ProviderRoute(model="fallback-small", context_window_tokens=200,
+                                               token_ratio=1.25),))
+    s.use_provider_for("fallback-small", model.for_fallback())
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    s.faults(crash=None, crash_at_effect=None, fail_writes={"tool_calls": 1})
+    s.start_submit(one, "p-1", "r-adfde1", {"text": "Write note 6 to s-1-out-6.txt."},
+                   session="s-1", after_s=7.0)
+    correct_at_a_moment(s, "Say hello 71 instead.", after_s=28.0, session="s-1", during="tools",
+                        slow_s=0.0)
+    s.start_drain(one, "s-1", after_s=68.0)
+    s.start_submit(one, "p-1", "r-8b1a59",
+                   {"text": "Read notes-2.txt and rewrite it as note 70 at ./notes-2.txt."},
+                   session="s-1", after_s=73.0)
+    s.start_drain(one, "s-1", after_s=80.0)
+    s.run_all()
+    s.world.moments.clear()  # a correction held for a moment not reached is no fault of the calm
     _calm(s)

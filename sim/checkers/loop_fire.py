@@ -80,10 +80,11 @@ def _drained(obs: Observation, view: TurnView) -> list[str]:
             if i.what == "drained" and (i.session_id, i.turn_id) == (view.session_id, view.turn_id)]
 
 
-def took_in_after(obs: Observation, view: TurnView, seq: int) -> bool:
-    """Whether the turn took a correction in after the effect ``seq``: its user row then
-    stands after whatever that effect left (LOOP-4)."""
-    return any(i.what == "drained" and i.seq > seq
+def took_in_after(obs: Observation, view: TurnView, seq: int, before: int | None = None) -> bool:
+    """Whether the turn took a correction in after the effect ``seq`` (and before the
+    effect ``before``, when given): its user row then stands after whatever that effect
+    left (LOOP-4)."""
+    return any(i.what == "drained" and i.seq > seq and (before is None or i.seq < before)
                and (i.session_id, i.turn_id) == (view.session_id, view.turn_id)
                for i in obs.interventions)
 
@@ -239,6 +240,7 @@ class _Walk:
     def __init__(self) -> None:
         self.tool_rounds = 0
         self.nudged_round = -1  # the tool round the last nudge answered
+        self.corrected_round = -1  # the tool round the last correction came after (LOOP-4)
         self.prefills = 0
         self.retries = 0
         self.switches = 0
@@ -249,8 +251,9 @@ class _Walk:
         assert reply is not None
         if visible_text(reply.streamed_text):
             return "streamed"
-        if self.tool_rounds and _prior_text(calls, index, landed) is not None:
-            return "prior_text"
+        if self.tool_rounds and self.corrected_round != self.tool_rounds \
+                and _prior_text(calls, index, landed) is not None:
+            return "prior_text"  # the round's text, unless the user has spoken since
         if self.tool_rounds and self.nudged_round != self.tool_rounds \
                 and not inline_thought(reply.content):
             return "nudge"
@@ -261,6 +264,11 @@ class _Walk:
         if self.switches < len(limits.fallback_providers):
             return "fallback"
         return "sentinel"
+
+    def corrected(self) -> None:
+        """The turn took a correction in: the round before it is no longer the last thing
+        the reply follows, so its text is no answer; the other counters count per turn."""
+        self.corrected_round = self.tool_rounds
 
     def took(self, rung: str) -> None:
         if rung == "nudge":
@@ -288,6 +296,8 @@ def rung_due_last(obs: Observation, view: TurnView,
     landed, walk = _landed(obs, calls), _Walk()
     want: str | None = None
     for index, call in enumerate(calls):
+        if index and took_in_after(obs, view, calls[index - 1].seq, before=call.seq):
+            walk.corrected()
         if id(call) in landed and not all_invalid(call):  # a round the tools ran
             walk.tool_rounds += 1
         if to_the_ladder(call):
@@ -376,25 +386,35 @@ def _resolved(seen: str, want: str) -> str:
 def empty_ladder_in_order(obs: Observation) -> list[Violation]:
     out = []
     for view in obs.ended_turns():
-        if _drained(obs, view) or any(c.reply is not None and c.reply.finish_reason == "tool_calls"
-                                      and not c.reply.tool_calls for c in view.calls):
-            continue  # a correction or a dropped-call re-prompt (LOOP-7) steers these turns
+        if any(c.reply is not None and c.reply.finish_reason == "tool_calls"
+               and not c.reply.tool_calls for c in view.calls):
+            continue  # a dropped-call re-prompt (LOOP-7) steers these turns
         calls = _budgeted(view)
         landed = _landed(obs, calls)
         walk = _Walk()
         for index, call in enumerate(calls):
             reply = call.reply
+            if index and took_in_after(obs, view, calls[index - 1].seq, before=call.seq):
+                walk.corrected()
             if id(call) in landed and not all_invalid(call):  # a round the tools ran
                 walk.tool_rounds += 1
             if not _is_empty(reply):
                 continue
-            spent = charged_requests(calls[:index + 1])
+            # a call a correction cut was sent and paid for too (LOOP-2)
+            spent = charged_requests(view.calls[:view.calls.index(call) + 1])
             at_bound = spent >= obs.limits.max_iterations or \
                 spent - refunded_rounds(view) >= obs.limits.iteration_budget
             seen = _observed(view, calls, index, landed, at_bound)
             if seen is None:
                 break
             want = walk.expected(obs.limits, calls, index, landed)
+            nxt = calls[index + 1].seq if index + 1 < len(calls) else None
+            if took_in_after(obs, view, call.seq, before=nxt):
+                # a correction taken in before the next call dropped the rung's scaffolding
+                # and added its own rows (LOOP-4), so the next request cannot show the rung;
+                # the counters still move as the ladder demands: they count per turn
+                walk.took(want)
+                continue
             seen = _resolved(seen, want)
             if seen == REFUSED and want in SENDING_RUNGS:
                 break  # the rung due builds a request, and that request is what preflight refused

@@ -18,7 +18,7 @@ from hermes_ref.limits import ProviderRoute
 from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.wire import ProviderRequest
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- LOOP-8: the empty-reply ladder ---------------------------------------------------------
 
@@ -289,16 +289,28 @@ async def _correction_alone(ctx: TurnContext) -> None:
         return
     ctx.transcript.drop_scaffolding()
     row = Message(role=Role.USER, content="\n\n".join(corrections), turn_id=ctx.turn_id)
-    if await ctx.persist((row,), Site.REDIRECT):
-        state = ctx.state
-        state.last_round_had_tools = state.post_tool_nudged = False
-        state.empty_retries = state.thinking_prefills = 0
+    await ctx.persist((row,), Site.REDIRECT)
 
 
 sabotage("cut_reply_left_out", ("LOOP-4",),
          "a correction is stored as a user row right after whatever came before it: the reply "
          "it cut, visible text and all, leaves no assistant row")(
     lambda: [mock.patch.object(redirect, "take_redirects", _correction_alone)])
+
+
+def _ladder_restarted() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(
+        redirect, "take_redirects", "await ctx.persist(tuple(rows), Site.REDIRECT)",
+        "await ctx.persist(tuple(rows), Site.REDIRECT)\n"
+        "    ctx.state.last_round_had_tools = ctx.state.post_tool_nudged = False\n"
+        "    ctx.state.empty_retries = ctx.state.thinking_prefills = 0")
+    return [mock.patch.object(redirect, "take_redirects", broken)]
+
+
+sabotage("correction_restarts_the_ladder", ("LOOP-8",),
+         "a correction sets the empty-reply ladder's counters back to a fresh turn's, so the "
+         "tool round before it is never nudged and prefills and retries start over")(
+    _ladder_restarted)
 
 
 def _partial_always_hidden() -> list[AbstractContextManager[Any]]:
