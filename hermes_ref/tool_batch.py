@@ -86,7 +86,9 @@ def release_s(ready_s: float, bounds: BatchBounds) -> float:
 
 def vouch_again(begins_s: float) -> bool:
     """Must the lease be vouched for again before a call that begins ``begins_s`` into the
-    batch? Every call but one that begins at the very instant the batch was vouched for."""
+    batch? Every call but one that begins at the very instant the batch was vouched for.
+    On the virtual clock that instant is exact; the asyncio driver measures ``begins_s`` on
+    a monotonic clock, where every call begins after it, so each is vouched for again."""
     return begins_s > 0.0
 
 

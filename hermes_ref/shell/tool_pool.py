@@ -55,7 +55,8 @@ async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tupl
                       ) -> tuple[ToolResult, ...]:
     """Run ``calls`` in threads within ``bounds``; see the module docstring."""
     loop = asyncio.get_running_loop()
-    began_at = clock()
+    began_at = time.monotonic()  # the lease was vouched for just before: a step of the wall
+    # clock must not make a later call look as if it began at that instant
     width = bounds.workers(len(calls)) if parallel else 1
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix="hermes-tool")
     slots = asyncio.Semaphore(width)
@@ -78,7 +79,7 @@ async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tupl
             if index:
                 with contextlib.suppress(TimeoutError):  # the gate expired: start anyway
                     await asyncio.wait_for(started[index - 1].wait(), bounds.gate_s)
-            if vouch is not None and tool_batch.vouch_again(clock() - began_at):
+            if vouch is not None and tool_batch.vouch_again(time.monotonic() - began_at):
                 await vouch()  # raises when the lease is gone: the call never begins
             result = await loop.run_in_executor(pool, work, index, call)
             if result is not None:
@@ -95,8 +96,11 @@ async def run_segment(tools: ToolRunner, clock: Callable[[], float], calls: tupl
         for task in tasks:
             task.cancel()  # no-op for finished tasks; abandons calls past the deadline
         pool.shutdown(wait=False, cancel_futures=True)
-    for task in tasks:
-        failure = None if task.cancelled() or not task.done() else task.exception()
+        # let the cancelled tasks end now (a call's thread may run on, its result dropped),
+        # so the batch leaves no task behind it
+        await asyncio.gather(*tasks, return_exceptions=True)
+    failures = [task.exception() for task in tasks if task.done() and not task.cancelled()]
+    for failure in failures:  # every one retrieved, so none is reported as never retrieved
         if failure is not None:
             raise failure
     done = {index for index, _ in finished}
@@ -121,14 +125,14 @@ async def run_inline(tools: ToolRunner, clock: Callable[[], float], calls: tuple
                      ) -> tuple[ToolResult, ...]:
     """Synchronous tools on the loop, in order; the deadline and the lease are checked
     between calls."""
-    deadline = time.monotonic() + tool_batch.gives_up_at(bounds)
-    began_at = clock()
+    began_at = time.monotonic()
+    deadline = began_at + tool_batch.gives_up_at(bounds)
     results: list[ToolResult] = []
     for call in calls:
         if len(results) and time.monotonic() >= deadline:
             results.append(tool_batch.timed_out(call, bounds, started=False))
             continue
-        if vouch is not None and tool_batch.vouch_again(clock() - began_at):
+        if vouch is not None and tool_batch.vouch_again(time.monotonic() - began_at):
             await vouch()  # raises when the lease is gone: this call never begins
         results.append(_run_one(tools, call, watermark, clock))
     return tuple(results)

@@ -191,3 +191,31 @@ async def test_a_call_that_begins_after_the_expiry_is_refused(tmp_path: Path,
         assert tools.ran == ["call_1"]
     finally:
         await store.close()
+
+
+async def test_a_parallel_call_that_waits_for_a_worker_past_the_expiry_is_refused(
+        tmp_path: Path) -> None:
+    """A parallel batch with one worker: the second and third calls wait for it while the
+    first runs past the lease's expiry. The second is vouched for again and refused; the
+    third never begins; the refusal reaches the turn as an interrupt after the batch was
+    sent (``unsent`` false), and the batch leaves no task behind."""
+    import asyncio
+
+    store, now, token = await _world(tmp_path)
+    tools = FreezingTools(now)
+    driver = AsyncDriver(store=store, provider=CountingProvider(), tools=tools,
+                         clock=lambda: now[0], tools_in_thread=True, tool_workers_max=1)
+    calls = tuple(ToolCall(id=f"call_{i}", name="read_file", arguments='{"path": "a.txt"}')
+                  for i in (1, 2, 3))
+
+    async def batch() -> tuple[ToolResult, ...]:
+        return await ExecuteTools(token, "s-1", calls, parallel=True)
+    try:
+        with pytest.raises(TurnInterrupted, match="gone before the tool call") as stopped:
+            await driver.run(batch())
+        assert tools.ran == ["call_1"]
+        assert stopped.value.unsent is False
+        current = asyncio.current_task()
+        assert [t for t in asyncio.all_tasks() if t is not current and not t.done()] == []
+    finally:
+        await store.close()
