@@ -311,6 +311,8 @@ PREFILL_OR_RETRY = "prefill or retry"  # the same request again, ending on the s
 # rungs whose next request differs from the one just sent, so preflight may refuse it (a
 # retry resends a request that fitted)
 SENDING_RUNGS = frozenset({"nudge", "prefill", "fallback"})
+# what ``_observed`` reads off a next model call of the turn (the rest: no call followed)
+_NEXT_CALL = frozenset({"fallback", "nudge", "prefill", "retry", PREFILL_OR_RETRY, "unexplained"})
 
 
 def _no_rung_could_follow(line: ExitLine, at_bound: bool) -> bool:
@@ -411,8 +413,16 @@ def empty_ladder_in_order(obs: Observation) -> list[Violation]:
             nxt = calls[index + 1].seq if index + 1 < len(calls) else None
             if took_in_after(obs, view, call.seq, before=nxt):
                 # a correction taken in before the next call dropped the rung's scaffolding
-                # and added its own rows (LOOP-4), so the next request cannot show the rung;
-                # the counters still move as the ladder demands: they count per turn
+                # and added its own rows (LOOP-4), so the next request cannot show a nudge,
+                # a prefill or a retry; a fallback it still shows, as the next call's route.
+                # The counters move as the ladder demands: they count per turn
+                if seen in _NEXT_CALL and (seen == "fallback") != (want == "fallback"):
+                    went = "to another route" if seen == "fallback" else "to the same route"
+                    out.append(Violation("empty_ladder_in_order", "LOOP-8",
+                                         f"turn {view.key}: after the empty reply at effect "
+                                         f"{call.seq} and a correction the next call went "
+                                         f"{went}, the ladder demands {want}"))
+                    break
                 walk.took(want)
                 continue
             seen = _resolved(seen, want)
