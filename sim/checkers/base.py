@@ -399,7 +399,7 @@ def _scaffolding_tokens(obs: Observation, view: TurnView) -> int:
     record lacks it, but the finalizer drops it only after the grace call."""
     from sim.checkers.compaction_record import scaffolding_after, tokens_of  # it reads this module
 
-    return tokens_of(scaffolding_after(obs.limits, view.calls, view.calls[-1]))
+    return tokens_of(scaffolding_after(obs, view.calls, view.calls[-1]))
 
 
 def ended_in(view: TurnView) -> str:

@@ -247,7 +247,7 @@ def held_after(obs: Observation, calls: list[CallRecord], last: CallRecord,
     if any(m.role is Role.USER for m in later):
         return (*(m for m in held if m.scaffold is None), *later)
     carried = [m for m in held if m.scaffold is not None]
-    then = scaffolding_after(obs.limits, calls, last)
+    then = scaffolding_after(obs, calls, last)
     if then == carried:
         return (*held, *later)
     if then[:len(carried)] == carried:

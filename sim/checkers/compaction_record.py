@@ -25,10 +25,12 @@ from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUD
 from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
     Observation,
     TurnView,
+    all_invalid,
     as_sent_at,
     as_written,
     record_tokens,
     remembered,
+    round_landed,
     window_tokens,
 )
 from sim.checkers.lineage import roots
@@ -267,7 +269,9 @@ def scaffolding_tokens(obs: Observation, turn_id: str, seq: int) -> int:
     rode, unless the compaction at ``seq`` summarized it away with the middle; so it is
     also what the last call before carried plus the pair its reply called for (a dropped
     call's re-prompt, LOOP-7, or the nudge after a tool round's empty reply, LOOP-8), and
-    the larger of the two counts. With no later call (the turn failed closed at
+    the larger of the two counts: the engine measured all the scaffolding it held, and
+    either count is only what a request of the turn carried or what the ladder adds, so
+    the larger excuses nothing the turn did not hold. With no later call (the turn failed closed at
     preflight), it is the latter alone."""
     calls = [c for c in obs.calls if c.turn_id == turn_id and c.request.purpose != "grace"]
     later = [c for c in calls if c.seq > seq]
@@ -276,15 +280,32 @@ def scaffolding_tokens(obs: Observation, turn_id: str, seq: int) -> int:
     if not earlier:
         return shown
     last = max(earlier, key=lambda c: c.seq)
-    return max(shown, tokens_of(scaffolding_after(obs.limits, calls, last)))
+    return max(shown, tokens_of(scaffolding_after(obs, calls, last)))
 
 
-def scaffolding_after(limits: Limits, calls: list[CallRecord], last: CallRecord) -> list[Message]:
+def scaffolding_after(obs: Observation, calls: list[CallRecord], last: CallRecord) -> list[Message]:
     """The scaffolding of the turn's next request once the reply of ``last`` was handled:
     what ``last`` carried and what its reply called for; ``calls`` are the turn's calls,
-    whose reasoning prefills count toward the ladder's limit."""
+    whose reasoning prefills count toward the ladder's limit and whose tool rounds and
+    nudges say whether the nudge is due."""
     prefills = sum(1 for c in calls if c.seq <= last.seq and _ends_on_prefill(c))
-    return _after_reply(limits, last, _scaffolding(last), prefills)
+    return _after_reply(obs.limits, last, _scaffolding(last), prefills,
+                        _round_not_nudged(obs, calls, last))
+
+
+def _round_not_nudged(obs: Observation, calls: list[CallRecord], last: CallRecord) -> bool:
+    """LOOP-8's nudge is owed after ``last``'s reply: a tool round of the turn ran before it
+    (its results durable, not all of its calls to tools nobody offered), and no request
+    since that round carried the nudge. The nudge is counted once per tool round, so a
+    correction taken in since changes nothing, though it drops the scaffolding and the
+    request no longer ends on the round's results."""
+    before = [c for c in calls if c.seq < last.seq]
+    rounds = [i for i, c in enumerate(before) if c.reply is not None and c.reply.tool_calls
+              and round_landed(obs, c) and not all_invalid(c)]
+    if not rounds:
+        return False
+    since = [*before[rounds[-1] + 1:], last]
+    return not any(m.content == EMPTY_AFTER_TOOLS_NUDGE for c in since for m in _scaffolding(c))
 
 
 def _scaffolding(call: CallRecord) -> list[Message]:
@@ -297,7 +318,7 @@ def _ends_on_prefill(call: CallRecord) -> bool:
 
 
 def _after_reply(limits: Limits, call: CallRecord, carried: list[Message],
-                 prefills: int) -> list[Message]:
+                 prefills: int, nudge_owed: bool) -> list[Message]:
     """The scaffolding of the next request once the reply of ``call`` was handled, in the
     ladder's order: a dropped call's re-prompt (LOOP-7, while re-prompts are left), the
     nudge after a tool round (once per round, not for inline reasoning), the reasoning as
@@ -316,9 +337,7 @@ def _after_reply(limits: Limits, call: CallRecord, carried: list[Message],
                 Message(role=Role.USER, content=DROPPED_TOOLCALL_NUDGE, scaffold=flag)]
     if visible_text(reply.content):
         return carried
-    after_tools = bool(call.request.messages) and call.request.messages[-1].role is Role.TOOL
-    nudged = any(m.content == EMPTY_AFTER_TOOLS_NUDGE for m in carried)
-    if after_tools and not nudged and not inline_thought(reply.content):
+    if nudge_owed and not inline_thought(reply.content):
         flag = ScaffoldFlag.EMPTY_RECOVERY
         return [*carried, Message(role=Role.ASSISTANT, content=EMPTY_SENTINEL, scaffold=flag),
                 Message(role=Role.USER, content=EMPTY_AFTER_TOOLS_NUDGE, scaffold=flag)]
