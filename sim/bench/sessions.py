@@ -32,7 +32,7 @@ measured ratio is close to it, the commits are shared and what is left is CPU pe
 
 The ratio is a verdict on the disk as much as on the engine: one session waits for each of
 its commits' fsyncs, sixteen share them. So every rep also times the disk it runs on,
-before and after its chunks: ``fsync_probe_count`` writes of one 8 KB page to a file beside
+before and after its chunks: ``FSYNC_PROBE_COUNT`` writes of one 8 KB page to a file beside
 the database, each followed by ``fdatasync`` (``fsync`` where there is none), and
 ``durable_sessions_fsync_us`` is the median of a rep's samples, per rep, to be read beside
 the ratio of that rep (docs/performance.md says how the two relate).

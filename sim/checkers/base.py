@@ -565,7 +565,11 @@ def ran_in(obs: Observation, entry: LedgerEntry) -> TurnKey | None:
     other sessions may commit rows between a turn's call row and its tools (two turns of
     one process starting at one instant), so the high-water row alone decides only for an
     entry that names no session. None when nothing was committed yet. A call id, which a
-    provider may repeat from turn to turn, never decides this.
+    provider may repeat from turn to turn, never decides this. The batch's session is the
+    one input here the engine names (its ``ExecuteTools`` effect): the simulator runs a
+    batch only after the store vouched for that session's lease under the turn's token,
+    which a batch named for another session passes only when that session's live lease
+    happens to carry the same token number.
     """
     session_id = entry.session_id if isinstance(entry, SimLedgerEntry) else None
     if session_id is None:
