@@ -180,7 +180,8 @@ def _stopped_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBound
 
     It stopped when it died after the batch began and before the deadline, or froze in
     that span and either died still frozen (it never ran again) or its turn lost the
-    lease meanwhile (a frozen process wakes to find its writes fenced). Then no live
+    lease meanwhile (a refresh failed, or the grant expired during the freeze: a frozen
+    process wakes to find its writes fenced). Then no live
     holder of the turn reached the deadline: the call stays open until the next turn's
     prologue closes it as unknown (TOOL-10), which is its right result, not one that
     counts as its own.
@@ -200,8 +201,15 @@ def _stopped_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBound
     if obs.lease_log is None or found is None:
         return obs.lease_log is None
     session_id, turn_id = found[0]
-    return any(step.what == "refresh_failed" and step.session_id == session_id and step.at >= t0
-               and turn_of(step.holder) == turn_id for step in obs.lease_log)
+    if any(step.what == "refresh_failed" and step.session_id == session_id and step.at >= t0
+           and turn_of(step.holder) == turn_id for step in obs.lease_log):
+        return True
+    # or the grant lapsed while the process was frozen, and the turn, waking past the
+    # deadline, ended before its refresher ever tried again: the record's grant shows it
+    return any(g.end_reason in ("expired", "holder_dead") and turn_of(g.holder) == turn_id
+               and any(since - EPSILON_S <= g.expires_at <= until + EPSILON_S
+                       for since, until in frozen)
+               for g in obs.record.lease_grants if g.session_id == session_id)
 
 
 def _interrupted_in_time(obs: Observation, entry: SimLedgerEntry, bounds: BatchBounds) -> bool:
