@@ -492,3 +492,33 @@ def correction_after_a_round_keeps_its_nudge(s: Story) -> None:
     s.run_all()
     s.world.moments.clear()  # a correction held for a moment not reached is no fault of the calm
     _calm(s)
+
+
+@scenario("A batch whose process froze past the deadline and woke with its grant expired is "
+          "closed as unknown by the next turn (explored seed 46178)",
+          invariants=("TOOL-5", "TOOL-10", "LEASE-4"), stage="explore")
+def batch_waking_on_an_expired_grant_closes_as_unknown(s: Story) -> None:
+    """A 500 s read begins; its process freezes at 57 s for 900 s, so its turn's grant
+    expires during the freeze, and the user's stop at 355 s finds it frozen too. The turn
+    wakes past the 420 s deadline, takes the stop and ends before its refresher tries
+    again: its writes are fenced, and the next turn's prologue closes the read as unknown
+    (TOOL-10).
+    TOOL-5's checker took that closure for the late call's own result unless the lease log
+    showed a failed refresh; it now also reads the durable grant, which shows the lease
+    lapsed inside the freeze (40598 failed the same way)."""
+    _world(s, 46178, parts=8)
+    s.world.tools.slow("read_file", 500.0, path="notes-2.txt", start_delay_s=0.0)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    s.start_submit(one, "p-1", "r-c1b178",
+                   {"text": "Read notes-2.txt and rewrite it as note 70 at link-notes-2.txt."},
+                   session="s-1", after_s=1.0)
+    s.start_drain(one, "s-1", after_s=50.0)
+    s.stall(one, 900.0, after_s=57.0)
+    s.start_submit(one, "p-1", "r-575050",
+                   {"text": "Write note 88 to drafts/s-1-88.txt and search drafts for it."},
+                   session="s-1", after_s=75.0)
+    s.start_drain(one, "s-1", after_s=76.0)
+    s.interrupt(after_s=355.0, session="s-1")
+    _calm(s)
