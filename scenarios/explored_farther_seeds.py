@@ -522,3 +522,36 @@ def batch_waking_on_an_expired_grant_closes_as_unknown(s: Story) -> None:
     s.start_drain(one, "s-1", after_s=76.0)
     s.interrupt(after_s=355.0, session="s-1")
     _calm(s)
+
+
+@scenario("A turn whose session a reset ended under it tried to compact: the store compacts "
+          "no ended session, and the turn sends what it holds (explored seed 30408)",
+          invariants=("CMP-1", "CMP-6"), stage="explore")
+def compaction_of_an_ended_session_is_tried(s: Story) -> None:
+    """A read on frank's slack lane waits 300 s to begin and its process freezes 400 s. On
+    waking, the lane routes the queued notes to the old session, and the reset queued with
+    them ends it. The turn that writes note 7 runs on, crosses the 320-token window's
+    threshold after its tool round, takes the compression lock, and the store refuses to
+    compact a session that has ended, so the messages stay as they are and the request is
+    sent over the threshold. CMP-1's checker saw a lock granted and given back with no row
+    and read a turn that never tried; a lock granted on a session already ended now counts
+    as a try put off, as a lock refused does (CMP-6)."""
+    _world(s, 30408)
+    s.world.tools.slow("read_file", 1.0, path="notes-2.txt", start_delay_s=300.0, stall_s=400.0)
+    s.limits(context_window_tokens=320)
+    s.limits(session_reset_mode="daily", session_idle_minutes=30, session_reset_at_hour=4,
+             group_sessions_per_user=False, thread_sessions_per_user=True,
+             session_prune_after_s=10800.0, stuck_restart_threshold=2)
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    frank = SessionSource(platform="slack", chat_type="dm", participant="frank")
+    lanes = LaneWorld(s, [one], job_s=240.0)
+    lanes.message(0, frank, "Say hello 2.", after_s=2690.8)
+    lanes.message(0, frank, "Read notes-2.txt.", after_s=4881.0)
+    lanes.reset(0, frank, after_s=4887.4)
+    lanes.message(0, frank, "Write note 6 to lane-out-6.txt.", after_s=4939.2)
+    lanes.message(0, frank, "Write note 7 to lane-out-7.txt.", after_s=5002.8)
+    lanes.message(0, SessionSource(platform="telegram", chat_type="dm", chat_id="99",
+                                   participant="42"), "Say hello 16.", after_s=5211.9)
+    _calm(s)

@@ -137,11 +137,19 @@ def _over_threshold_sent(obs: Observation, limit: int) -> list[tuple[CallRecord,
 
 
 def _refused_the_lock(obs: Observation, call: CallRecord) -> bool:
-    """Whether ``call``'s turn had asked for the compression lock by then and been refused
-    it (another holder had it, CMP-6): it tried to compact, and a pass put off that way
-    leaves no row and asks for no summary (the record's lock asks show it)."""
-    return any(not ask.granted and turn_of(ask.holder) == call.turn_id
-               and ask.acquired_at <= call.at for ask in obs.record.compression_locks)
+    """Whether ``call``'s turn had asked for the compression lock by then and its pass could
+    not be written: it tried to compact, and a pass put off that way leaves no row and asks
+    for no summary (the record's lock asks show it). Refused the lock (another holder had
+    it, CMP-6), or granted it on a session already ended under the turn (a reset on another
+    route): the store compacts no ended session, so the messages stay as they are."""
+    ended = {s.id: s.ended_at for s in obs.record.sessions}
+    for ask in obs.record.compression_locks:
+        if turn_of(ask.holder) != call.turn_id or ask.acquired_at > call.at:
+            continue
+        end = ended.get(ask.session_id)
+        if not ask.granted or (end is not None and end <= ask.acquired_at):
+            return True
+    return False
 
 
 def _idle_missed(obs: Observation) -> list[tuple[CallRecord, int]]:
