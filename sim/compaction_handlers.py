@@ -58,9 +58,8 @@ class CompactionHandlers:
         """The process that was just granted the lock freezes, holding it (``lock_stalls``):
         none of its actors runs for ``seconds``, its lease refresher neither."""
         world = self.world
-        pid, now = self.process.pid, world.clock.now()
-        world.scheduler.freeze(pid, now + seconds)
-        world.stalls.append((pid, now, now + seconds))
+        pid = self.process.pid
+        world.stall(pid, seconds)
         world.timeline.add("FAULT", f"pid={pid} stalls for {seconds:g} s holding the "
                            f"compression lock of {session_id}")
 

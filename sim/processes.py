@@ -213,8 +213,7 @@ def freeze(story: Story, process: ProcessHandle, seconds: float, after_s: float)
     world = story.world
 
     def stall() -> None:
-        world.scheduler.freeze(process.pid, world.clock.now() + seconds)
-        world.stalls.append((process.pid, world.clock.now(), world.clock.now() + seconds))
+        world.stall(process.pid, seconds)
         world.timeline.add("FAULT", f"pid={process.pid} stalls for {seconds:g} s")
     world.scheduler.at(world.clock.now() + after_s, stall)
 

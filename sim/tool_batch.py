@@ -155,10 +155,7 @@ class SimBatch:
         seconds = world.tools.late_stall_s(slot.call)
         if seconds <= 0 or self.pid is None:
             return
-        at = world.clock.now()
-        world.scheduler.freeze(self.pid, at + seconds)
-        world.stalls.append((self.pid, at, at + seconds))
-        world.tools.late_stalls.append((self.pid, at, at + seconds))
+        world.tools.late_stalls.append((self.pid, *world.stall(self.pid, seconds)))
         world.timeline.add("FAULT", f"pid={self.pid} stalls for {seconds:g} s while "
                            f"{slot.call.id} waits {slot.delay_s:g} s to begin")
 

@@ -378,6 +378,15 @@ class World:
         self.store.reopen()  # the file survives; what reads it next is a new connection
         self.timeline.add("CRASH", f"pid={process.pid} at {point}" if others_live else point)
 
+    def stall(self, pid: int, seconds: float) -> tuple[float, float]:
+        """Process ``pid`` freezes from now for ``seconds``: the scheduler runs none of its
+        actors (its lease refresher included), and the stretch joins ``stalls``, which the
+        lease checkers read to excuse a lapse in it. Returns the stretch."""
+        at = self.clock.now()
+        self.scheduler.freeze(pid, at + seconds)
+        self.stalls.append((pid, at, at + seconds))
+        return at, at + seconds
+
     def deaths(self) -> tuple[tuple[int, float], ...]:
         """Every simulated process that died (crashed or was replaced), with the time."""
         return tuple((p.pid, p.died_at) for p in self.processes.values() if p.died_at is not None)
