@@ -97,6 +97,9 @@ class CompactionHandlers:
             text = f"{effect.session_id} in place ({len(done.rows)} rows, the rest archived)"
         self.world.timeline.add(str(effect.site), text)
         self._log_lock("compacted", effect.session_id, done.lease.holder, effect.lease_token)
+        if effect.rotate:
+            for watcher in list(self.world.rotation_watchers):
+                watcher(effect.session_id, done.session.id)
         return done
 
 

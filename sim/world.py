@@ -321,6 +321,10 @@ class World:
     # session (``sim.interventions.Moment``)
     moments: list[Any] = field(default_factory=list)
     lane_effects: list[LaneEffect] = field(default_factory=list)  # SES-7: starts, reads, routes
+    # CMP-5: called with (session, child) at every rotation a compaction writes, in effect
+    # order (a lane message held for its session's rotation, ``sim.explore.lanes``)
+    rotation_watchers: list[Callable[[str, str], None]] = field(default_factory=list)
+    rotation_arrivals: int = 0  # lane messages that arrived as their lane's session rotated
     streaming: dict[int, ProviderReply] = field(default_factory=dict)  # actor seq -> reply in flight
 
     def __post_init__(self) -> None:

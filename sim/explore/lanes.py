@@ -19,6 +19,7 @@ slot holds then (a restart puts a new process in its slot).
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -43,12 +44,15 @@ JOB_TEXT = "Read build.log."
 SETUP_S = 0.05  # from a message's routing to its turn, when a /new arrives meanwhile
 STOP_GRACE_S = 1.0  # a graceful stop's shutdown pass has this long before the process exits
 LANE_CHANCE = 0.4  # the share of worlds with a chat gateway
+HOLD_S = 12 * 3600.0  # the longest a message held for its lane's rotation waits for one
 
 
 class LaneMessage(Frozen):
     """A message from ``source``, routed to its lane's incarnation and run there as a turn;
     with ``reset_too``, the user's request for a new conversation arrives in the same
-    instant, between the message's routing and its turn, and runs beside the turn."""
+    instant, between the message's routing and its turn, and runs beside the turn; with
+    ``at_rotation``, it is held from ``at_s`` until the session its lane was last routed
+    to rotates (``LaneWorld.message``)."""
 
     op: Literal["lane_message"] = "lane_message"
     at_s: float = Field(ge=0)
@@ -56,6 +60,7 @@ class LaneMessage(Frozen):
     source: SessionSource
     text: str
     reset_too: bool = False
+    at_rotation: bool = False
 
 
 class LaneReset(Frozen):
@@ -128,9 +133,14 @@ class LanePlan(Frozen):
         return sum(1 for e in self.events if e.op == "lane_restart")
 
     @property
+    def held(self) -> int:
+        """Messages held for their lane's rotation (``LaneMessage.at_rotation``)."""
+        return sum(1 for e in self.events if isinstance(e, LaneMessage) and e.at_rotation)
+
+    @property
     def size(self) -> tuple[int, int, int]:
         """Turns, faults and steps, as ``WorldPlan.size`` counts them."""
-        return self.messages, self.restarts, len(self.events)
+        return self.messages, self.restarts + self.held, len(self.events)
 
     def on_processes(self, count: int) -> LanePlan:
         """The same lanes on the first ``count`` processes (the rest move to the first)."""
@@ -303,6 +313,11 @@ class LaneWorld:
         self.waiting = 0  # events not yet handed out
         self.actors: list[Actor] = []
         self.routed: dict[int, str] = {}  # id of a message's actor -> its lane's key
+        # a source -> the session its last message was routed to, moved along each rotation
+        self.sessions: dict[SessionSource, str] = {}
+        # (source, arrive) per message held for its lane's rotation
+        self.held: list[tuple[SessionSource, Callable[[str], None]]] = []
+        story.world.rotation_watchers.append(self._rotated)
         self.stopping: set[int] = set()  # pids whose graceful stop is under way
         story._processes.waits.append(self.busy)
         story.files({JOB_FILE: "build started\n"})
@@ -328,11 +343,57 @@ class LaneWorld:
         return None
 
     def message(self, slot: int, source: SessionSource, text: str, *, after_s: float,
-                reset_too: bool = False) -> None:
+                reset_too: bool = False, at_rotation: bool = False) -> None:
         """``after_s`` from now a message from ``source`` arrives at the slot's process; with
         ``reset_too``, the user's request for a new conversation arrives in the same instant,
-        once the message is routed and before its turn begins, and runs beside the turn."""
-        self._at(after_s, lambda: self._message(slot, source, text, reset_too))
+        once the message is routed and before its turn begins, and runs beside the turn.
+
+        With ``at_rotation`` the message is held from then until the session ``source``'s
+        lane is on rotates: the one its last message was routed to, or a child that one
+        rotated to since. It arrives in the instant a compaction writes that rotation,
+        while the turn that compacted goes on (CMP-5), or after ``HOLD_S`` without one, or
+        at once when no message of ``source`` was routed yet."""
+        if at_rotation:
+            self._at(after_s, lambda: self._hold(slot, source, text, reset_too))
+        else:
+            self._at(after_s, lambda: self._message(slot, source, text, reset_too))
+
+    def _hold(self, slot: int, source: SessionSource, text: str, reset_too: bool) -> None:
+        world = self.story.world
+        if source not in self.sessions:
+            self._message(slot, source, text, reset_too)
+            return
+        world.timeline.add("lane", f"{source.platform} {source.participant or source.chat_id} "
+                           f"{text!r} is held until its lane's session rotates")
+        self.waiting += 1
+        entry: list[tuple[SessionSource, Callable[[str], None]]] = []
+
+        def arrive(why: str) -> None:
+            if entry[0] not in self.held:
+                return  # it arrived already
+            self.held.remove(entry[0])
+            self.waiting -= 1
+            world.timeline.add("lane", f"the held message {text!r} arrives {why}")
+            if why.startswith("as"):
+                world.rotation_arrivals += 1
+            self._message(slot, source, text, reset_too)
+        entry.append((source, arrive))
+        self.held.append(entry[0])
+        world.scheduler.at(world.clock.now() + HOLD_S,
+                           lambda: arrive(f"after {HOLD_S:g} s without a rotation"))
+
+    def _rotated(self, session: str, child: str) -> None:
+        """A compaction rotated ``session`` to ``child``: lanes routed there move along, and
+        the messages held for that rotation arrive, in the same instant, each once the
+        compacting process's effect is done (handed to the scheduler)."""
+        world = self.story.world
+        why = f"as {session} rotates"
+        for source, arrive in list(self.held):
+            if self.sessions.get(source) == session:
+                world.scheduler.at(world.clock.now(), functools.partial(arrive, why))
+        for source, routed in list(self.sessions.items()):
+            if routed == session:
+                self.sessions[source] = child
 
     def _message(self, slot: int, source: SessionSource, text: str, reset_too: bool) -> None:
         handle = self._live(slot, "lane")
@@ -345,6 +406,7 @@ class LaneWorld:
             notice = " +notice" if routed.notice else ""
             story.world.timeline.add("routed", f"{routed.rule} -> {routed.route.session_id}{notice}")
             self.routed[id(box[0])] = routed.route.key
+            self.sessions[source] = routed.route.session_id
             if reset_too:  # the user's /new arrives while the gateway sets the turn up
                 self._spawn(slot, "reset", self._reset_of(), source)
                 await Sleep(SETUP_S)
@@ -467,7 +529,7 @@ def stage(story: Story, plan: LanePlan, handles: list[ProcessHandle]) -> LaneWor
     for event in plan.events:
         if isinstance(event, LaneMessage):
             lanes.message(event.process, event.source, event.text, after_s=event.at_s,
-                          reset_too=event.reset_too)
+                          reset_too=event.reset_too, at_rotation=event.at_rotation)
         elif isinstance(event, LaneReset):
             lanes.reset(event.process, event.source, after_s=event.at_s)
         elif isinstance(event, Background):
@@ -495,7 +557,8 @@ def render_lanes(plan: LanePlan, names: tuple[str, ...]) -> list[str]:
     for e in plan.events:
         if isinstance(e, LaneMessage):
             lines.append(f"lanes.message({e.process}, {_source(e.source)}, {e.text!r}, "
-                         f"after_s={e.at_s!r}" + (", reset_too=True)" if e.reset_too else ")"))
+                         f"after_s={e.at_s!r}" + (", reset_too=True" if e.reset_too else "")
+                         + (", at_rotation=True)" if e.at_rotation else ")"))
         elif isinstance(e, LaneReset):
             lines.append(f"lanes.reset({e.process}, {_source(e.source)}, after_s={e.at_s!r})")
         elif isinstance(e, Background):

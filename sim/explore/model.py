@@ -55,7 +55,8 @@ class ExploreModel(_FakeBase):
 
     def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None,
                  grace_outages: tuple[int, ...] = (), huge_reads_share_id: bool = False,
-                 history_to_compact: int = HISTORY_TO_COMPACT) -> None:
+                 history_to_compact: int = HISTORY_TO_COMPACT,
+                 empty_after_correction: bool = False) -> None:
         super().__init__()
         self._history_to_compact = history_to_compact  # where the 503s around an overflow wait
         self._huge_id: str | None = None  # the one id of every huge read, when they share it
@@ -70,6 +71,8 @@ class ExploreModel(_FakeBase):
         self._grace_outages = frozenset(grace_outages)
         self.graces = 0  # grace requests of the faulty phase, a retry not counted again
         self._shaping: dict[str, list[_Shaping]] = {}  # a turn's reply shapes under way
+        # the corrections answered with nothing (``sim/explore/corrected.py``), when on
+        self._corrections: set[tuple[str, int]] | None = set() if empty_after_correction else None
 
     def _reply(self, request: ProviderRequest) -> ProviderReply:
         self.calls += 1
@@ -85,6 +88,12 @@ class ExploreModel(_FakeBase):
         refused = self._outage is not None and not self.calm and self._outage[0] == _asked(request)
         if not refused and not self.calm and (shaped := self._shaped(request, fault)) is not None:
             return shaped  # a shape under way goes on over what the plan holds for the call
+        if not refused and not self.calm and self._corrections is not None \
+                and (corrected := _corrected_after_tools(request)) is not None \
+                and corrected not in self._corrections:
+            self._corrections.add(corrected)  # once per correction, then answered as ever
+            self.fired.append(ReplyFault(call=self.calls, kind=FaultKind.EMPTY_AFTER_CORRECTION))
+            return ProviderReply(content="", finish_reason="stop")
         if refused and self._outage is not None:
             fault = self._outage[1]  # a retry of the request an outage refused: refused again,
             # whatever the plan holds for this call (an outage is one kind of failure)
@@ -239,6 +248,22 @@ def _after_tools(request: ProviderRequest) -> bool:
         if message.role is Role.USER and message.scaffold is None:
             return False
     return False
+
+
+def _corrected_after_tools(request: ProviderRequest) -> tuple[str, int] | None:
+    """When the request ends on a correction its turn took in after a tool round (a user
+    row of the turn after its first, a tool row between them), the turn and how many user
+    rows it has: the correction's key. Else None."""
+    messages = request.messages
+    last = messages[-1] if messages else None
+    if last is None or last.role is not Role.USER or last.scaffold is not None \
+            or last.turn_id is None:
+        return None
+    rows = [i for i, m in enumerate(messages)
+            if m.role is Role.USER and m.scaffold is None and m.turn_id == last.turn_id]
+    if len(rows) < 2 or not any(m.role is Role.TOOL for m in messages[rows[0]:rows[-1]]):
+        return None
+    return last.turn_id, len(rows)
 
 
 def _asked(request: ProviderRequest) -> tuple[tuple[str, str], ...]:

@@ -70,6 +70,11 @@ class FaultKind(StrEnum):
     # a process freezes while its late tool call waits to begin, drawn only in
     # ``sim/explore/late.py``
     FROZEN_LATE_START = "frozen_late_start"
+    # the model answers nothing to the first request after a correction taken in after a
+    # tool round, drawn only in ``sim/explore/corrected.py``
+    EMPTY_AFTER_CORRECTION = "empty_after_correction"
+    # a lane's message arrives as its session rotates, drawn only in ``sim/explore/lineage.py``
+    LANE_AT_ROTATION = "lane_at_rotation"
     # the reply shapes of ``sim/explore/shapes.py``, drawn only there
     CUT_OFF_ARGUMENTS = "cut_off_arguments"  # arguments cut off mid-value, finish_reason tool_calls
     TRUNCATED_CALL = "truncated_call"  # arguments cut off mid-value, finish_reason length
@@ -242,6 +247,9 @@ class WorldPlan(Frozen):
     lock_stall_s: float | None = Field(default=None, gt=0)  # the terminal's lock holder freezes
     compression_lock_ttl_s: float | None = Field(default=None, gt=0)  # a lock outlasting a lease
     errors_max: int | None = Field(default=None, ge=1)  # a turn's failed calls (LOOP-5)
+    # the model answers nothing to the first request after each correction a turn took in
+    # after a tool round (``sim/explore/corrected.py``: LOOP-8)
+    empty_after_correction: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -277,6 +285,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.SLOW_TOOL)
         if any(t.stall_s > 0 for t in self.tool_timings):
             kinds.add(FaultKind.FROZEN_LATE_START)
+        if self.empty_after_correction:
+            kinds.add(FaultKind.EMPTY_AFTER_CORRECTION)
         if self.fallback_window is not None:
             kinds.add(FaultKind.FALLBACK)
         if self.context_window is not None:
@@ -293,6 +303,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.DISCONNECT)
         if self.lanes is not None and self.lanes.restarts:
             kinds.add(FaultKind.LANE_RESTART)
+        if self.lanes is not None and self.lanes.held:
+            kinds.add(FaultKind.LANE_AT_ROTATION)
         if self.summary_failures or self.summary_timeouts:
             kinds.add(FaultKind.SUMMARY_FAILURE)
         if self.lock_stall_s is not None:
@@ -309,7 +321,7 @@ class WorldPlan(Frozen):
                   + (self.context_window is not None) + self.verify_before_answer
                   + len(self.summary_failures) + len(self.summary_timeouts)
                   + len(self.grace_outages)
-                  + (self.lock_stall_s is not None)
+                  + (self.lock_stall_s is not None) + self.empty_after_correction
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS)
                   + sum(1 for c in self.clients if c.disconnect_after is not None))
         turns = sum(1 for s in self.steps if s.op in ("submit", "direct"))
@@ -432,13 +444,16 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
         replies = [r for r in replies if r.kind is not FaultKind.HUGE_READ]  # for unspilled
     watched = _bystanders(seed, kinds, processes, sorted(sessions), sorted(files), steps)
     steps.sort(key=lambda s: s.at_s)
-    from sim.explore import edges, late, shapes  # drawn last, on streams of their own
-    return late.draw(seed, kinds, shapes.draw(seed, kinds, edges.draw(seed, kinds, WorldPlan(
+    plan = WorldPlan(
         seed=seed, processes=processes, sessions=sessions, members=members,
         max_iterations=iterations, files=files, steps=tuple(steps), replies=tuple(replies),
         crash=crash, crash_at_effect=at_effect, write_failures=failures, tool_timings=timings,
         fallback_window=fallback, context_window=_small_window(seed, kinds, processes),
-        verify_before_answer=_verify_gate(seed, kinds, iterations), **watched))))
+        verify_before_answer=_verify_gate(seed, kinds, iterations), **watched)
+    from sim.explore import corrected, edges, late, lineage, shapes  # drawn last, on streams of their own
+    for part in (edges, shapes, late, corrected, lineage):
+        plan = part.draw(seed, kinds, plan)
+    return plan
 
 
 def _kills_and_stalls(faults: random.Random, kinds: frozenset[FaultKind], processes: int,

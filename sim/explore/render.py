@@ -74,7 +74,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
             's.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed',
             f"model = ExploreModel(({_replies(plan)}), ids=s.world.chooser"
             + (f", grace_outages={plan.grace_outages!r}" if plan.grace_outages else "")
-            + (", huge_reads_share_id=True" if plan.huge_reads_share_id else "") + ")",
+            + (", huge_reads_share_id=True" if plan.huge_reads_share_id else "")
+            + (", empty_after_correction=True" if plan.empty_after_correction else "") + ")",
             "s.use_provider(model)"]
     if plan.files:
         body.append(f"s.files({dict(plan.files)!r})")

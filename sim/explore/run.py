@@ -132,7 +132,8 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path,
                   check_every_step=False)  # judged at the end of each phase (below)
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
     model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages,
-                         huge_reads_share_id=plan.huge_reads_share_id)
+                         huge_reads_share_id=plan.huge_reads_share_id,
+                         empty_after_correction=plan.empty_after_correction)
     fired: set[FaultKind] = set()
     points: set[str] = set()
     error: str | None = None
@@ -265,6 +266,8 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
         fired.add(FaultKind.DISCONNECT)  # a client dropped and came back
     if plan.lanes is not None and lanes.restarted(story):
         fired.add(FaultKind.LANE_RESTART)  # a start pass ran after a stop or a death
+    if world.rotation_arrivals:
+        fired.add(FaultKind.LANE_AT_ROTATION)  # a held message arrived as its lane rotated
 
 
 def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:
