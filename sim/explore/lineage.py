@@ -32,7 +32,8 @@ from sim.explore.plan import FaultKind, Kill, WorldPlan
 
 SHARE = 1.0  # of the worlds with a small window and lanes
 WINDOW = 250  # tokens
-DELAY_S = 180.0  # each summary arrives this late, as in seed 44893
+DELAY_S = 180.0  # each summary arrives this late, as in seed 44893, in LATE_SHARE of them
+LATE_SHARE = 0.5
 CHATTER = 4  # more messages of the lane, 20-40 s apart, after its first
 TEXTS = ("Say hello {n}.", "Read notes-1.txt.", "Write note {n} to lane-out-{n}.txt.")
 
@@ -41,7 +42,10 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     """``plan`` with a lane message held for its lane's rotation, in ``SHARE`` of the worlds
     with a small window and lanes (see the module docstring)."""
     lanes = plan.lanes
-    if FaultKind.LANE_AT_ROTATION not in kinds or lanes is None or plan.context_window is None \
+    windowed = plan.context_window is not None or (  # as the context part draws a window:
+        plan.processes == 1 and FaultKind.SMALL_WINDOW in kinds  # in one-process worlds,
+        and plan.iteration_budget is None and not plan.verify_before_answer)  # no tight budget
+    if FaultKind.LANE_AT_ROTATION not in kinds or lanes is None or not windowed \
             or any(isinstance(s, Kill) for s in plan.steps) or plan.crash is not None \
             or plan.crash_at_effect is not None:
         return plan  # a dead process hands no lane anything
@@ -60,6 +64,8 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     held = LaneMessage(at_s=round(first.at_s + 1.0, 1), process=first.process, source=source,
                        text=f"Say hello {rng.randint(100, 199)}.", at_rotation=True)
     events = sorted((*lanes.events, *chatter, held), key=lambda e: e.at_s)
+    late = rng.random() < LATE_SHARE
     return plan.model_copy(update={
-        "context_window": WINDOW, "summary_delay_s": plan.summary_delay_s or DELAY_S,
+        "context_window": WINDOW, "clients": (),  # a client follows one session id
+        "summary_delay_s": plan.summary_delay_s or (DELAY_S if late else None),
         "lanes": lanes.model_copy(update={"events": tuple(events)})})

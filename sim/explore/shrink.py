@@ -10,7 +10,8 @@ ids (so a shrink never wanders off to a different bug). The edits, biggest first
 3. drop one step (a submission, a drain claim, a kill, a stall, a clock jump, an
    interrupt, a correction, a terminal's turn, a redaction, a recovery round);
 4. drop one reply fault, the crash point, the crash at an effect, a write failure, a slow
-   tool or only its process's freeze while it waits to begin, the small context window,
+   tool or only its process's freeze while it waits to begin, the empty reply after a
+   correction, a lane message's hold until its lane rotates, the small context window,
    the fallback route, the verification gate;
 5. drop the terminal session, a chat client, the short lease wait, the slow build log;
 6. round the times of steps down to whole seconds;
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sim.explore import edges
-from sim.explore.lanes import fewer_events
+from sim.explore.lanes import LaneMessage, fewer_events
 from sim.explore.plan import Step, WorldPlan
 from sim.explore.run import RunReport, Verdict, run_plan
 
@@ -86,6 +87,7 @@ def shrink(plan: WorldPlan, *, runs_max: int = RUNS_MAX,
             state.attempt(state.plan.model_copy(update={"max_iterations": None}))
         state.drop_chunks("tool_timings")
         _calmer_tools(state)
+        _unaimed(state)
         for option in ("context_window", "fallback_window"):
             if getattr(state.plan, option) is not None:
                 state.attempt(state.plan.model_copy(update={option: None}))
@@ -202,6 +204,22 @@ def _calmer_tools(state: _State) -> None:
             timings = list(state.plan.tool_timings)
             timings[index] = timing.model_copy(update={"stall_s": 0.0})
             state.attempt(state.plan.model_copy(update={"tool_timings": tuple(timings)}))
+
+
+def _unaimed(state: _State) -> None:
+    """The aimed parts' moments off: no empty reply after a correction
+    (``sim/explore/corrected.py``), each held lane message arriving at its time instead
+    (``sim/explore/lineage.py``)."""
+    if state.plan.empty_after_correction:
+        state.attempt(state.plan.model_copy(update={"empty_after_correction": False}))
+    lanes = state.plan.lanes
+    for index, event in enumerate(lanes.events if lanes is not None else ()):
+        if lanes is not None and isinstance(event, LaneMessage) and event.at_rotation:
+            events = list(lanes.events)
+            events[index] = event.model_copy(update={"at_rotation": False})
+            state.attempt(state.plan.model_copy(update={
+                "lanes": lanes.model_copy(update={"events": tuple(events)})}))
+            lanes = state.plan.lanes
 
 
 def _fewer_bystanders(state: _State) -> None:
