@@ -34,6 +34,7 @@ In order, because the order is the contract:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from copy import copy
 from dataclasses import dataclass, field
@@ -234,7 +235,9 @@ async def _take_lease(
     the cache this engine holds for the session by then: a turn of this engine that served
     it meanwhile left its history and its compression memory there (CMP-4: a cooldown it
     started holds for the turn that waited behind it), which a cache built before the wait
-    would not have.
+    would not have. A child a turn of this engine rotated to (CMP-5) has no cache here; the
+    memory that turn carried into it waits in ``deps.carried`` (``_carried``), and a turn
+    that asked for the child itself and waited behind that turn takes it from there.
     """
     limits = deps.limits
     deadline = now + limits.lease_wait_s_max
@@ -259,7 +262,11 @@ async def _take_lease(
         taken.lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
                                          limits.lease_poll_s)
     if waited and taken.lease is not None:
-        taken.cache = deps.caches.get(inp.session_id, taken.cache)
+        held, carried = deps.caches.get(inp.session_id), deps.carried.get(inp.session_id)
+        if held is not None:
+            taken.cache = held
+        elif carried is not None:  # the turn it waited behind rotated here and has ended
+            taken.cache = dataclasses.replace(taken.cache, compression=carried)
     return taken
 
 

@@ -1,7 +1,8 @@
 """Broken compaction durability: a rotation that leaves its parent live, a lock taken as a
 hint or given back before the write, a turn that goes on writing to the rotated parent, a
 route that does not walk to the tip, a lease that stays with the session it was granted
-on, and a waiting turn that reaches the tip without the compression memory left there."""
+on, and a waiting turn that reaches the tip, or asked for the child itself, without the
+compression memory left there."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import rotation, router
+from hermes_ref import prologue, rotation, router
 from hermes_ref.compression import CompressionState
 from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.effects import TakeCompressionLock
 from hermes_ref.models import Compacted, SessionRecord
 from hermes_ref.session import Route
 from hermes_ref.transcript import Transcript
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- CMP-5: the child is created, the parent is not ended ------------------------------------
 
@@ -124,3 +125,21 @@ sabotage("waiting_turn_forgets_the_tip_memory", ("CMP-4",),
          "a turn that waited behind a rotating turn reaches the tip with the compression "
          "memory it began with, not the one the rotating turn left there, so two ineffective "
          "passes no longer block it")(_tip_without_carried_memory)
+
+
+# ---- CMP-4 across CMP-5: a turn that asked for the child itself forgets the carried memory ----
+
+
+def _child_waiter_without_carried_memory() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(
+        prologue, "_take_lease",
+        "elif carried is not None:  # the turn it waited behind rotated here and has ended",
+        "elif False:  # \"a cache built for the child is the child's\"")
+    return [mock.patch.object(prologue, "_take_lease", broken)]
+
+
+sabotage("child_waiter_forgets_the_carried_memory", ("CMP-4",),
+         "a turn that asked for a rotated child itself and waited behind the turn that "
+         "rotated there keeps the compression memory it built before the wait, so the two "
+         "ineffective passes that turn carried into the child no longer block it")(
+    _child_waiter_without_carried_memory)

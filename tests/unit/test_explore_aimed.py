@@ -1,0 +1,176 @@
+"""The explorer's aimed parts (``sim.explore.corrected``, ``sim.explore.lineage``): each
+drawn last on a stream of its own, moving nothing of the other parts; each carried out
+where it is aimed, found under its sabotage, rendered, replayed and kept by the shrinker."""
+
+from __future__ import annotations
+
+from hermes_ref.models import Message, Role
+from hermes_ref.session import SessionSource
+from hermes_ref.wire import ProviderRequest
+from sim.explore import lineage
+from sim.explore.lanes import HOLD_S, LaneMessage, LanePlan, LaneWorld
+from sim.explore.model import ExploreModel, _corrected_after_tools
+from sim.explore.plan import (
+    Drain,
+    FaultKind,
+    FaultMix,
+    Redirect,
+    Submit,
+    WorldPlan,
+    generate,
+    load_plan,
+)
+from sim.explore.render import render
+from sim.explore.run import NO_FOLDER, run_plan
+from sim.explore.shrink import shrink
+from sim.harness import Story
+from sim.sabotage import SABOTAGES
+from tests.unit.explore_replay import replay_rendered, same_timeline
+
+# the smallest world of each kind, as the shrinker left the plans of seeds 25 and 153: the
+# first under the sabotage that puts the defect of seed 32677 back, the second under the
+# one that puts seed 44893's back (it then failed on the intact engine too: a turn that
+# asked for the rotated child itself lost the carried memory, since fixed)
+CORRECTED = WorldPlan(
+    seed=25, processes=1, sessions={"s-1": "p-1"},
+    files={"notes-1.txt": "note 1 of seed 25", "notes-2.txt": "note 2 of seed 25"},
+    steps=(Redirect(at_s=92.0, session="s-1", text="Say hello 85 instead.", during="tools"),
+           Submit(at_s=103.0, process=0, principal="p-1", session="s-1", request_id="r-160a63",
+                  text="Write note 1 to s-1-out-1.txt."),
+           Drain(at_s=111.0, process=0, session="s-1")),
+    empty_after_correction=True)
+ALICE = SessionSource(platform="discord", chat_type="group", chat_id="guild-123",
+                      participant="alice")
+LINEAGE = WorldPlan(
+    seed=153, processes=1, sessions={"s-1": "p-1"},
+    files={"notes-1.txt": "note 1 of seed 153", "notes-2.txt": "note 2 of seed 153"},
+    context_window=250,
+    lanes=LanePlan(idle_minutes=30, at_hour=3, thread_per_user=True, prune_after_s=10800.0,
+                   stuck_threshold=2, events=(
+        LaneMessage(at_s=26953.2, process=0, source=ALICE, text="Say hello 2."),
+        LaneMessage(at_s=26954.2, process=0, source=ALICE, text="Say hello 175.",
+                    at_rotation=True),
+        LaneMessage(at_s=26975.3, process=0, source=ALICE, text="Read notes-1.txt."),
+        LaneMessage(at_s=27006.6, process=0, source=ALICE, text="Say hello 201."),
+        LaneMessage(at_s=27043.3, process=0, source=ALICE,
+                    text="Write note 202 to lane-out-202.txt."),
+        LaneMessage(at_s=27067.5, process=0, source=ALICE, text="Read notes-1.txt."))))
+
+
+def test_the_aimed_parts_are_drawn_last_and_move_nothing() -> None:
+    """Without their kinds a plan is what the other parts drew: the correction part only
+    adds one correction during a tool round and its empty reply, the lineage part only a
+    lane's chatter, a held message, the 250-token window (dropping the chat clients) and
+    the summaries' delay."""
+    fewer = FaultMix(kinds=FaultMix().kinds - {FaultKind.EMPTY_AFTER_CORRECTION,
+                                               FaultKind.LANE_AT_ROTATION})
+    corrected = held = 0
+    for seed in range(400):
+        every, without = generate(seed), generate(seed, fewer)
+        extra = [s for s in every.steps if s not in without.steps]
+        if every.empty_after_correction:
+            corrected += 1
+            assert len(extra) == 1 and isinstance(extra[0], Redirect), seed
+            assert extra[0].during == "tools" and without.max_iterations is None
+        else:
+            assert not extra, seed
+        if every.lanes is not None and every.lanes.held:
+            held += 1
+            assert every.context_window == lineage.WINDOW and not every.clients
+            assert without.context_window is not None or without.processes == 1
+            added = [e for e in every.lanes.events if e not in without.lanes.events]  # type: ignore[union-attr]
+            assert len(added) == lineage.CHATTER + 1
+            assert sum(isinstance(e, LaneMessage) and e.at_rotation for e in added) == 1
+            assert len({e.source for e in added if isinstance(e, LaneMessage)}) == 1
+            every = every.model_copy(update={"lanes": without.lanes, "context_window":
+                                             without.context_window, "clients": without.clients,
+                                             "summary_delay_s": without.summary_delay_s})
+        assert every.model_copy(update={"steps": without.steps,
+                                         "empty_after_correction": False}) == without, seed
+    assert corrected >= 20 and held >= 3, (corrected, held)
+
+
+def test_a_correction_after_a_round_is_answered_with_nothing_once() -> None:
+    """The model tells a request that ends on a correction taken in after a tool round;
+    a correction before any tool round, or the first user row, is not one."""
+    def request(*messages: Message) -> ProviderRequest:
+        return ProviderRequest(model="m", messages=messages, tools=(), prompt_tokens=0)
+    ask = Message(role=Role.USER, content="Write note 1 to a.txt.", turn_id="t-1")
+    call = Message(role=Role.ASSISTANT, content="", turn_id="t-1")
+    result = Message(role=Role.TOOL, content="ok", tool_call_id="c-1", turn_id="t-1")
+    fix = Message(role=Role.USER, content="Say hello 2 instead.", turn_id="t-1")
+    assert _corrected_after_tools(request(ask, call, result, fix)) == ("t-1", 2)
+    assert _corrected_after_tools(request(ask, fix)) is None
+    assert _corrected_after_tools(request(ask)) is None
+    assert _corrected_after_tools(request(ask, call, result)) is None
+
+
+def test_the_correction_world_runs_replays_and_finds_its_sabotage() -> None:
+    """On the intact engine the corrected round is nudged once and the turn answers; the
+    empty reply is a fault of its own, rendered, replayed, and the plan goes through its
+    JSON file unchanged. A correction that restarts the ladder is LOOP-8, and the shrinker
+    keeps the empty reply (without it the world passes)."""
+    import scenarios  # noqa: F401 - the sabotages register beside the scenarios
+
+    report = run_plan(CORRECTED)
+    assert report.verdict.value == "passed", report.violations
+    assert {FaultKind.EMPTY_AFTER_CORRECTION, FaultKind.REDIRECT} <= report.fired
+    source = render(CORRECTED, report)
+    assert "empty_after_correction=True" in source
+    assert same_timeline(replay_rendered(CORRECTED, report, source), report)
+    assert load_plan(CORRECTED.model_dump_json()) == CORRECTED
+    calm = CORRECTED.model_copy(update={"empty_after_correction": False})
+    with SABOTAGES["correction_restarts_the_ladder"].applied():
+        assert "LOOP-8" in run_plan(CORRECTED, trace=False).invariants
+        assert run_plan(calm, trace=False).verdict.value == "passed"
+        assert shrink(CORRECTED).plan.empty_after_correction
+
+
+def test_the_lineage_world_runs_replays_and_finds_both_sabotages() -> None:
+    """On the intact engine the held message arrives as its lane's session rotates and
+    waits for the lease; the turn that gets it keeps the block of the two ineffective
+    passes the rotating turn carried. With the summaries on time both rotations share one
+    instant and the message asks for the tip itself; with them 180 s late it arrives
+    between them, asks for the first child, and reaches the tip after the wait. Each way
+    has its sabotage (CMP-4), and the shrinker keeps the hold (without it both pass)."""
+    import scenarios  # noqa: F401
+
+    report = run_plan(LINEAGE)
+    assert report.verdict.value == "passed", report.violations
+    assert FaultKind.LANE_AT_ROTATION in report.fired
+    assert "arrives as" in report.timeline and "rotates" in report.timeline
+    source = render(LINEAGE, report)
+    assert "at_rotation=True)" in source
+    assert same_timeline(replay_rendered(LINEAGE, report, source), report)
+    assert load_plan(LINEAGE.model_dump_json()) == LINEAGE
+    assert LINEAGE.lanes is not None
+    unheld = LINEAGE.model_copy(update={"lanes": LINEAGE.lanes.model_copy(update={"events": tuple(
+        e.model_copy(update={"at_rotation": False}) for e in LINEAGE.lanes.events)})})
+    late = LINEAGE.model_copy(update={"summary_delay_s": lineage.DELAY_S})
+    assert run_plan(late, trace=False).verdict.value == "passed"
+    for plan, name in ((LINEAGE, "child_waiter_forgets_the_carried_memory"),
+                       (late, "waiting_turn_forgets_the_tip_memory")):
+        with SABOTAGES[name].applied():
+            assert "CMP-4" in run_plan(plan, trace=False).invariants, name
+            assert run_plan(unheld.model_copy(update={"summary_delay_s": plan.summary_delay_s}),
+                            trace=False).verdict.value == "passed"
+            shrunk = shrink(plan).plan
+        assert shrunk.lanes is not None and shrunk.lanes.held == 1
+
+
+def test_a_held_message_with_no_rotation_arrives_after_the_hold() -> None:
+    """A message held for a rotation that never comes arrives ``HOLD_S`` later, and one of
+    a lane nobody spoke on yet arrives at once."""
+    s = Story(store_kind="memory", workdir=NO_FOLDER, trace=True)
+    s.use_provider(ExploreModel())
+    one = s.main_process()
+    lanes = LaneWorld(s, [one], job_s=240.0)
+    dm = SessionSource(platform="telegram", chat_type="dm", chat_id="7", participant="7")
+    lanes.message(0, dm, "Say hello 1.", after_s=0.0, at_rotation=True)  # nobody spoke yet
+    lanes.message(0, dm, "Say hello 2.", after_s=10.0, at_rotation=True)
+    s.run_all()
+    timeline = s.world.timeline.render()
+    assert "is held until its lane's session rotates" in timeline
+    assert f"arrives after {HOLD_S:g} s without a rotation" in timeline
+    assert s.world.rotation_arrivals == 0 and s.world.clock.now() >= 10.0 + HOLD_S
+    assert not s.violations
