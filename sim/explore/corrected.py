@@ -18,8 +18,8 @@ first request after each correction taken in after a tool round with nothing
 (``WorldPlan.empty_after_correction``, carried out by ``ExploreModel``): the engine owes
 that round its one nudge.
 
-It is drawn after every other part, and a world that does not draw it keeps its plan and
-its record byte for byte. Its kind is drawn nowhere else.
+It is drawn after every other part but ``sim/explore/lineage.py``, and a world that does
+not draw it keeps its plan and its record byte for byte. Its kind is drawn nowhere else.
 """
 
 from __future__ import annotations

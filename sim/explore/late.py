@@ -16,8 +16,9 @@ dispatched to wait out its delay (``sim/tool_batch.py`` carries it out, as a sta
 the world: the lease checkers excuse the lapse, and the timeline has a FAULT line). On
 waking, the call is due and the lease is gone: the engine must not begin it.
 
-It is drawn after every other part, and a world that does not draw it keeps its plan and
-its record byte for byte. Its kind is drawn nowhere else.
+It is drawn after the other parts but the two aimed ones (``sim/explore/corrected.py``,
+``sim/explore/lineage.py``), and a world that does not draw it keeps its plan and its
+record byte for byte. Its kind is drawn nowhere else.
 """
 
 from __future__ import annotations

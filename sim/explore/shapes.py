@@ -36,8 +36,9 @@ holds for them (``ExploreModel`` keeps it by the turn's user row):
 * ``padded_answer``: the answer with whitespace at its edges, delivered as it came; the
   exit line counts what was delivered (FIN-7).
 
-It is drawn after every other part, and a world that does not draw it keeps its plan and
-its record byte for byte. Its kinds are drawn nowhere else.
+It is drawn after the parts of ``sim/explore/edges.py`` (only ``late``, ``corrected`` and
+``lineage`` come after it), and a world that does not draw it keeps its plan and its record
+byte for byte. Its kinds are drawn nowhere else.
 """
 
 from __future__ import annotations
