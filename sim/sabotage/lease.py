@@ -52,7 +52,8 @@ sabotage("fail_open_on_lease_timeout", ("LEASE-1",),
 def _refresh_every_ttl() -> list[AbstractContextManager[Any]]:
     original = lease.keep_lease
 
-    async def late(grant: Lease, interval_s: float, ttl_s: float) -> None:
+    async def late(grant: Lease, interval_s: float, ttl_s: float,
+                   first_s: float | None = None) -> None:
         await original(grant, ttl_s, ttl_s)  # the TTL passed where the interval belongs
     return [mock.patch.object(lease, "keep_lease", late)]
 
@@ -65,8 +66,9 @@ sabotage("refresh_interval_is_the_ttl", ("LEASE-2",),
 def _refresh_by_interval() -> list[AbstractContextManager[Any]]:
     original = lease.keep_lease
 
-    async def short(grant: Lease, interval_s: float, ttl_s: float) -> None:
-        await original(grant, interval_s, interval_s)  # the interval passed where the TTL belongs
+    async def short(grant: Lease, interval_s: float, ttl_s: float,
+                    first_s: float | None = None) -> None:
+        await original(grant, interval_s, interval_s, first_s)  # the interval where the TTL belongs
     return [mock.patch.object(lease, "keep_lease", short)]
 
 
@@ -108,7 +110,8 @@ sabotage("dead_holders_block_the_lease", ("LEASE-3",),
 
 
 def _shrug_off_loss() -> list[AbstractContextManager[Any]]:
-    async def shrug(grant: Lease, interval_s: float, ttl_s: float) -> None:
+    async def shrug(grant: Lease, interval_s: float, ttl_s: float,
+                    first_s: float | None = None) -> None:
         while True:
             await Sleep(interval_s)
             try:
