@@ -491,15 +491,18 @@ class RefreshLease(Effect[Lease]):
 
 @dataclass(frozen=True, slots=True)
 class StartRefresher(Effect[int]):
-    """Run ``lease.keep_lease(lease, interval_s, ttl_s)`` beside this turn; returns a handle.
+    """Run ``lease.keep_lease(lease, interval_s, ttl_s, first_s)`` beside this turn; returns
+    a handle.
 
     The driver runs it concurrently with the turn (an asyncio task, a simulator actor of
     the same process). When it reports the lease lost, the driver interrupts the turn.
+    ``first_s``: when the first refresh is due (None: a whole interval from now).
     """
 
     lease: Lease
     interval_s: float
     ttl_s: float
+    first_s: float | None = None
     kind: ClassVar[str] = "start_refresher"
 
 

@@ -83,15 +83,32 @@ def first_in_line(mine: int | None, others: Iterable[int]) -> bool:
     return earliest is None or (mine is not None and mine < earliest)
 
 
-async def keep_lease(lease: Lease, interval_s: float, ttl_s: float) -> None:
+def first_refresh_in(lease: Lease, now: float, interval_s: float, ttl_s: float) -> float:
+    """LEASE-2: how long a refresher started at ``now`` on ``lease`` waits for its first
+    refresh, so that the lease keeps its cadence: one interval after its last grant or
+    refresh (its expiry less the TTL), or at once when that moment has passed.
+
+    A lease just granted waits a whole interval. A refresher started again on a lease it
+    did not grant (a rotation stops it while the lease moves) must not count the interval
+    from its own start: the stopped one may have refreshed the lease up to an interval ago.
+    """
+    return max(0.0, lease.expires_at - ttl_s + interval_s - now)
+
+
+async def keep_lease(lease: Lease, interval_s: float, ttl_s: float,
+                     first_s: float | None = None) -> None:
     """Refresh ``lease`` every ``interval_s`` until stopped; on a failed refresh, interrupt.
 
-    Runs until the driver stops it (the turn's finalizer does, first thing) or until a
-    refresh fails. A failed refresh is a loss whatever its cause: the store no longer
-    vouches for this holder, so the turn must not go on calling out in its name.
+    The first refresh comes after ``first_s`` (None: a whole interval, for a lease just
+    granted; see ``first_refresh_in``). Runs until the driver stops it (the turn's finalizer
+    does, first thing) or until a refresh fails. A failed refresh is a loss whatever its
+    cause: the store no longer vouches for this holder, so the turn must not go on calling
+    out in its name.
     """
+    wait = interval_s if first_s is None else first_s
     while True:
-        await Sleep(interval_s)
+        await Sleep(wait)
+        wait = interval_s
         now = await Now()
         try:
             lease = await RefreshLease(lease, now, ttl_s)

@@ -15,7 +15,9 @@ in this order (every step an effect, so each is a crash point):
    ``parent_session_id``; the lease carried to the child whole (same holder, token and
    expiry); the compacted rows written there. In place (``compression_in_place``): the
    live rows are archived and the compacted rows take their place under the same id;
-3. start the refresher again on the lease that now fences the turn, release the lock;
+3. start the refresher again on the lease that now fences the turn, keeping the lease's
+   cadence (the first refresh is due an interval after its last one: LEASE-2), release
+   the lock;
 4. switch the turn to the session the messages now live in: its id, lease, cache and
    working list, so the rest of the turn writes there.
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hermes_ref import lease as lease_rules
 from hermes_ref import session as lanes
 from hermes_ref.compression import CompressionState
 from hermes_ref.context import SessionCache, TurnContext
@@ -54,7 +57,7 @@ from hermes_ref.effects import (
     TakeCompressionLock,
 )
 from hermes_ref.errors import LeaseLost, PersistenceError
-from hermes_ref.models import Compacted, Message, Role, SessionRecord
+from hermes_ref.models import Compacted, Lease, Message, Role, SessionRecord
 from hermes_ref.transcript import Transcript
 
 COMPRESSION = "compression"  # the end reason of a rotated session (CMP-5)
@@ -89,9 +92,7 @@ async def commit_compaction(ctx: TurnContext, compacted: tuple[Message, ...], *,
         except PersistenceError as error:
             failure = error
     if rotate and not lost and not isinstance(failure, LeaseLost):
-        lease = done.lease if done is not None else ctx.lease
-        ctx.refresher = await StartRefresher(lease, ctx.limits.lease_refresh_s,
-                                             ctx.limits.lease_ttl_s)
+        ctx.refresher = await _restart_refresher(ctx, done.lease if done is not None else ctx.lease)
     await _release_lock(ctx, session_id, holder)
     if isinstance(failure, LeaseLost):
         ctx.write_failed(Site.ROTATE if rotate else Site.COMPACT, failure)
@@ -135,6 +136,22 @@ async def _stop_refresher(ctx: TurnContext) -> bool:
         return False
     handle, ctx.refresher = ctx.refresher, None
     return await StopRefresher(handle)
+
+
+async def _restart_refresher(ctx: TurnContext, lease: Lease) -> int:
+    """Start the refresher again on ``lease``, keeping the lease's cadence (LEASE-2): its
+    first refresh is due one interval after the lease's last grant or refresh, not one
+    interval from now (the stopped refresher may have refreshed it just short of an
+    interval ago, and a turn that compacts again and again would never refresh it).
+
+    A rotation's ``lease`` bears the expiry the store carried to the child, so its last
+    refresh. After a compaction that did not commit, ``lease`` is the turn's own copy (as
+    granted, or as its last rotation carried it): if the stopped refresher refreshed it
+    since, its due moment has passed, and the new refresher refreshes at once, early
+    rather than late."""
+    interval_s, ttl_s = ctx.limits.lease_refresh_s, ctx.limits.lease_ttl_s
+    first_s = lease_rules.first_refresh_in(lease, await Now(), interval_s, ttl_s)
+    return await StartRefresher(lease, interval_s, ttl_s, first_s)
 
 
 async def _release_lock(ctx: TurnContext, session_id: str, holder: str) -> None:

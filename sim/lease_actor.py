@@ -213,7 +213,8 @@ class LeaseHandlers:
 
     # -- the refresher actor ----------------------------------------------------------------
     def _start_refresher(self, effect: fx.StartRefresher) -> int:
-        coro = lease_rules.keep_lease(effect.lease, effect.interval_s, effect.ttl_s)
+        coro = lease_rules.keep_lease(effect.lease, effect.interval_s, effect.ttl_s,
+                                      effect.first_s)
         child = self.spawn(coro, name=f"refresher of {effect.lease.holder}", parent=self.current)
         self._refreshers[child.seq] = child
         self._kept[child.seq] = effect.lease

@@ -215,7 +215,8 @@ class AsyncDriver:
     async def _start_refresher(self, effect: fx.StartRefresher) -> int:
         parent = turn_tasks.CURRENT.get()
         child = turn_tasks.RunState(parent=parent, handle=turn_tasks.next_handle())
-        keeper = lease_rules.keep_lease(effect.lease, effect.interval_s, effect.ttl_s)
+        keeper = lease_rules.keep_lease(effect.lease, effect.interval_s, effect.ttl_s,
+                                        effect.first_s)
         parent.refreshers[child.handle] = turn_tasks.Refresher(
             keeper, lambda coro: self._run(coro, child))
         return child.handle

@@ -12,7 +12,8 @@ from what the engine says of itself:
   lease (a turn that goes ahead without it is the "fail open" bug); grants of one session
   never overlap.
 * LEASE-2: every grant's holder names pid, pid namespace, turn and platform; while a turn
-  holds its lease, refreshes come at least every ``lease_refresh_s``, and each grant or
+  holds its lease, refreshes come at least every ``lease_refresh_s`` (across a rotation
+  too: the child's grant goes on from the parent's last refresh), and each grant or
   refresh runs ``lease_ttl_s``; a turn gives up waiting only after ``lease_wait_s_max``.
 * LEASE-3: a lease is taken only when it is free, expired or its holder is dead; a dead
   holder's lease is not left standing in a waiter's way.
@@ -382,6 +383,7 @@ def lease_kept_alive(obs: Observation) -> list[Violation]:
     acting = {(a.session_id, a.turn_id) for a in activities(obs)}
     stopped_at, refreshed_at = _times_by_lease(obs, "refresher_stopped"), \
         _times_by_lease(obs, "refreshed")
+    carried_beat = _carried_beats(obs, refreshed_at)
     for grant in obs.record.lease_grants:
         key = (grant.session_id, grant.token)
         if key not in started and (grant.session_id, _turn_of(grant.holder)) not in acting:
@@ -389,9 +391,10 @@ def lease_kept_alive(obs: Observation) -> list[Violation]:
         stops = stopped_at.get(key, [])
         pid, died = _death_of(grant.holder, deaths)
         held_until = min([*stops, grant.live_until(), *([died] if died is not None else [])])
-        if held_until - grant.acquired_at <= interval + EPSILON_S:
+        first = carried_beat.get(key, grant.acquired_at)
+        if held_until - first <= interval + EPSILON_S:
             continue  # held no longer than one refresh interval: nothing was due
-        beats = [grant.acquired_at, *sorted(refreshed_at.get(key, ())), held_until]
+        beats = [first, *sorted(refreshed_at.get(key, ())), held_until]
         stalled = [(a, b) for p, a, b in obs.stalls if str(p) == pid]
         gaps = [b - a for a, b in pairwise(beats)
                 if not any(start < b and a < until for start, until in stalled)]
@@ -403,6 +406,25 @@ def lease_kept_alive(obs: Observation) -> list[Violation]:
     out.extend(_short_grants(obs))
     out.extend(_waits_cut_short(obs))
     return out
+
+
+def _carried_beats(obs: Observation,
+                   refreshed_at: dict[tuple[str, int], list[float]]) -> dict[tuple[str, int], float]:
+    """For each grant a rotation carried the lease into, the last beat (grant or refresh) of
+    the grant it came from. A rotation moves the lease whole, expiry included (LEASE-1 per
+    lineage, CMP-5): the child's grant goes on with the same lease, so its first refresh is
+    due an interval after the parent's last beat, not an interval after the carry."""
+    chains: dict[tuple[str, int], list[LeaseGrantRow]] = defaultdict(list)
+    for grant in obs.record.lease_grants:
+        chains[(grant.holder, grant.token)].append(grant)
+    beats: dict[tuple[str, int], float] = {}
+    for chain in chains.values():
+        for parent, child in pairwise(chain):
+            if parent.end_reason == "rotated":
+                key = (parent.session_id, parent.token)
+                last = max([beats.get(key, parent.acquired_at), *refreshed_at.get(key, ())])
+                beats[(child.session_id, child.token)] = last
+    return beats
 
 
 def _times_by_lease(obs: Observation, what: str) -> dict[tuple[str, int], list[float]]:

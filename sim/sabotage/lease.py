@@ -1,7 +1,8 @@
-"""Broken leases: a turn that runs without one, a refresher that wakes too late, extends by
-too little or shrugs off a loss, a wait for a busy lease cut to one TTL, a reclaim that
-waits out a dead holder, a release before the refresher stops or never after an interrupt,
-a late start that says nothing, and a tool call that begins late on its batch's vouch."""
+"""Broken leases: a turn that runs without one, a refresher that wakes too late (or, started
+again, counts its interval from its own start), extends by too little or shrugs off a loss,
+a wait for a busy lease cut to one TTL, a reclaim that waits out a dead holder, a release
+before the refresher stops or never after an interrupt, a late start that says nothing, and
+a tool call that begins late on its batch's vouch."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import finalizer, lease, prologue, tool_batch
+from hermes_ref import finalizer, lease, prologue, rotation, tool_batch
 from hermes_ref.context import TurnContext
 from hermes_ref.effects import (
     ClearInterrupt,
@@ -24,7 +25,7 @@ from hermes_ref.effects import (
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Lease, Role
 from hermes_ref.outcomes import ExitReason
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- LEASE-1: the wait times out and the turn runs anyway ("fail open") ---------------------
 
@@ -52,7 +53,8 @@ sabotage("fail_open_on_lease_timeout", ("LEASE-1",),
 def _refresh_every_ttl() -> list[AbstractContextManager[Any]]:
     original = lease.keep_lease
 
-    async def late(grant: Lease, interval_s: float, ttl_s: float) -> None:
+    async def late(grant: Lease, interval_s: float, ttl_s: float,
+                   first_s: float | None = None) -> None:
         await original(grant, ttl_s, ttl_s)  # the TTL passed where the interval belongs
     return [mock.patch.object(lease, "keep_lease", late)]
 
@@ -65,14 +67,28 @@ sabotage("refresh_interval_is_the_ttl", ("LEASE-2",),
 def _refresh_by_interval() -> list[AbstractContextManager[Any]]:
     original = lease.keep_lease
 
-    async def short(grant: Lease, interval_s: float, ttl_s: float) -> None:
-        await original(grant, interval_s, interval_s)  # the interval passed where the TTL belongs
+    async def short(grant: Lease, interval_s: float, ttl_s: float,
+                    first_s: float | None = None) -> None:
+        await original(grant, interval_s, interval_s, first_s)  # the interval where the TTL belongs
     return [mock.patch.object(lease, "keep_lease", short)]
 
 
 sabotage("refresh_extends_by_the_interval", ("LEASE-2",),
          "each refresh extends the lease by lease_refresh_s instead of lease_ttl_s, so a "
          "late refresh finds it expired")(_refresh_by_interval)
+
+
+def _restart_from_scratch() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(rotation, "_restart_refresher",
+                              "StartRefresher(lease, interval_s, ttl_s, first_s)",
+                              "StartRefresher(lease, interval_s, ttl_s)")
+    return [mock.patch.object(rotation, "_restart_refresher", broken)]
+
+
+sabotage("restarted_refresher_waits_a_whole_interval", ("LEASE-2",),
+         "the refresher a compaction starts again waits a whole interval from its own start, "
+         "though the one it replaced may have refreshed the lease just short of an interval "
+         "before")(_restart_from_scratch)
 
 
 def _wait_one_ttl() -> list[AbstractContextManager[Any]]:
@@ -108,7 +124,8 @@ sabotage("dead_holders_block_the_lease", ("LEASE-3",),
 
 
 def _shrug_off_loss() -> list[AbstractContextManager[Any]]:
-    async def shrug(grant: Lease, interval_s: float, ttl_s: float) -> None:
+    async def shrug(grant: Lease, interval_s: float, ttl_s: float,
+                    first_s: float | None = None) -> None:
         while True:
             await Sleep(interval_s)
             try:
