@@ -157,7 +157,9 @@ async def run_pass(ctx: TurnContext, now: float, *, target_tokens: int) -> PassO
         return PassOutcome(before, before)
     summary = await _summarize(ctx, layout, figures)
     if isinstance(summary, ProviderError):
-        state.summary_failed(now, limits)
+        # CMP-4: the cooldown runs from the failure. ``now`` is when the turn decided to
+        # compact, before an earlier pass whose summary may have taken minutes.
+        state.summary_failed(await Now(), limits)
         return PassOutcome(before, before, failure=f"{type(summary).__name__}: {summary}",
                            timed_out=isinstance(summary, ProviderTimeout))
     compacted = compression.compose(layout, summary, None)  # the summary is no turn's row

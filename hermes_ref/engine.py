@@ -81,8 +81,8 @@ class Engine:
         of; the child's next turn here must start with the compression memory the turn left
         (CMP-4: the cooldown and the anti-thrash count), not with none, or every rotation
         would lift the block. A turn that comes back through the parent finds it already,
-        in the parent's cache (``rotation.tip_cache`` keeps it); one that reaches the child
-        through a session this engine holds no cache of (it waited behind the rotating
-        turn) takes it from here in the prologue (``rotation.tip_cache``)."""
+        in the parent's cache (``rotation.tip_cache`` keeps it); one that asks for the child
+        itself, or for a later child another process rotated to, finds it here, at the
+        first session of the lineage it looks at (``prologue._lineage_memory``)."""
         if ctx.session_id not in self.caches:
             self.carried[ctx.session_id] = ctx.cache.compression

@@ -34,7 +34,6 @@ In order, because the order is the contract:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from copy import copy
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from hermes_ref.effects import (
     FlushEvents,
     LeaveLeaseQueue,
     LoadMessages,
+    LoadSession,
     MintId,
     Now,
     OpenTurn,
@@ -235,22 +235,23 @@ async def _take_lease(
     the cache this engine holds for the session by then: a turn of this engine that served
     it meanwhile left its history and its compression memory there (CMP-4: a cooldown it
     started holds for the turn that waited behind it), which a cache built before the wait
-    would not have. A child a turn of this engine rotated to (CMP-5) has no cache here; the
-    memory that turn carried into it waits in ``deps.carried`` (``_carried``), and a turn
-    that asked for the child itself and waited behind that turn takes it from there.
+    would not have. A session it has no cache of, a rotated child (CMP-5), takes the
+    compression memory this engine keeps for its lineage (``_lineage_memory``) once the
+    lease is held: by then every turn of this engine that held the lease before it has
+    left what it did there.
     """
     limits = deps.limits
     deadline = now + limits.lease_wait_s_max
     taken: Taken
+    unserved: SessionRecord | None = None  # the row of a session this engine has no cache of
     if cache is None or opening is not None:
         record = session_record(inp, deps.tools, now) if cache is None else \
             _cached_record(cache, inp, now)
         grant = await OpenTurn(record, holder, now, limits.lease_ttl_s, limits.lease_poll_s,
                                opening, create=cache is None)
         if cache is None:
-            prompt = grant.session.system_prompt
-            cache = SessionCache(grant.session.id, prompt, Message(role=Role.SYSTEM, content=prompt),
-                                 compression=_carried(deps, grant.session.id))
+            unserved, prompt = grant.session, grant.session.system_prompt
+            cache = SessionCache(grant.session.id, prompt, Message(role=Role.SYSTEM, content=prompt))
         taken = Taken(cache, grant.created, grant.lease, grant.opened, grant.opening_failure)
     else:
         taken = Taken(cache, False, await AcquireLease(inp.session_id, holder, now,
@@ -262,22 +263,42 @@ async def _take_lease(
         taken.lease = await AcquireLease(inp.session_id, holder, now, limits.lease_ttl_s,
                                          limits.lease_poll_s)
     if waited and taken.lease is not None:
-        held, carried = deps.caches.get(inp.session_id), deps.carried.get(inp.session_id)
-        if held is not None:
-            taken.cache = held
-        elif carried is not None:  # the turn it waited behind rotated here and has ended
-            taken.cache = dataclasses.replace(taken.cache, compression=carried)
+        taken.cache = deps.caches.get(inp.session_id, taken.cache)
+    if unserved is not None and taken.lease is not None and taken.cache is cache:
+        cache.compression = await _lineage_memory(deps, unserved)
     return taken
 
 
-def _carried(deps: PrologueDeps, session_id: str) -> CompressionState:
-    """CMP-4 across a rotation (CMP-5): the compression memory a turn of this engine took
-    into the child it rotated to (the cooldown, the ineffective passes in a row), else a
-    fresh one. The child goes on with the same conversation, so a block that held in the
-    parent holds there; only that memory moves, the rest of a child's cache is built as
-    for any session the engine has not served."""
-    carried = deps.carried.get(session_id)
-    return carried if carried is not None else CompressionState()
+async def _lineage_memory(deps: PrologueDeps, session: SessionRecord) -> CompressionState:
+    """CMP-4 across rotations (CMP-5): the compression memory (the cooldown, the ineffective
+    passes in a row) this engine keeps for the conversation ``session`` belongs to, for a
+    session it holds no cache of; else a fresh one.
+
+    A rotation's child goes on with its parent's conversation, so a cooldown or a block
+    that held in the parent holds in the child (Hermes keeps the compressor on the agent
+    the gateway caches for the conversation, whichever session of the lineage it serves).
+    The memory is found at the nearest session of the lineage this engine remembers: a
+    child a turn of it rotated into (``deps.carried``) or a session it served
+    (``deps.caches``), going up ``parent_session_id`` while the parent ended
+    ``compression`` (the lineage as LEASE-3 bounds it), past the children other processes
+    rotated to. Only the memory moves; the rest of the cache is built as for any session
+    the engine has not served. An engine that remembers nothing (a restarted process) has
+    nothing to look up.
+    """
+    current = session
+    while True:
+        carried = deps.carried.get(current.id)
+        if carried is not None:
+            return carried
+        cache = deps.caches.get(current.id)
+        if cache is not None:
+            return cache.compression
+        if current.parent_session_id is None or not (deps.caches or deps.carried):
+            return CompressionState()
+        parent = await LoadSession(current.parent_session_id)
+        if parent is None or parent.end_reason != rotation.COMPRESSION:
+            return CompressionState()
+        current = parent
 
 
 async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> bool:
@@ -444,8 +465,7 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         taken = await _take_lease(inp, deps, cache, holder, now, opening)
         cache, created, lease = taken.cache, taken.created, taken.lease
         if lease is not None and lease.session_id != cache.session_id:  # CMP-5: rotated away
-            cache = await rotation.tip_cache(cache, lease.session_id,
-                                             deps.carried.get(lease.session_id))
+            cache = await rotation.tip_cache(cache, lease.session_id)
         if lease is not None:
             loaded = await _sync_history(cache, lease, created)
     except PersistenceError as error:

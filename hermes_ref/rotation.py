@@ -43,7 +43,6 @@ import dataclasses
 
 from hermes_ref import lease as lease_rules
 from hermes_ref import session as lanes
-from hermes_ref.compression import CompressionState
 from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.effects import (
     CompactSession,
@@ -190,21 +189,16 @@ def lease_follows_tip(end_reason: str | None) -> bool:
     return end_reason == COMPRESSION
 
 
-async def tip_cache(cache: SessionCache, tip_id: str,
-                    carried: CompressionState | None = None) -> SessionCache:
+async def tip_cache(cache: SessionCache, tip_id: str) -> SessionCache:
     """The prologue's cache for a lineage's tip, when the lease it got names the tip and not
     the session it asked for (a rotation since): the tip row's stored prompt (CTX-3), the
-    same counters, no history (it is loaded from the tip's record).
-
-    ``carried`` is the compression memory a turn of this engine left on the tip when it
-    rotated there (CMP-4): it is newer than the cache's, which may have been built for a
-    session of the lineage before that turn's passes (a turn that waited behind it)."""
+    same counters and the same compression memory (CMP-4: the lineage's, whichever of its
+    sessions the engine served), no history (it is loaded from the tip's record)."""
     tip = await LoadSession(tip_id)
     prompt = tip.system_prompt if tip is not None else cache.system_prompt
     return dataclasses.replace(cache, session_id=tip_id, history=Transcript(),
                                last_lease_token=0, system_prompt=prompt,
-                               system_message=Message(role=Role.SYSTEM, content=prompt),
-                               compression=carried if carried is not None else cache.compression)
+                               system_message=Message(role=Role.SYSTEM, content=prompt))
 
 
 # ---- what a compaction may not write (both stores ask) -----------------------------------

@@ -9,12 +9,16 @@ from __future__ import annotations
 from hermes_ref.session import SessionSource
 from scenarios._explored_common import calm as _calm
 from scenarios._explored_common import world as _world
+from sim.explore.edges import FlakySummarizer
 from sim.explore.lanes import LaneWorld
+from sim.explore.plan import FaultKind, ReplyFault
 from sim.harness import Story, scenario
 
 ALICE = SessionSource(platform="discord", chat_type="group", chat_id="guild-123",
                       participant="alice")
 FRANK = SessionSource(platform="slack", chat_type="dm", participant="frank")
+ERIN, DAVE = (SessionSource(platform="telegram", chat_type="group", chat_id="-1002285219667",
+                            thread_id="17585", participant=who) for who in ("erin", "dave"))
 
 
 @scenario("A lane message that asks for the rotated child itself, and waits behind the turn "
@@ -45,6 +49,103 @@ def child_waiter_keeps_the_carried_block(s: Story) -> None:
     lanes.message(0, ALICE, "Say hello 201.", after_s=27006.6)
     lanes.message(0, ALICE, "Write note 202 to lane-out-202.txt.", after_s=27043.3)
     lanes.message(0, ALICE, "Read notes-1.txt.", after_s=27067.5)
+    _calm(s)
+
+
+@scenario("A turn routed straight to a child another process rotated to keeps its own "
+          "process's block on compaction (explored seed 2708)",
+          invariants=("CMP-4", "CMP-5"), stage="explore")
+def turn_past_a_foreign_rotation_keeps_the_block(s: Story) -> None:
+    """In a 250-token window with summaries 180 s late, frank's lane is served by two
+    processes. On pid=2 his message compacts twice before its call, rotating the lane's
+    session twice, and neither pass brings the request under the threshold: two
+    ineffective passes in a row now block automatic compaction for pid=2. His message held
+    for the rotation runs on pid=3, waits for the lease and compacts once more (pid=3 had
+    made no pass), rotating a third time. His next message on pid=2 is routed straight to
+    that newest child, which pid=2 held no cache of and had not rotated to itself, so it
+    started with no compression memory and compacted again. The engine now finds the
+    memory of a child it holds no cache of up the lineage: through the parent its own turn
+    rotated to, as Hermes keeps the compressor on the agent it caches for the conversation."""
+    model = _world(s, 2708, parts=9)
+    s.limits(context_window_tokens=250)
+    s.limits(session_reset_mode="none", session_idle_minutes=60, session_reset_at_hour=9,
+             group_sessions_per_user=False, thread_sessions_per_user=False,
+             session_prune_after_s=0.0, stuck_restart_threshold=3)
+    model.summarizer.delay_s = 180.0  # every summary arrives this late
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one, two = s.main_process(), s.process()
+    lanes = LaneWorld(s, [one, two], job_s=240.0)
+    lanes.message(0, FRANK, "Say hello 5.", after_s=17045.9)
+    lanes.message(0, FRANK, "Say hello 108.", after_s=17046.9, at_rotation=True)
+    lanes.message(0, FRANK, "Write note 201 to lane-out-201.txt.", after_s=17111.0)
+    lanes.message(0, FRANK, "Write note 202 to lane-out-202.txt.", after_s=17138.4)
+    lanes.message(0, FRANK, "Read notes-1.txt.", after_s=17175.2)
+    lanes.restart(0, graceful=False, after_s=17207.9)
+    lanes.message(1, FRANK, "Say hello 6.", after_s=17611.6)
+    lanes.message(1, FRANK, "Read notes-2.txt.", after_s=18412.6)
+    _calm(s)
+
+
+@scenario("A turn routed to a tip two rotations of another process past the session its "
+          "process served still waits out that process's summary cooldown (explored seed 6426)",
+          invariants=("CMP-4", "CMP-5"), stage="explore")
+def turn_past_foreign_rotations_keeps_the_cooldown(s: Story) -> None:
+    """Two processes serve one telegram thread in a 250-token window. On pid=2 a summary
+    times out, and erin's next message there fails its summary outright: pid=2 may not ask
+    for one for 600 s. A minute later erin's message on pid=1 compacts twice, rotating the
+    session twice. Dave's message held for the rotation runs on pid=2, routed straight to
+    the newest child, which pid=2 held no cache of, so it started with no cooldown and
+    asked for a summary 64 s after its failure. The engine now walks up the lineage, past
+    the two children pid=1 made, to the session pid=2 served, and takes its memory there."""
+    model = _world(s, 6426, ReplyFault(call=6, kind=FaultKind.SHARED_CALL_IDS))
+    s.limits(context_window_tokens=250)
+    s.limits(session_reset_mode="daily", session_idle_minutes=60, session_reset_at_hour=4,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=43200.0, stuck_restart_threshold=3)
+    model.summarizer = FlakySummarizer((2,), model, (1,))  # these summary requests fail, time out
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one, two = s.main_process(), s.process()
+    lanes = LaneWorld(s, [one, two], job_s=240.0)
+    lanes.message(0, ERIN, "Say hello 1.", after_s=2244.8)
+    lanes.message(0, ERIN, "Say hello 2.", after_s=2304.0)
+    lanes.message(1, DAVE, "Read notes-1.txt.", after_s=7869.5)
+    lanes.message(1, DAVE, "Say hello 103.", after_s=7870.5, at_rotation=True)
+    lanes.message(1, DAVE, "Write note 203 to lane-out-203.txt.", after_s=8000.0)
+    lanes.message(1, ERIN, "Say hello 7.", after_s=10388.4)
+    lanes.message(0, ERIN, "Say hello 8.", after_s=10452.8)
+    _calm(s)
+
+
+@scenario("A summary that fails after a slow pass starts its cooldown when it fails, not when "
+          "the turn decided to compact (explored seed 7922)",
+          invariants=("CMP-4",), stage="explore")
+def cooldown_runs_from_a_late_failure(s: Story) -> None:
+    """In a 250-token window with summaries 180 s late, a lane's turn resumed after an
+    unclean restart compacts before its call: the first summary takes 180 s and rotates the
+    session, and the second pass's summary fails at once. The engine started the cooldown
+    at the instant the turn had decided to compact, 180 s before the failure, so the lane's
+    next turn asked for a summary 430 s after the failure, within the 600 s cooldown. A
+    failed summary now starts the cooldown at the clock of its failure."""
+    model = _world(s, 7922)
+    s.limits(context_window_tokens=250)
+    s.limits(session_reset_mode="both", session_idle_minutes=240, session_reset_at_hour=6,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=43200.0, stuck_restart_threshold=3)
+    model.summarizer = FlakySummarizer((3,), model)  # this summary request fails
+    model.summarizer.delay_s = 180.0  # every summary arrives this late
+    s.bind("p-1", session="s-1")
+    s.bind("op-s-1", session="s-1", role="operator", kind="operator")
+    one = s.main_process()
+    lanes = LaneWorld(s, [one], job_s=400.0)
+    lanes.message(0, ERIN, "Read notes-1.txt.", after_s=1084.4)
+    lanes.message(0, ERIN, "Say hello 201.", after_s=1104.5)
+    lanes.message(0, ERIN, "Read notes-1.txt.", after_s=1138.6)
+    lanes.message(0, ERIN, "Write note 203 to lane-out-203.txt.", after_s=1169.3)
+    lanes.restart(0, graceful=False, after_s=1283.3)
+    lanes.message(0, DAVE, "Say hello 6.", after_s=1528.3)
+    lanes.message(0, ERIN, "Read build.log.", after_s=2138.5)
     _calm(s)
 
 

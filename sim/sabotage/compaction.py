@@ -1,7 +1,8 @@
 """Broken compaction: the wrong threshold, a summary that starts over, no pruning, a tail past
 its budget, a split tool group, an ignored cooldown or block, a timed-out summary that
-starts no cooldown, an overflow resent or ended, a preflight skipped, an idle gap ignored,
-passes that ignore progress, the wrong user message kept."""
+starts no cooldown, a cooldown that starts before the failure, an overflow resent or ended,
+a preflight skipped, an idle gap ignored, passes that ignore progress, the wrong user
+message kept."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.wire import ProviderRequest
-from sim.sabotage.base import sabotage
+from sim.sabotage.base import one_line_changed, sabotage
 
 # ---- CMP-1: the 0.85 rule forgotten --------------------------------------------------------
 
@@ -128,6 +129,18 @@ def _timeout_not_a_failure() -> list[AbstractContextManager[Any]]:
 sabotage("summary_timeout_starts_no_cooldown", ("CMP-4",),
          "a summary that times out starts no cooldown, only one that fails outright")(
     _timeout_not_a_failure)
+
+
+def _cooldown_from_the_decision() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(compaction, "run_pass", "state.summary_failed(await Now(), limits)",
+                              "state.summary_failed(now, limits)  # \"the pass began just now\"")
+    return [mock.patch.object(compaction, "run_pass", broken)]
+
+
+sabotage("cooldown_runs_from_the_decision", ("CMP-4",),
+         "a failed summary starts the cooldown at the instant the turn decided to compact, not "
+         "at the failure, so after a slow earlier pass the cooldown ends minutes early")(
+    _cooldown_from_the_decision)
 
 
 def _ineffective_never_counted() -> list[AbstractContextManager[Any]]:

@@ -1,8 +1,8 @@
 """Broken compaction durability: a rotation that leaves its parent live, a lock taken as a
 hint or given back before the write, a turn that goes on writing to the rotated parent, a
 route that does not walk to the tip, a lease that stays with the session it was granted
-on, and a waiting turn that reaches the tip, or asked for the child itself, without the
-compression memory left there."""
+on, and a turn that asks for a rotated child without the compression memory of its
+lineage."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from typing import Any
 from unittest import mock
 
 from hermes_ref import prologue, rotation, router
-from hermes_ref.compression import CompressionState
-from hermes_ref.context import SessionCache, TurnContext
+from hermes_ref.context import TurnContext
 from hermes_ref.effects import TakeCompressionLock
 from hermes_ref.models import Compacted, SessionRecord
 from hermes_ref.session import Route
@@ -109,37 +108,19 @@ sabotage("lease_stays_on_the_rotated_parent", ("LEASE-1",),
     _lease_per_session)
 
 
-# ---- CMP-4 across CMP-5: a turn that waited reaches the tip with the memory it began with ----
+# ---- CMP-4 across CMP-5: a turn that asks for a rotated child forgets its lineage's memory ----
 
 
-def _tip_without_carried_memory() -> list[AbstractContextManager[Any]]:
-    original = rotation.tip_cache
-
-    async def stale(cache: SessionCache, tip_id: str,
-                    carried: CompressionState | None = None) -> SessionCache:
-        return await original(cache, tip_id)  # "the cache we already hold has the counters"
-    return [mock.patch.object(rotation, "tip_cache", stale)]
-
-
-sabotage("waiting_turn_forgets_the_tip_memory", ("CMP-4",),
-         "a turn that waited behind a rotating turn reaches the tip with the compression "
-         "memory it began with, not the one the rotating turn left there, so two ineffective "
-         "passes no longer block it")(_tip_without_carried_memory)
-
-
-# ---- CMP-4 across CMP-5: a turn that asked for the child itself forgets the carried memory ----
-
-
-def _child_waiter_without_carried_memory() -> list[AbstractContextManager[Any]]:
+def _child_without_lineage_memory() -> list[AbstractContextManager[Any]]:
     broken = one_line_changed(
-        prologue, "_take_lease",
-        "elif carried is not None:  # the turn it waited behind rotated here and has ended",
-        "elif False:  # \"a cache built for the child is the child's\"")
-    return [mock.patch.object(prologue, "_take_lease", broken)]
+        prologue, "_lineage_memory",
+        "if current.parent_session_id is None or not (deps.caches or deps.carried):",
+        "if True:  # \"a session this engine has no cache of starts afresh\"")
+    return [mock.patch.object(prologue, "_lineage_memory", broken)]
 
 
-sabotage("child_waiter_forgets_the_carried_memory", ("CMP-4",),
-         "a turn that asked for a rotated child itself and waited behind the turn that "
-         "rotated there keeps the compression memory it built before the wait, so the two "
-         "ineffective passes that turn carried into the child no longer block it")(
-    _child_waiter_without_carried_memory)
+sabotage("child_forgets_the_lineage_memory", ("CMP-4",),
+         "a turn that asks for a rotated child this engine holds no cache of starts with a "
+         "fresh compression memory, unless a turn of it rotated into that very child, so the "
+         "cooldown or the two ineffective passes the engine remembers on the child's parent "
+         "no longer hold")(_child_without_lineage_memory)

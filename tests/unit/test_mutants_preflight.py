@@ -7,8 +7,9 @@ See docs/mutation.md.
 
 from __future__ import annotations
 
+from hermes_ref import compaction, compression, loop, preflight
 from hermes_ref import effects as fx
-from hermes_ref import loop, preflight
+from hermes_ref.errors import ProviderServerError
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, ProviderReply, Role
 from hermes_ref.outcomes import ExitReason
@@ -47,3 +48,17 @@ def test_a_request_over_the_window_fails_the_turn_closed() -> None:
     assert ctx.ending.detail == (
         f"context_overflow: request of {size} tokens exceeds the {size - 1}-token window "
         "and compaction cannot relieve it")
+
+
+def test_a_failed_summary_starts_the_cooldown_when_it_fails() -> None:
+    """CMP-4: the cooldown runs from the failure, not from the instant the turn decided to
+    compact (an earlier pass's summary may have taken minutes in between)."""
+    limits = Limits(context_window_tokens=250)
+    chat = [Message(role=Role.USER if k % 2 == 0 else Role.ASSISTANT, content=f"message {k}")
+            for k in range(40)]
+    ctx = context(chat, limits=limits)
+    rig = Rig([ProviderServerError("503")], Now=lambda e: 280.0)  # the failure's clock
+    outcome = rig.run(compaction.run_pass(ctx, 100.0,  # the decision's clock
+                                          target_tokens=compression.budget(limits).threshold_tokens))
+    assert outcome.failure is not None and not outcome.changed
+    assert ctx.cache.compression.cooldown_until == 280.0 + limits.compression_cooldown_s

@@ -14,6 +14,7 @@ import pytest
 
 from hermes_ref import effects as fx
 from hermes_ref import prologue
+from hermes_ref.compression import CompressionState
 from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.errors import BadInput, InvariantBroken, PersistenceError
 from hermes_ref.limits import Limits
@@ -24,6 +25,7 @@ from hermes_ref.models import (
     Message,
     Role,
     ScaffoldFlag,
+    SessionRecord,
     ToolCall,
 )
 from hermes_ref.outcomes import ExitReason, TurnResult
@@ -375,3 +377,33 @@ def test_an_opening_stored_under_another_token_is_an_engine_bug() -> None:
                           opened=tuple(m.model_copy(update={"row_id": 3}) for m in effect.opening.rows))
     with pytest.raises(InvariantBroken):
         begin(Rig(OpenTurn=wrong, LoadMessages=lambda e: ()), deps(cached(5)))
+
+
+def _row(session_id: str, parent: str | None = None, ended: str | None = None) -> SessionRecord:
+    return SessionRecord(id=session_id, key="agent:main:tg:dm", parent_session_id=parent,
+                         system_prompt="p", started_at=0.0,
+                         ended_at=None if ended is None else 1.0, end_reason=ended)
+
+
+def test_a_child_takes_the_compression_memory_of_its_lineage() -> None:
+    """CMP-4 across CMP-5: a child this engine holds no cache of takes the memory of the
+    nearest session of its lineage the engine remembers (one it rotated into, or one it
+    served), up parents that ended ``compression``; a parent that ended otherwise is
+    another conversation, and an engine that remembers nothing reads nothing."""
+    rows = {r.id: r for r in (_row("root", ended="compression"),
+                              _row("c1", "root", ended="compression"),
+                              _row("c2", "c1"), _row("other", ended="session_reset"),
+                              _row("c3", "other"))}
+    served = cached(5)["s"]
+    served.compression.ineffective = 2
+    d = deps({"root": served})
+    rig = Rig(LoadSession=lambda e: rows.get(e.session_id))
+    assert rig.run(prologue._lineage_memory(d, rows["c2"])) is served.compression
+    assert [e.session_id for e in rig.of(fx.LoadSession)] == ["c1", "root"]
+    d.carried["c1"] = carried = CompressionState(cooldown_until=700.0)  # newer, nearer
+    assert rig.run(prologue._lineage_memory(d, rows["c2"])) is carried
+    assert rig.run(prologue._lineage_memory(deps({"other": served}), rows["c3"])) \
+        == CompressionState()  # a reset's successor starts afresh
+    rig = Rig(LoadSession=lambda e: rows.get(e.session_id))
+    assert rig.run(prologue._lineage_memory(deps(), rows["c2"])) == CompressionState()
+    assert rig.of(fx.LoadSession) == []
