@@ -185,6 +185,9 @@ class TurnContext:
     carried_input: Message | None = None  # the user's message, if it never became durable
     cleanup_errors: list[str] = field(default_factory=list)
     refresher: int | None = None  # the driver's handle of this turn's lease refresher
+    # CMP-4 across CMP-5: the engine's compression memory of the children it rotated to
+    # and holds no cache of (``Engine.carried``); a rotation enters its child at once
+    carried: dict[str, CompressionState] = field(default_factory=dict)
 
     def enter(self, phase: Phase) -> None:
         self.tracker.enter(phase)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from hermes_ref import finalizer, loop, prologue
 from hermes_ref.compression import CompressionState
-from hermes_ref.context import SessionCache, TurnContext
+from hermes_ref.context import SessionCache
 from hermes_ref.errors import BadInput
 from hermes_ref.limits import Limits
 from hermes_ref.models import ToolSpec
@@ -47,7 +47,9 @@ class Engine:
         self.holder = holder
         self.phase_observer = phase_observer
         self.caches: dict[str, SessionCache] = {}
-        self.carried: dict[str, CompressionState] = {}  # CMP-4: see ``_carry_compression``
+        # CMP-4 across CMP-5: the compression memory of each child a turn of this engine
+        # rotated to, until a turn there gives it a cache (``rotation.switch_to`` enters it)
+        self.carried: dict[str, CompressionState] = {}
 
     def request_compaction(self, session_id: str) -> None:
         """CMP-4: a manual compaction of ``session_id`` before its next turn's first call.
@@ -72,17 +74,4 @@ class Engine:
             return ctx
         if not ctx.ended:
             await loop.run_loop(ctx)
-        result = await finalizer.finalize(ctx)
-        self._carry_compression(ctx)
-        return result
-
-    def _carry_compression(self, ctx: TurnContext) -> None:
-        """A turn that rotated its session (CMP-5) ends on a child this engine has no cache
-        of; the child's next turn here must start with the compression memory the turn left
-        (CMP-4: the cooldown and the anti-thrash count), not with none, or every rotation
-        would lift the block. A turn that comes back through the parent finds it already,
-        in the parent's cache (``rotation.tip_cache`` keeps it); one that reaches the child
-        through a session this engine holds no cache of (it waited behind the rotating
-        turn) takes it from here in the prologue (``rotation.tip_cache``)."""
-        if ctx.session_id not in self.caches:
-            self.carried[ctx.session_id] = ctx.cache.compression
+        return await finalizer.finalize(ctx)

@@ -457,7 +457,7 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         session_id=cache.session_id, turn_id=turn_id, limits=deps.limits,
         tools=deps.tools, cache=cache, lease=lease, tracker=deps.tracker,
         state=TurnState(budget=IterationBudget(deps.limits.iteration_budget)),
-        transcript=transcript, refresher=refresher,
+        transcript=transcript, refresher=refresher, carried=deps.carried,
     )
     started = TurnStarted(lease_token=lease.token, user_turn=cache.nudges.user_turns,
                           memory_review=review)

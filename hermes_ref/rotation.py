@@ -147,11 +147,17 @@ async def _release_lock(ctx: TurnContext, session_id: str, holder: str) -> None:
 
 
 def switch_to(ctx: TurnContext, done: Compacted) -> None:
-    """The rest of the turn reads and writes where the messages now live."""
+    """The rest of the turn reads and writes where the messages now live.
+
+    A rotation's child goes on with the same conversation, so the engine's compression
+    memory of it (CMP-4: the cooldown, the ineffective passes in a row) is entered for the
+    child at once (``ctx.carried``): a turn routed to the child from the rotation's instant
+    on, while this turn still holds the lease, starts from it, not from none."""
     rows = Transcript(done.rows)
     if done.session.id != ctx.session_id:  # rotated: the child gets the session's cache
         ctx.cache = dataclasses.replace(ctx.cache, session_id=done.session.id,
                                         history=rows.copy(), last_lease_token=0)
+        ctx.carried[done.session.id] = ctx.cache.compression
     else:
         ctx.cache.history = rows.copy()
     ctx.session_id = done.session.id

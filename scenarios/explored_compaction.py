@@ -82,8 +82,8 @@ def rotated_child_keeps_the_anti_thrash_block(s: Story) -> None:
     automatic compaction is blocked (CMP-4); its write's results then fail it closed. The
     lane router sends the next message straight to the tip, a session the engine had no
     cache of, and the fresh cache it built there had no block: the turn compacted again.
-    The rotating turn now carries its compression memory into the child it ends on
-    (``Engine._carry_compression``), and the next turn fails closed without a summary."""
+    The rotating turn now carries its compression memory into each child it rotates to
+    (``rotation.switch_to``), and the next turn fails closed without a summary."""
     _world(s, 824)
     s.limits(context_window_tokens=250)
     s.limits(session_reset_mode="none", session_idle_minutes=30, session_reset_at_hour=9,
