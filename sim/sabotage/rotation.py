@@ -1,7 +1,9 @@
 """Broken compaction durability: a rotation that leaves its parent live, a lock taken as a
 hint or given back before the write, a turn that goes on writing to the rotated parent, a
 route that does not walk to the tip, a lease that stays with the session it was granted
-on, and a waiting turn that reaches the tip without the compression memory left there."""
+on, a waiting turn that reaches the tip without the compression memory left there, a
+line of waiters left with the rotated parent, and a child's compression memory handed on
+only when the rotating turn ends."""
 
 from __future__ import annotations
 
@@ -9,14 +11,17 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import rotation, router
+from hermes_ref import finalizer, rotation, router
 from hermes_ref.compression import CompressionState
 from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.effects import TakeCompressionLock
 from hermes_ref.models import Compacted, SessionRecord
+from hermes_ref.outcomes import TurnResult
 from hermes_ref.session import Route
+from hermes_ref.shell import sqlite_leases
 from hermes_ref.transcript import Transcript
 from sim.sabotage.base import sabotage
+from sim.store_compaction import CompactionStoreMixin
 
 # ---- CMP-5: the child is created, the parent is not ended ------------------------------------
 
@@ -124,3 +129,48 @@ sabotage("waiting_turn_forgets_the_tip_memory", ("CMP-4",),
          "a turn that waited behind a rotating turn reaches the tip with the compression "
          "memory it began with, not the one the rotating turn left there, so two ineffective "
          "passes no longer block it")(_tip_without_carried_memory)
+
+
+# ---- LEASE-1 per lineage: the waiters' places stay with the rotated parent --------------------
+
+
+def _line_left_behind() -> list[AbstractContextManager[Any]]:
+    def stays(*args: Any) -> None:
+        return None  # "the child is a new session: whoever asks there first is first"
+    return [mock.patch.object(sqlite_leases, "carry_line", stays),
+            mock.patch.object(CompactionStoreMixin, "_carry_line", stays)]
+
+
+sabotage("rotation_leaves_the_line_behind", ("LEASE-3",),
+         "a rotation carries the lease to the child but not its line of waiters, so a turn "
+         "that first asks after the rotation is served before one that waited through it")(
+    _line_left_behind)
+
+
+# ---- CMP-4 across CMP-5: the memory reaches the child only when the rotating turn ends ---------
+
+
+def _memory_at_turn_end() -> list[AbstractContextManager[Any]]:
+    switch, finalize = rotation.switch_to, finalizer.finalize
+    rotated: set[int] = set()  # the contexts of turns that rotated
+
+    def switch_quietly(ctx: TurnContext, done: Compacted) -> None:
+        carried, ctx.carried = ctx.carried, {}
+        if done.session.id != ctx.session_id:
+            rotated.add(id(ctx))
+        switch(ctx, done)
+        ctx.carried = carried
+
+    async def finalize_then_carry(ctx: TurnContext) -> TurnResult:
+        result = await finalize(ctx)
+        if id(ctx) in rotated:  # "the child's memory is the turn's: hand it on at the end"
+            ctx.carried[ctx.session_id] = ctx.cache.compression
+        return result
+    return [mock.patch.object(rotation, "switch_to", switch_quietly),
+            mock.patch.object(finalizer, "finalize", finalize_then_carry)]
+
+
+sabotage("child_memory_entered_at_turn_end", ("CMP-4",),
+         "a rotating turn hands its compression memory to the child only when it ends, so a "
+         "turn routed to the child meanwhile starts with none and compacts again")(
+    _memory_at_turn_end)
