@@ -437,8 +437,7 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         taken = await _take_lease(inp, deps, cache, holder, now, opening)
         cache, created, lease = taken.cache, taken.created, taken.lease
         if lease is not None and lease.session_id != cache.session_id:  # CMP-5: rotated away
-            cache = await rotation.tip_cache(cache, lease.session_id,
-                                             deps.carried.get(lease.session_id))
+            cache = await rotation.tip_cache(cache, lease.session_id)
         if lease is not None:
             loaded = await _sync_history(cache, lease, created)
     except PersistenceError as error:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 
 from hermes_ref import session as lanes
-from hermes_ref.compression import CompressionState
 from hermes_ref.context import SessionCache, TurnContext
 from hermes_ref.effects import (
     CompactSession,
@@ -179,21 +178,19 @@ def lease_follows_tip(end_reason: str | None) -> bool:
     return end_reason == COMPRESSION
 
 
-async def tip_cache(cache: SessionCache, tip_id: str,
-                    carried: CompressionState | None = None) -> SessionCache:
+async def tip_cache(cache: SessionCache, tip_id: str) -> SessionCache:
     """The prologue's cache for a lineage's tip, when the lease it got names the tip and not
     the session it asked for (a rotation since): the tip row's stored prompt (CTX-3), the
-    same counters, no history (it is loaded from the tip's record).
+    same counters and compression memory, no history (it is loaded from the tip's record).
 
-    ``carried`` is the compression memory a turn of this engine left on the tip when it
-    rotated there (CMP-4): it is newer than the cache's, which may have been built for a
-    session of the lineage before that turn's passes (a turn that waited behind it)."""
+    The memory is the lineage's (CMP-4): a turn of this engine that rotated the lineage on
+    entered its memory for each child as it rotated (``switch_to``), so a cache built for
+    any of them while that turn ran holds the same memory the turn goes on updating."""
     tip = await LoadSession(tip_id)
     prompt = tip.system_prompt if tip is not None else cache.system_prompt
     return dataclasses.replace(cache, session_id=tip_id, history=Transcript(),
                                last_lease_token=0, system_prompt=prompt,
-                               system_message=Message(role=Role.SYSTEM, content=prompt),
-                               compression=carried if carried is not None else cache.compression)
+                               system_message=Message(role=Role.SYSTEM, content=prompt))
 
 
 # ---- what a compaction may not write (both stores ask) -----------------------------------

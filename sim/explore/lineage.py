@@ -8,7 +8,8 @@ rotations, was routed to the first child and waited for the lease there. When it
 lease it reached the tip with the compression memory it had built for the first child,
 not the one the rotating turn carried, so it compacted a third time although two
 ineffective passes in a row block automatic compaction. The fix hands such a turn the
-carried memory (``hermes_ref.rotation.tip_cache``). Blind seeds seldom meet that world:
+carried memory (the rotation enters it for each child, ``hermes_ref.rotation.switch_to``,
+so the cache the turn builds for the first child holds it). Blind seeds seldom meet that world:
 a lane's messages come 25-90 s apart, and the window between two rotations of one turn
 is the summary's delay long and opens only where a pass is ineffective.
 

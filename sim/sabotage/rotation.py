@@ -11,12 +11,13 @@ from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
-from hermes_ref import finalizer, rotation, router
+from hermes_ref import finalizer, prologue, rotation, router
 from hermes_ref.compression import CompressionState
-from hermes_ref.context import SessionCache, TurnContext
+from hermes_ref.context import TurnContext
 from hermes_ref.effects import TakeCompressionLock
 from hermes_ref.models import Compacted, SessionRecord
 from hermes_ref.outcomes import TurnResult
+from hermes_ref.prologue import PrologueDeps
 from hermes_ref.session import Route
 from hermes_ref.shell import sqlite_leases
 from hermes_ref.transcript import Transcript
@@ -117,12 +118,9 @@ sabotage("lease_stays_on_the_rotated_parent", ("LEASE-1",),
 
 
 def _tip_without_carried_memory() -> list[AbstractContextManager[Any]]:
-    original = rotation.tip_cache
-
-    async def stale(cache: SessionCache, tip_id: str,
-                    carried: CompressionState | None = None) -> SessionCache:
-        return await original(cache, tip_id)  # "the cache we already hold has the counters"
-    return [mock.patch.object(rotation, "tip_cache", stale)]
+    def fresh(deps: PrologueDeps, session_id: str) -> CompressionState:
+        return CompressionState()  # "a session this engine has not served starts afresh"
+    return [mock.patch.object(prologue, "_carried", fresh)]
 
 
 sabotage("waiting_turn_forgets_the_tip_memory", ("CMP-4",),
