@@ -53,6 +53,7 @@ class CompactionStoreMixin:
     _leases: dict[str, LeaseRow]
     _grants: list[LeaseGrantRow]
     _open_grant: dict[str, int]
+    _waiters: dict[str, dict[str, tuple[int, float]]]
     _holder_alive: Callable[[str], bool]
 
     def _init_compaction(self) -> None:
@@ -174,7 +175,8 @@ class CompactionStoreMixin:
                                      expires_at=lease.expires_at))
 
     def _carry_lease(self, parent: str, child: str, at: float) -> LeaseRow:
-        """The lease moves to the child whole: same holder, token and expiry (LEASE-1)."""
+        """The lease moves to the child whole: same holder, token and expiry (LEASE-1), and
+        its line of waiters with it, each in its place (``_carry_line``)."""
         held = self._leases[parent]
         self._leases[parent] = held.model_copy(update={"holder": None, "expires_at": 0.0})
         self._end_grant(parent, at, ROTATED)
@@ -185,7 +187,15 @@ class CompactionStoreMixin:
         self._grants.append(LeaseGrantRow(session_id=child, token=held.token,
                                           holder=held.holder or "", acquired_at=at,
                                           expires_at=held.expires_at))
+        self._carry_line(parent, child)
         return carried
+
+    def _carry_line(self, parent: str, child: str) -> None:
+        """The turns waiting for the lineage's lease keep their places: the line is the
+        lease's, and moves with it (``sqlite_leases.carry_line``)."""
+        line = self._waiters.pop(parent, None)
+        if line:
+            self._waiters[child] = line
 
     def _insert(self, session_id: str, messages: tuple[Message, ...]) -> tuple[Message, ...]:
         stored: list[Message] = []

@@ -15,7 +15,8 @@ event hand-over). The tables are migration 7 of ``sqlite_schema`` (``_V7_COMPACT
 ``compact_session`` is one ``BEGIN IMMEDIATE`` transaction: the fence, then for a rotation
 the flush rows, the old session ended ``compression`` (first reason wins), the child row,
 the lease carried to the child (same holder, token and expiry; the old grant ends
-``rotated``) and the compacted rows under the child; in place the archive and the rows.
+``rotated``) with its line of waiters, each in its place, and the compacted rows under the
+child; in place the archive and the rows.
 A refusal (``sim.store_compaction.compaction_refusal``, shared with the memory store)
 rolls everything back. ``tip_of`` walks ``parent_session_id`` forward with a recursive
 query, one step per session ended ``compression``, taking the newest child at each step.
@@ -32,6 +33,7 @@ from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Compacted, Lease, Message, SessionRecord
 from hermes_ref.ports import CompactionRow, DurableRecord, LockGrantRow, StoredMessage
 from hermes_ref.rotation import ROTATED, compaction_refusal, lock_refusal
+from hermes_ref.shell import sqlite_leases
 from hermes_ref.shell import sqlite_ops as ops
 from hermes_ref.shell import sqlite_routes as lanes
 from hermes_ref.shell.sqlite_codec import (
@@ -207,6 +209,7 @@ def compact_session(conn: StoreConnection, events: Sequence[EventRow], session_i
             conn.execute(_CLOSE_GRANT, (at, ROTATED, session_id))
             conn.execute(_INSERT_LEASE, (child.id, holder, token, at, expires_at))
             conn.execute(_INSERT_GRANT, (child.id, token, holder, at, expires_at))
+            sqlite_leases.carry_line(conn, session_id, child.id)
             acquired_at = at
         first = ops._insert_messages(conn, [message_row(target, m) for m in messages])
         conn.execute(_INSERT_COMPACTION, (session_id, None if child is None else child.id,

@@ -116,6 +116,7 @@ def take(conn: sqlite3.Connection, session_id: str, holder: str, now: float, ttl
 
 _WAITERS = "SELECT holder, seq, valid_until FROM lease_waiters WHERE session_id = ?"
 _LEAVE = "DELETE FROM lease_waiters WHERE session_id = ? AND holder = ?"
+_CARRY_LINE = "UPDATE lease_waiters SET session_id = ? WHERE session_id = ?"
 _JOIN = (
     "INSERT INTO lease_waiters(session_id, holder, seq, valid_until) VALUES (?, ?, "
     "(SELECT COALESCE(MAX(seq), 0) + 1 FROM lease_waiters), ?) "
@@ -139,6 +140,14 @@ def _first_in_line(conn: sqlite3.Connection, session_id: str, holder: str, now: 
 
 def leave_queue(conn: sqlite3.Connection, session_id: str, holder: str) -> None:
     conn.execute(_LEAVE, (session_id, holder))
+
+
+def carry_line(conn: sqlite3.Connection, parent: str, child: str) -> None:
+    """A rotation carries the lease to the child (LEASE-1 per lineage root), and the turns
+    waiting for it keep their places: the line is the lease's, not the session row's. Left
+    behind, every waiter would join the child's line anew, behind a turn that first asked
+    after the rotation."""
+    conn.execute(_CARRY_LINE, (child, parent))
 
 
 def _join_queue(conn: sqlite3.Connection, session_id: str, holder: str, now: float,

@@ -26,6 +26,7 @@ from what the engine says of itself:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -135,19 +136,26 @@ def successive_grants(obs: Observation) -> list[tuple[str, LeaseGrantRow, LeaseG
 
 @dataclass(frozen=True)
 class Asks:
-    """Each asker's asks (and grant) and last ask of each session, from the lease log,
-    with what ends a place in line: leaving it, the asker's death, two polls unasked."""
+    """Each asker's asks (and grant) and last ask of each line, from the lease log, with
+    what ends a place in line: leaving it, the asker's death, two polls unasked.
 
-    steps: list[LeaseStep]
+    A line is a lineage's (LEASE-1 per compression lineage root): the steps are filed
+    under the root of the session they name, so a turn that asked for a rotated parent
+    and one that asked for its child wait in one line, as the lease they wait for is one
+    (CMP-5: a rotation carries the lease and its waiters to the child)."""
+
+    steps: list[LeaseStep]  # each filed under its line: ``session_id`` is the lineage root
     asked: dict[tuple[str, str], list[LeaseStep]]
     last: dict[tuple[str, str], int]
     left: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # seqs it gave up at
     died: dict[int, int] = field(default_factory=dict)  # pid -> effect count at its death
     lapse_s: float = 0.0
+    root: dict[str, str] = field(default_factory=dict)  # a rotated session -> its lineage root
 
     @classmethod
     def of(cls, obs: Observation) -> Asks:
-        steps = [s for s in obs.lease_log or () if s.what in ("busy", "granted")]
+        root = lineage.roots(obs.record)
+        steps = [_in_line(s, root) for s in obs.lease_log or () if s.what in ("busy", "granted")]
         asked: dict[tuple[str, str], list[LeaseStep]] = defaultdict(list)
         last: dict[tuple[str, str], int] = {}
         for step in steps:
@@ -155,9 +163,13 @@ class Asks:
             last[(step.session_id, step.holder)] = step.seq
         left: dict[tuple[str, str], list[int]] = defaultdict(list)
         for step in _steps(obs, "left"):
-            left[(step.session_id, step.holder)].append(step.seq)
+            left[(root.get(step.session_id, step.session_id), step.holder)].append(step.seq)
         return cls(steps, dict(asked), last, dict(left), dict(obs.death_seqs),
-                   2 * obs.limits.lease_poll_s)
+                   2 * obs.limits.lease_poll_s, root)
+
+    def line(self, session_id: str) -> str:
+        """The line an ask for ``session_id`` waits in: its lineage root's."""
+        return self.root.get(session_id, session_id)
 
     def someone_ahead(self, ask: LeaseStep) -> bool:
         """Was another turn still waiting for the session whose present place in line came
@@ -166,15 +178,16 @@ class Asks:
         rejoined at the end, so a turn that first asked after it may be ahead of it now.
         The other had not given up: it asks again after this one, or it was still in line
         when this one asked (see ``_still_in_line``)."""
-        mine = self.place(ask.session_id, ask.holder, ask.seq)
+        line = self.line(ask.session_id)
+        mine = self.place(line, ask.holder, ask.seq)
         return any(self.place(*key, ask.seq) < mine
                    and (self.last[key] > ask.seq or self._still_in_line(key, ask))
                    for key in self.asked
-                   if key[0] == ask.session_id and key[1] != ask.holder)
+                   if key[0] == line and key[1] != ask.holder)
 
-    def place(self, session_id: str, holder: str, seq: int) -> int:
+    def place(self, line: str, holder: str, seq: int) -> int:
         """The effect count of the ask that gave ``holder`` its place in line at ``seq``."""
-        return _place(self.asked[(session_id, holder)], seq, self.lapse_s).seq
+        return _place(self.asked[(line, holder)], seq, self.lapse_s).seq
 
     def _still_in_line(self, key: tuple[str, str], ask: LeaseStep) -> bool:
         """A waiter that never asked again may still have held its place when ``ask`` was
@@ -189,6 +202,12 @@ class Asks:
         pid = holder_fields(key[1]).get("pid", "")
         died = self.died.get(int(pid)) if pid.isdigit() else None
         return died is None or died > ask.seq
+
+
+def _in_line(step: LeaseStep, root: dict[str, str]) -> LeaseStep:
+    """``step`` filed under its line: the lineage root of the session it names."""
+    line = root.get(step.session_id)
+    return step if line is None else dataclasses.replace(step, session_id=line)
 
 
 @checker("turns_hold_their_lease", ("LEASE-1",),

@@ -1,8 +1,8 @@
 """Broken compaction durability: a rotation that leaves its parent live, a lock taken as a
 hint or given back before the write, a turn that goes on writing to the rotated parent, a
 route that does not walk to the tip, a lease that stays with the session it was granted
-on, and a turn that asks for a rotated child without the compression memory of its
-lineage."""
+on, a turn that asks for a rotated child without the compression memory of its lineage,
+and a line of waiters left with the rotated parent."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from hermes_ref.context import TurnContext
 from hermes_ref.effects import TakeCompressionLock
 from hermes_ref.models import Compacted, SessionRecord
 from hermes_ref.session import Route
+from hermes_ref.shell import sqlite_leases
 from hermes_ref.transcript import Transcript
 from sim.sabotage.base import one_line_changed, sabotage
+from sim.store_compaction import CompactionStoreMixin
 
 # ---- CMP-5: the child is created, the parent is not ended ------------------------------------
 
@@ -124,3 +126,37 @@ sabotage("child_forgets_the_lineage_memory", ("CMP-4",),
          "fresh compression memory, unless a turn of it rotated into that very child, so the "
          "cooldown or the two ineffective passes the engine remembers on the child's parent "
          "no longer hold")(_child_without_lineage_memory)
+
+
+# ---- LEASE-1 per lineage: the waiters' places stay with the rotated parent --------------------
+
+
+def _line_left_behind() -> list[AbstractContextManager[Any]]:
+    def stays(*args: Any) -> None:
+        return None  # "the child is a new session: whoever asks there first is first"
+    return [mock.patch.object(sqlite_leases, "carry_line", stays),
+            mock.patch.object(CompactionStoreMixin, "_carry_line", stays)]
+
+
+sabotage("rotation_leaves_the_line_behind", ("LEASE-3",),
+         "a rotation carries the lease to the child but not its line of waiters, so a turn "
+         "that first asks after the rotation is served before one that waited through it")(
+    _line_left_behind)
+
+
+# ---- CMP-4 across CMP-5: a turn that waited for a child's lease keeps its memory from before ----
+
+
+def _memory_from_before_the_wait() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(
+        prologue, "_take_lease",
+        "if unserved is not None and taken.lease is not None and taken.cache is cache:",
+        "if unserved is not None and taken.lease is not None and taken.cache is cache "
+        "and not waited:  # \"what it found as it asked still holds\"")
+    return [mock.patch.object(prologue, "_take_lease", broken)]
+
+
+sabotage("child_waiter_keeps_the_memory_from_before", ("CMP-4",),
+         "a turn that asked for a rotated child and waited for its lease keeps the compression "
+         "memory it had as it asked, so the passes the turn it waited behind made there no "
+         "longer block it")(_memory_from_before_the_wait)

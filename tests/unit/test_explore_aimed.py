@@ -132,8 +132,9 @@ def test_the_lineage_world_runs_replays_and_finds_its_sabotage() -> None:
     passes the rotating turn made. With the summaries on time both rotations share one
     instant and the message asks for the tip itself, where the rotating turn carried its
     memory; with them 180 s late it arrives between them, asks for the first child, and
-    finds the memory only up the lineage, which its sabotage stops (CMP-4). The shrinker
-    keeps the hold (without it the world passes)."""
+    finds the memory only up the lineage, which its sabotage stops (CMP-4); on time, a
+    turn that kept the memory it had before its wait compacts again (the other sabotage).
+    The shrinker keeps the hold (without it the world passes)."""
     import scenarios  # noqa: F401
 
     report = run_plan(LINEAGE)
@@ -156,6 +157,9 @@ def test_the_lineage_world_runs_replays_and_finds_its_sabotage() -> None:
                         trace=False).verdict.value == "passed"
         shrunk = shrink(late).plan
     assert shrunk.lanes is not None and shrunk.lanes.held == 1
+    with SABOTAGES["child_waiter_keeps_the_memory_from_before"].applied():
+        assert "CMP-4" in run_plan(LINEAGE, trace=False).invariants
+        assert run_plan(unheld, trace=False).verdict.value == "passed"
 
 
 def test_a_held_message_with_no_rotation_arrives_after_the_hold() -> None:
