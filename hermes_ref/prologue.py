@@ -178,6 +178,9 @@ class Taken:
     lease: Lease | None
     opened: tuple[Message, ...] = ()
     opening_failure: tuple[str, str] | None = None
+    # the row of the session asked for, when this engine held no cache of it and the cache
+    # above was built here: its compression memory is the lineage's (``_lineage_memory``)
+    unserved: SessionRecord | None = None
 
 
 def _cached_record(cache: SessionCache, inp: TurnInput, now: float) -> SessionRecord:
@@ -235,10 +238,10 @@ async def _take_lease(
     the cache this engine holds for the session by then: a turn of this engine that served
     it meanwhile left its history and its compression memory there (CMP-4: a cooldown it
     started holds for the turn that waited behind it), which a cache built before the wait
-    would not have. A session it has no cache of, a rotated child (CMP-5), takes the
-    compression memory this engine keeps for its lineage (``_lineage_memory``) once the
-    lease is held: by then every turn of this engine that held the lease before it has
-    left what it did there.
+    would not have. A session it has no cache of, a rotated child (CMP-5), is marked
+    (``Taken.unserved``): once the lease is held, the prologue gives it the compression
+    memory this engine keeps for its lineage (``_lineage_memory``); by then every turn of
+    this engine that held the lease before it has left what it did there.
     """
     limits = deps.limits
     deadline = now + limits.lease_wait_s_max
@@ -265,14 +268,16 @@ async def _take_lease(
     if waited and taken.lease is not None:
         taken.cache = deps.caches.get(inp.session_id, taken.cache)
     if unserved is not None and taken.lease is not None and taken.cache is cache:
-        cache.compression = await _lineage_memory(deps, unserved)
+        taken.unserved = unserved
     return taken
 
 
-async def _lineage_memory(deps: PrologueDeps, session: SessionRecord) -> CompressionState:
+async def _lineage_memory(deps: PrologueDeps, session_id: str,
+                          known: SessionRecord | None = None) -> CompressionState:
     """CMP-4 across rotations (CMP-5): the compression memory (the cooldown, the ineffective
-    passes in a row) this engine keeps for the conversation ``session`` belongs to, for a
-    session it holds no cache of; else a fresh one.
+    passes in a row) this engine keeps for the conversation ``session_id`` belongs to, for
+    a session it holds no cache of; else a fresh one. ``known`` is a row already read
+    (the session asked for), spared a second read.
 
     A rotation's child goes on with its parent's conversation, so a cooldown or a block
     that held in the parent holds in the child (Hermes keeps the compressor on the agent
@@ -281,24 +286,30 @@ async def _lineage_memory(deps: PrologueDeps, session: SessionRecord) -> Compres
     child a turn of it rotated into (``deps.carried``) or a session it served
     (``deps.caches``), going up ``parent_session_id`` while the parent ended
     ``compression`` (the lineage as LEASE-3 bounds it), past the children other processes
-    rotated to. Only the memory moves; the rest of the cache is built as for any session
-    the engine has not served. An engine that remembers nothing (a restarted process) has
-    nothing to look up.
+    rotated to. The walk starts at the session the lease names, the lineage's tip, so a
+    session the engine served below the one asked for is found too. Only the memory
+    moves; the rest of the cache is built as for any session the engine has not served.
+    An engine that remembers nothing (a restarted process) has nothing to look up.
     """
-    current = session
-    while True:
-        carried = deps.carried.get(current.id)
+    current, seen = session_id, set[str]()
+    while current not in seen:  # a cycle in the rows is no lineage
+        seen.add(current)
+        carried = deps.carried.get(current)
         if carried is not None:
             return carried
-        cache = deps.caches.get(current.id)
+        cache = deps.caches.get(current)
         if cache is not None:
             return cache.compression
-        if current.parent_session_id is None or not (deps.caches or deps.carried):
-            return CompressionState()
-        parent = await LoadSession(current.parent_session_id)
+        if not (deps.caches or deps.carried):
+            break
+        row = known if known is not None and known.id == current else await LoadSession(current)
+        if row is None or row.parent_session_id is None:
+            break
+        parent = await LoadSession(row.parent_session_id)
         if parent is None or parent.end_reason != rotation.COMPRESSION:
-            return CompressionState()
-        current = parent
+            break
+        current, known = parent.id, parent
+    return CompressionState()
 
 
 async def _sync_history(cache: SessionCache, lease: Lease, created: bool) -> bool:
@@ -466,6 +477,8 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         cache, created, lease = taken.cache, taken.created, taken.lease
         if lease is not None and lease.session_id != cache.session_id:  # CMP-5: rotated away
             cache = await rotation.tip_cache(cache, lease.session_id)
+        if lease is not None and taken.unserved is not None:  # CMP-4: the lineage's memory
+            cache.compression = await _lineage_memory(deps, lease.session_id, taken.unserved)
         if lease is not None:
             loaded = await _sync_history(cache, lease, created)
     except PersistenceError as error:

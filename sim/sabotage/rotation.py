@@ -116,7 +116,7 @@ sabotage("lease_stays_on_the_rotated_parent", ("LEASE-1",),
 def _child_without_lineage_memory() -> list[AbstractContextManager[Any]]:
     broken = one_line_changed(
         prologue, "_lineage_memory",
-        "if current.parent_session_id is None or not (deps.caches or deps.carried):",
+        "if not (deps.caches or deps.carried):",
         "if True:  # \"a session this engine has no cache of starts afresh\"")
     return [mock.patch.object(prologue, "_lineage_memory", broken)]
 

@@ -398,12 +398,47 @@ def test_a_child_takes_the_compression_memory_of_its_lineage() -> None:
     served.compression.ineffective = 2
     d = deps({"root": served})
     rig = Rig(LoadSession=lambda e: rows.get(e.session_id))
-    assert rig.run(prologue._lineage_memory(d, rows["c2"])) is served.compression
+    assert rig.run(prologue._lineage_memory(d, "c2", rows["c2"])) is served.compression
     assert [e.session_id for e in rig.of(fx.LoadSession)] == ["c1", "root"]
     d.carried["c1"] = carried = CompressionState(cooldown_until=700.0)  # newer, nearer
-    assert rig.run(prologue._lineage_memory(d, rows["c2"])) is carried
-    assert rig.run(prologue._lineage_memory(deps({"other": served}), rows["c3"])) \
+    assert rig.run(prologue._lineage_memory(d, "c2", rows["c2"])) is carried
+    assert rig.run(prologue._lineage_memory(deps({"other": served}), "c3", rows["c3"])) \
         == CompressionState()  # a reset's successor starts afresh
     rig = Rig(LoadSession=lambda e: rows.get(e.session_id))
-    assert rig.run(prologue._lineage_memory(deps(), rows["c2"])) == CompressionState()
+    assert rig.run(prologue._lineage_memory(deps(), "c2", rows["c2"])) == CompressionState()
     assert rig.of(fx.LoadSession) == []
+
+
+def test_the_lineage_memory_is_looked_up_from_the_tip_the_lease_names() -> None:
+    """A turn asks for a session this engine holds no cache of, and its lease names the
+    lineage's tip: the walk starts there, so a session the engine served between the one
+    asked for and the tip gives its memory (CMP-4 across CMP-5)."""
+    rows = {r.id: r for r in (_row("s", ended="compression"), _row("c1", "s", ended="compression"),
+                              _row("c2", "c1"))}
+    served = cached(5)["s"]
+    served.compression.ineffective = 2
+    d = deps({"c1": served})
+    tip = lease(3).model_copy(update={"session_id": "c2"})
+
+    def grant(effect: fx.OpenTurn) -> LeaseGrant:
+        return LeaseGrant(session=rows["s"], created=False, lease=tip)
+    rig = Rig(OpenTurn=grant, LoadSession=lambda e: rows.get(e.session_id),
+              LoadMessages=lambda e: ())
+    ctx = begin(rig, d)
+    assert isinstance(ctx, TurnContext) and ctx.session_id == "c2"
+    assert ctx.cache.compression is served.compression
+
+
+def test_a_failed_read_of_the_lineage_gives_the_lease_back() -> None:
+    """The lineage's memory is read after the lease is granted; when that read fails, the
+    turn is refused and the lease it got is released (LEASE-6), as when its history cannot
+    be loaded."""
+    d = deps({"other": cached(5)["s"]})  # an engine that remembers something walks
+
+    def grant(effect: fx.OpenTurn) -> LeaseGrant:  # a child someone else rotated to
+        return LeaseGrant(session=effect.record.model_copy(update={"parent_session_id": "p"}),
+                          created=False, lease=lease(4))
+    rig = Rig(OpenTurn=grant, LoadSession=failing(), LoadMessages=lambda e: ())
+    result = begin(rig, d)
+    assert isinstance(result, TurnResult) and result.exit_reason is ExitReason.PERSISTENCE_FAILED
+    assert [e.lease for e in rig.of(fx.ReleaseLease)] == [lease(4)]
