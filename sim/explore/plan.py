@@ -574,9 +574,15 @@ def _verify_gate(seed: int, kinds: frozenset[FaultKind], iterations: int | None)
 def _small_window(seed: int, kinds: frozenset[FaultKind], processes: int) -> int | None:
     """A context window a few turns fill, in some one-process worlds ("context")."""
     pressure = _rng(seed, "context")
-    if FaultKind.SMALL_WINDOW in kinds and pressure.random() < 0.3 and processes == 1:
+    if window_allowed(kinds, processes) and pressure.random() < 0.3:
         return pressure.choice((250, 320, 400))
     return None
+
+
+def window_allowed(kinds: frozenset[FaultKind], processes: int) -> bool:
+    """Whether the context part may draw a small window in a world: its kind is in the
+    mix and the world has one process (``_small_window``; the lineage part asks too)."""
+    return FaultKind.SMALL_WINDOW in kinds and processes == 1
 
 
 def _odder_world(seed: int, kinds: frozenset[FaultKind], files: list[str], steps: list[Step],
