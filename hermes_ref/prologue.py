@@ -273,11 +273,11 @@ async def _take_lease(
 
 
 async def _lineage_memory(deps: PrologueDeps, session_id: str,
-                          known: SessionRecord | None = None) -> CompressionState:
+                          known: Sequence[SessionRecord] = ()) -> CompressionState:
     """CMP-4 across rotations (CMP-5): the compression memory (the cooldown, the ineffective
     passes in a row) this engine keeps for the conversation ``session_id`` belongs to, for
-    a session it holds no cache of; else a fresh one. ``known`` is a row already read
-    (the session asked for), spared a second read.
+    a session it holds no cache of; else a fresh one. ``known`` are rows the prologue has
+    read already (the session asked for, the tip), spared a second read.
 
     A rotation's child goes on with its parent's conversation, so a cooldown or a block
     that held in the parent holds in the child (Hermes keeps the compressor on the agent
@@ -291,6 +291,7 @@ async def _lineage_memory(deps: PrologueDeps, session_id: str,
     moves; the rest of the cache is built as for any session the engine has not served.
     An engine that remembers nothing (a restarted process) has nothing to look up.
     """
+    rows = {r.id: r for r in known}
     current, seen = session_id, set[str]()
     while current not in seen:  # a cycle in the rows is no lineage
         seen.add(current)
@@ -302,13 +303,13 @@ async def _lineage_memory(deps: PrologueDeps, session_id: str,
             return cache.compression
         if not (deps.caches or deps.carried):
             break
-        row = known if known is not None and known.id == current else await LoadSession(current)
+        row = rows.get(current) or await LoadSession(current)
         if row is None or row.parent_session_id is None:
             break
-        parent = await LoadSession(row.parent_session_id)
+        parent = rows.get(row.parent_session_id) or await LoadSession(row.parent_session_id)
         if parent is None or parent.end_reason != rotation.COMPRESSION:
             break
-        current, known = parent.id, parent
+        current, rows[parent.id] = parent.id, parent
     return CompressionState()
 
 
@@ -475,10 +476,13 @@ async def build_turn_context(inp: TurnInput, deps: PrologueDeps) -> TurnContext 
         opening = _opening(inp, deps, cache, user, now)
         taken = await _take_lease(inp, deps, cache, holder, now, opening)
         cache, created, lease = taken.cache, taken.created, taken.lease
+        known = [] if taken.unserved is None else [taken.unserved]  # rows read already
         if lease is not None and lease.session_id != cache.session_id:  # CMP-5: rotated away
-            cache = await rotation.tip_cache(cache, lease.session_id)
+            tip = await LoadSession(lease.session_id)
+            cache = rotation.tip_cache(cache, lease.session_id, tip)
+            known += [tip] if tip is not None else []
         if lease is not None and taken.unserved is not None:  # CMP-4: the lineage's memory
-            cache.compression = await _lineage_memory(deps, lease.session_id, taken.unserved)
+            cache.compression = await _lineage_memory(deps, lease.session_id, known)
         if lease is not None:
             loaded = await _sync_history(cache, lease, created)
     except PersistenceError as error:

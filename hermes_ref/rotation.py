@@ -189,12 +189,12 @@ def lease_follows_tip(end_reason: str | None) -> bool:
     return end_reason == COMPRESSION
 
 
-async def tip_cache(cache: SessionCache, tip_id: str) -> SessionCache:
+def tip_cache(cache: SessionCache, tip_id: str, tip: SessionRecord | None) -> SessionCache:
     """The prologue's cache for a lineage's tip, when the lease it got names the tip and not
-    the session it asked for (a rotation since): the tip row's stored prompt (CTX-3), the
-    same counters and the same compression memory (CMP-4: the lineage's, whichever of its
-    sessions the engine served), no history (it is loaded from the tip's record)."""
-    tip = await LoadSession(tip_id)
+    the session it asked for (a rotation since): the tip row's stored prompt (CTX-3, the
+    row ``tip`` as the prologue read it), the same counters and the same compression memory
+    (CMP-4: the lineage's, whichever of its sessions the engine served), no history (it is
+    loaded from the tip's record)."""
     prompt = tip.system_prompt if tip is not None else cache.system_prompt
     return dataclasses.replace(cache, session_id=tip_id, history=Transcript(),
                                last_lease_token=0, system_prompt=prompt,

@@ -195,7 +195,7 @@ class CompactionStoreMixin:
         lease's, and moves with it (``sqlite_leases.carry_line``)."""
         line = self._waiters.pop(parent, None)
         if line:
-            self._waiters[child] = line
+            self._waiters.setdefault(child, {}).update(line)
 
     def _insert(self, session_id: str, messages: tuple[Message, ...]) -> tuple[Message, ...]:
         stored: list[Message] = []

@@ -398,14 +398,14 @@ def test_a_child_takes_the_compression_memory_of_its_lineage() -> None:
     served.compression.ineffective = 2
     d = deps({"root": served})
     rig = Rig(LoadSession=lambda e: rows.get(e.session_id))
-    assert rig.run(prologue._lineage_memory(d, "c2", rows["c2"])) is served.compression
+    assert rig.run(prologue._lineage_memory(d, "c2", [rows["c2"]])) is served.compression
     assert [e.session_id for e in rig.of(fx.LoadSession)] == ["c1", "root"]
     d.carried["c1"] = carried = CompressionState(cooldown_until=700.0)  # newer, nearer
-    assert rig.run(prologue._lineage_memory(d, "c2", rows["c2"])) is carried
-    assert rig.run(prologue._lineage_memory(deps({"other": served}), "c3", rows["c3"])) \
+    assert rig.run(prologue._lineage_memory(d, "c2", [rows["c2"]])) is carried
+    assert rig.run(prologue._lineage_memory(deps({"other": served}), "c3", [rows["c3"]])) \
         == CompressionState()  # a reset's successor starts afresh
     rig = Rig(LoadSession=lambda e: rows.get(e.session_id))
-    assert rig.run(prologue._lineage_memory(deps(), "c2", rows["c2"])) == CompressionState()
+    assert rig.run(prologue._lineage_memory(deps(), "c2", [rows["c2"]])) == CompressionState()
     assert rig.of(fx.LoadSession) == []
 
 
@@ -427,6 +427,7 @@ def test_the_lineage_memory_is_looked_up_from_the_tip_the_lease_names() -> None:
     ctx = begin(rig, d)
     assert isinstance(ctx, TurnContext) and ctx.session_id == "c2"
     assert ctx.cache.compression is served.compression
+    assert [e.session_id for e in rig.of(fx.LoadSession)] == ["c2", "c1"]  # each row read once
 
 
 def test_a_failed_read_of_the_lineage_gives_the_lease_back() -> None:
