@@ -20,6 +20,7 @@ slot holds then (a restart puts a new process in its slot).
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -315,8 +316,9 @@ class LaneWorld:
         self.routed: dict[int, str] = {}  # id of a message's actor -> its lane's key
         # a source -> the session its last message was routed to, moved along each rotation
         self.sessions: dict[SessionSource, str] = {}
-        # (source, arrive) per message held for its lane's rotation
-        self.held: list[tuple[SessionSource, Callable[[str], None]]] = []
+        # key -> (source, arrive) per message held for its lane's rotation, in hold order
+        self.held: dict[int, tuple[SessionSource, Callable[[str | None], None]]] = {}
+        self._holds = itertools.count()
         story.world.rotation_watchers.append(self._rotated)
         self.stopping: set[int] = set()  # pids whose graceful stop is under way
         story._processes.waits.append(self.busy)
@@ -366,31 +368,28 @@ class LaneWorld:
         world.timeline.add("lane", f"{source.platform} {source.participant or source.chat_id} "
                            f"{text!r} is held until its lane's session rotates")
         self.waiting += 1
-        entry: list[tuple[SessionSource, Callable[[str], None]]] = []
+        key = next(self._holds)
 
-        def arrive(why: str) -> None:
-            if entry[0] not in self.held:
+        def arrive(rotated: str | None) -> None:  # the session that rotated, or none
+            if self.held.pop(key, None) is None:
                 return  # it arrived already
-            self.held.remove(entry[0])
             self.waiting -= 1
+            why = f"as {rotated} rotates" if rotated is not None \
+                else f"after {HOLD_S:g} s without a rotation"
             world.timeline.add("lane", f"the held message {text!r} arrives {why}")
-            if why.startswith("as"):
-                world.rotation_arrivals += 1
+            world.rotation_arrivals += rotated is not None
             self._message(slot, source, text, reset_too)
-        entry.append((source, arrive))
-        self.held.append(entry[0])
-        world.scheduler.at(world.clock.now() + HOLD_S,
-                           lambda: arrive(f"after {HOLD_S:g} s without a rotation"))
+        self.held[key] = (source, arrive)
+        world.scheduler.at(world.clock.now() + HOLD_S, functools.partial(arrive, None))
 
     def _rotated(self, session: str, child: str) -> None:
         """A compaction rotated ``session`` to ``child``: lanes routed there move along, and
         the messages held for that rotation arrive, in the same instant, each once the
         compacting process's effect is done (handed to the scheduler)."""
         world = self.story.world
-        why = f"as {session} rotates"
-        for source, arrive in list(self.held):
+        for source, arrive in list(self.held.values()):
             if self.sessions.get(source) == session:
-                world.scheduler.at(world.clock.now(), functools.partial(arrive, why))
+                world.scheduler.at(world.clock.now(), functools.partial(arrive, session))
         for source, routed in list(self.sessions.items()):
             if routed == session:
                 self.sessions[source] = child
