@@ -388,6 +388,8 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
                                                   type(failure).__name__, watermark, at, None,
                                                   body))
             world.timeline.add("call", f"summarizer -> {type(failure).__name__}: {failure}")
+            for watcher in list(world.summary_failure_watchers):
+                watcher(effect.session_id)
             raise
         world.summary_calls.append(CallRecord(self.effects_performed, effect.session_id,
                                               effect.turn_id, effect.request, reply, None,

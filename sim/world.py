@@ -325,6 +325,9 @@ class World:
     # order (a lane message held for its session's rotation, ``sim.explore.lanes``)
     rotation_watchers: list[Callable[[str, str], None]] = field(default_factory=list)
     rotation_arrivals: int = 0  # lane messages that arrived as their lane's session rotated
+    # called with the session of each summary request that fails (``sim/explore/lanes.py``)
+    summary_failure_watchers: list[Callable[[str], None]] = field(default_factory=list)
+    failure_arrivals: int = 0  # lane messages that arrived after their lane's summary failed
     streaming: dict[int, ProviderReply] = field(default_factory=dict)  # actor seq -> reply in flight
 
     def __post_init__(self) -> None:

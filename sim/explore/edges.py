@@ -105,6 +105,7 @@ from sim.tools import SIM_ROOT
 from sim.world import seeded_id
 
 if TYPE_CHECKING:
+    from sim.clock import VirtualClock as Clock
     from sim.harness import Story
     from sim.world import World
 
@@ -596,29 +597,44 @@ def refused_write() -> tuple[str, dict[str, Any]]:
 
 class FlakySummarizer(Summarizer):
     """The world's summarizer, but the n-th summary requests of the faulty phase fail (503),
-    or, those of ``timing_out``, time out."""
+    or, those of ``timing_out``, time out.
+
+    Given the world's clock as ``stumble_on``, it also fails (503) a request asked in the
+    very instant one of its late summaries arrived (``delay_s``): the pass that follows a
+    slow pass in one preflight (``sim/explore/cooldown.py``)."""
 
     def __init__(self, failing: tuple[int, ...], model: object,
-                 timing_out: tuple[int, ...] = ()) -> None:
+                 timing_out: tuple[int, ...] = (), *, stumble_on: Clock | None = None) -> None:
         super().__init__()
         self._failing = set(failing)
         self._timing_out = set(timing_out)
         self._model = model  # its ``calm`` flag disarms the failures
+        self._clock = stumble_on
+        self._late_at: float | None = None  # when the last late summary arrives
         self.asked = 0
         self.failed = 0
 
     def complete(self, request: ProviderRequest) -> ProviderReply:
         self.asked += 1
-        if self.asked in self._failing and not getattr(self._model, "calm", False):
+        calm = getattr(self._model, "calm", False)
+        if self._clock is not None and self._clock.now() == self._late_at and not calm:
+            self.failed += 1
+            self.requests.append(request)
+            raise ProviderServerError(f"503 at summary request {self.asked}: the summarizer "
+                                      "fell over after its slow answer", status=503)
+        if self.asked in self._failing and not calm:
             self.failed += 1
             self.requests.append(request)
             raise ProviderServerError(f"503 at summary request {self.asked}: summarizer "
                                       "unavailable", status=503)
-        if self.asked in self._timing_out and not getattr(self._model, "calm", False):
+        if self.asked in self._timing_out and not calm:
             self.failed += 1
             self.requests.append(request)
             raise ProviderTimeout(f"summary request {self.asked} timed out")
-        return super().complete(request)
+        reply = super().complete(request)
+        if self._clock is not None and self.delay_s > 0:
+            self._late_at = self._clock.now() + self.delay_s  # as the scheduler wakes the caller
+        return reply
 
 
 # ---- staging, firing, rendering, shrinking ---------------------------------------------------
@@ -631,10 +647,11 @@ def stage(story: Story, plan: WorldPlan) -> None:
         story.limits(**limits)
     if plan.symlinks:
         story.symlinks(dict(plan.symlinks))
-    if plan.summary_failures or plan.summary_timeouts:
+    if plan.summary_failures or plan.summary_timeouts or plan.summary_stumbles:
         model = story.world.provider
         model.summarizer = FlakySummarizer(  # type: ignore[attr-defined]
-            plan.summary_failures, model, plan.summary_timeouts)
+            plan.summary_failures, model, plan.summary_timeouts,
+            stumble_on=story.world.clock if plan.summary_stumbles else None)
     if plan.summary_delay_s is not None:
         story.world.provider.summarizer.delay_s = plan.summary_delay_s  # type: ignore[attr-defined]
     if plan.lock_stall_s is not None and plan.terminals:
@@ -672,7 +689,7 @@ def fired(world: World, plan: WorldPlan) -> set[FaultKind]:
 
 
 def render_imports(plan: WorldPlan) -> list[str]:
-    flaky = plan.summary_failures or plan.summary_timeouts
+    flaky = plan.summary_failures or plan.summary_timeouts or plan.summary_stumbles
     names = (["FlakySummarizer"] if flaky else []) + (
         ["handed_history"] if any(isinstance(s, Handover) for s in plan.steps) else [])
     return [f"from sim.explore.edges import {', '.join(names)}"] if names else []
@@ -686,7 +703,11 @@ def render_options(plan: WorldPlan) -> list[str]:
         lines.append("s.limits(" + ", ".join(f"{k}={v!r}" for k, v in limits.items()) + ")")
     if plan.symlinks:
         lines.append(f"s.symlinks({dict(plan.symlinks)!r})")
-    if plan.summary_timeouts:
+    if plan.summary_stumbles:
+        lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model, "
+                     f"{plan.summary_timeouts!r}, stumble_on=s.world.clock)"
+                     "  # and a summary asked as a late one arrives fails")
+    elif plan.summary_timeouts:
         lines.append(f"model.summarizer = FlakySummarizer({plan.summary_failures!r}, model, "
                      f"{plan.summary_timeouts!r})  # these summary requests fail, time out")
     elif plan.summary_failures:

@@ -45,7 +45,7 @@ JOB_TEXT = "Read build.log."
 SETUP_S = 0.05  # from a message's routing to its turn, when a /new arrives meanwhile
 STOP_GRACE_S = 1.0  # a graceful stop's shutdown pass has this long before the process exits
 LANE_CHANCE = 0.4  # the share of worlds with a chat gateway
-HOLD_S = 12 * 3600.0  # the longest a message held for its lane's rotation waits for one
+HOLD_S = 12 * 3600.0  # the longest a held message waits for its lane's rotation or failure
 
 
 class LaneMessage(Frozen):
@@ -53,7 +53,8 @@ class LaneMessage(Frozen):
     with ``reset_too``, the user's request for a new conversation arrives in the same
     instant, between the message's routing and its turn, and runs beside the turn; with
     ``at_rotation``, it is held from ``at_s`` until the session its lane was last routed
-    to rotates (``LaneWorld.message``)."""
+    to rotates, and with ``after_failure_s``, until a summary of that session fails and
+    then that many seconds more (``LaneWorld.message``)."""
 
     op: Literal["lane_message"] = "lane_message"
     at_s: float = Field(ge=0)
@@ -62,6 +63,7 @@ class LaneMessage(Frozen):
     text: str
     reset_too: bool = False
     at_rotation: bool = False
+    after_failure_s: float | None = Field(default=None, gt=0)
 
 
 class LaneReset(Frozen):
@@ -139,9 +141,15 @@ class LanePlan(Frozen):
         return sum(1 for e in self.events if isinstance(e, LaneMessage) and e.at_rotation)
 
     @property
+    def returning(self) -> int:
+        """Messages held for a failed summary (``LaneMessage.after_failure_s``)."""
+        return sum(1 for e in self.events
+                   if isinstance(e, LaneMessage) and e.after_failure_s is not None)
+
+    @property
     def size(self) -> tuple[int, int, int]:
         """Turns, faults and steps, as ``WorldPlan.size`` counts them."""
-        return self.messages, self.restarts + self.held, len(self.events)
+        return self.messages, self.restarts + self.held + self.returning, len(self.events)
 
     def on_processes(self, count: int) -> LanePlan:
         """The same lanes on the first ``count`` processes (the rest move to the first)."""
@@ -316,10 +324,13 @@ class LaneWorld:
         self.routed: dict[int, str] = {}  # id of a message's actor -> its lane's key
         # a source -> the session its last message was routed to, moved along each rotation
         self.sessions: dict[SessionSource, str] = {}
-        # key -> (source, arrive) per message held for its lane's rotation, in hold order
-        self.held: dict[int, tuple[SessionSource, Callable[[str | None], None]]] = {}
+        # key -> (source, seconds after a failed summary or None for a rotation, arrive) per
+        # held message, in hold order
+        self.held: dict[int, tuple[SessionSource, float | None, Callable[..., None]]] = {}
         self._holds = itertools.count()
+        self.coming: set[int] = set()  # held messages on their way after a failed summary
         story.world.rotation_watchers.append(self._rotated)
+        story.world.summary_failure_watchers.append(self._failed)
         self.stopping: set[int] = set()  # pids whose graceful stop is under way
         story._processes.waits.append(self.busy)
         story.files({JOB_FILE: "build started\n"})
@@ -345,7 +356,8 @@ class LaneWorld:
         return None
 
     def message(self, slot: int, source: SessionSource, text: str, *, after_s: float,
-                reset_too: bool = False, at_rotation: bool = False) -> None:
+                reset_too: bool = False, at_rotation: bool = False,
+                after_failure_s: float | None = None) -> None:
         """``after_s`` from now a message from ``source`` arrives at the slot's process; with
         ``reset_too``, the user's request for a new conversation arrives in the same instant,
         once the message is routed and before its turn begins, and runs beside the turn.
@@ -354,32 +366,47 @@ class LaneWorld:
         lane is on rotates: the one its last message was routed to, or a child that one
         rotated to since. It arrives in the instant a compaction writes that rotation,
         while the turn that compacted goes on (CMP-5), or after ``HOLD_S`` without one, or
-        at once when no message of ``source`` was routed yet."""
-        if at_rotation:
-            self._at(after_s, lambda: self._hold(slot, source, text, reset_too))
+        at once when no message of ``source`` was routed yet.
+
+        With ``after_failure_s`` it is held in the same way until a summary request of that
+        session fails, and arrives that many seconds after the failure: the user comes back
+        while the cooldown the failure started runs, or just after (CMP-4)."""
+        if at_rotation or after_failure_s is not None:
+            self._at(after_s, lambda: self._hold(slot, source, text, reset_too, after_failure_s))
         else:
             self._at(after_s, lambda: self._message(slot, source, text, reset_too))
 
-    def _hold(self, slot: int, source: SessionSource, text: str, reset_too: bool) -> None:
+    def _hold(self, slot: int, source: SessionSource, text: str, reset_too: bool,
+              after_failure_s: float | None) -> None:
         world = self.story.world
         if source not in self.sessions:
             self._message(slot, source, text, reset_too)
             return
+        until = "its lane's session rotates" if after_failure_s is None \
+            else f"{after_failure_s:g} s after a summary of its lane's session fails"
         world.timeline.add("lane", f"{source.platform} {source.participant or source.chat_id} "
-                           f"{text!r} is held until its lane's session rotates")
+                           f"{text!r} is held until {until}")
         self.waiting += 1
         key = next(self._holds)
 
-        def arrive(rotated: str | None) -> None:  # the session that rotated, or none
+        def arrive(rotated: str | None, failed: str | None = None) -> None:
+            """``rotated`` or ``failed`` names the session whose rotation or failed summary
+            it waited for; neither, when ``HOLD_S`` passed without one."""
             if self.held.pop(key, None) is None:
                 return  # it arrived already
             self.waiting -= 1
-            why = f"as {rotated} rotates" if rotated is not None \
-                else f"after {HOLD_S:g} s without a rotation"
+            if failed is not None:
+                why = f"{after_failure_s:g} s after a summary of {failed} failed"
+            elif rotated is not None:
+                why = f"as {rotated} rotates"
+            else:
+                why = f"after {HOLD_S:g} s without a " + (
+                    "rotation" if after_failure_s is None else "failed summary")
             world.timeline.add("lane", f"the held message {text!r} arrives {why}")
             world.rotation_arrivals += rotated is not None
+            world.failure_arrivals += failed is not None
             self._message(slot, source, text, reset_too)
-        self.held[key] = (source, arrive)
+        self.held[key] = (source, after_failure_s, arrive)
         world.scheduler.at(world.clock.now() + HOLD_S, functools.partial(arrive, None))
 
     def _rotated(self, session: str, child: str) -> None:
@@ -387,12 +414,23 @@ class LaneWorld:
         the messages held for that rotation arrive, in the same instant, each once the
         compacting process's effect is done (handed to the scheduler)."""
         world = self.story.world
-        for source, arrive in list(self.held.values()):
-            if self.sessions.get(source) == session:
+        for source, after_failure_s, arrive in list(self.held.values()):
+            if after_failure_s is None and self.sessions.get(source) == session:
                 world.scheduler.at(world.clock.now(), functools.partial(arrive, session))
         for source, routed in list(self.sessions.items()):
             if routed == session:
                 self.sessions[source] = child
+
+    def _failed(self, session: str) -> None:
+        """A summary request of ``session`` failed: the messages held for that arrive their
+        seconds later (the first failure counts; a later one finds them on their way)."""
+        world = self.story.world
+        for key, (source, after_failure_s, arrive) in list(self.held.items()):
+            if after_failure_s is not None and key not in self.coming \
+                    and self.sessions.get(source) == session:
+                self.coming.add(key)
+                world.scheduler.at(world.clock.now() + after_failure_s,
+                                   functools.partial(arrive, None, session))
 
     def _message(self, slot: int, source: SessionSource, text: str, reset_too: bool) -> None:
         handle = self._live(slot, "lane")
@@ -528,7 +566,8 @@ def stage(story: Story, plan: LanePlan, handles: list[ProcessHandle]) -> LaneWor
     for event in plan.events:
         if isinstance(event, LaneMessage):
             lanes.message(event.process, event.source, event.text, after_s=event.at_s,
-                          reset_too=event.reset_too, at_rotation=event.at_rotation)
+                          reset_too=event.reset_too, at_rotation=event.at_rotation,
+                          after_failure_s=event.after_failure_s)
         elif isinstance(event, LaneReset):
             lanes.reset(event.process, event.source, after_s=event.at_s)
         elif isinstance(event, Background):
@@ -557,7 +596,9 @@ def render_lanes(plan: LanePlan, names: tuple[str, ...]) -> list[str]:
         if isinstance(e, LaneMessage):
             lines.append(f"lanes.message({e.process}, {_source(e.source)}, {e.text!r}, "
                          f"after_s={e.at_s!r}" + (", reset_too=True" if e.reset_too else "")
-                         + (", at_rotation=True)" if e.at_rotation else ")"))
+                         + (", at_rotation=True" if e.at_rotation else "")
+                         + (f", after_failure_s={e.after_failure_s!r})"
+                            if e.after_failure_s is not None else ")"))
         elif isinstance(e, LaneReset):
             lines.append(f"lanes.reset({e.process}, {_source(e.source)}, after_s={e.at_s!r})")
         elif isinstance(e, Background):

@@ -75,6 +75,9 @@ class FaultKind(StrEnum):
     EMPTY_AFTER_CORRECTION = "empty_after_correction"
     # a lane's message arrives as its session rotates, drawn only in ``sim/explore/lineage.py``
     LANE_AT_ROTATION = "lane_at_rotation"
+    # the summary asked as a late one arrives fails, and its lane's user comes back near the
+    # cooldown's end, drawn only in ``sim/explore/cooldown.py``
+    COOLDOWN_EDGE = "cooldown_edge"
     # the reply shapes of ``sim/explore/shapes.py``, drawn only there
     CUT_OFF_ARGUMENTS = "cut_off_arguments"  # arguments cut off mid-value, finish_reason tool_calls
     TRUNCATED_CALL = "truncated_call"  # arguments cut off mid-value, finish_reason length
@@ -250,6 +253,8 @@ class WorldPlan(Frozen):
     # the model answers nothing to the first request after each correction a turn took in
     # after a tool round (``sim/explore/corrected.py``: LOOP-8)
     empty_after_correction: bool = False
+    # a summary asked in the instant a late one arrived fails (``sim/explore/cooldown.py``: CMP-4)
+    summary_stumbles: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -307,6 +312,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.LANE_AT_ROTATION)
         if self.summary_failures or self.summary_timeouts:
             kinds.add(FaultKind.SUMMARY_FAILURE)
+        if self.summary_stumbles:
+            kinds.add(FaultKind.COOLDOWN_EDGE)
         if self.lock_stall_s is not None:
             kinds.add(FaultKind.LOCK_STALL)
         return kinds
@@ -322,6 +329,7 @@ class WorldPlan(Frozen):
                   + len(self.summary_failures) + len(self.summary_timeouts)
                   + len(self.grace_outages)
                   + (self.lock_stall_s is not None) + self.empty_after_correction
+                  + self.summary_stumbles
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS)
                   + sum(1 for c in self.clients if c.disconnect_after is not None))
         turns = sum(1 for s in self.steps if s.op in ("submit", "direct"))
@@ -450,8 +458,9 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
         crash=crash, crash_at_effect=at_effect, write_failures=failures, tool_timings=timings,
         fallback_window=fallback, context_window=_small_window(seed, kinds, processes),
         verify_before_answer=_verify_gate(seed, kinds, iterations), **watched)
-    from sim.explore import corrected, edges, late, lineage, shapes  # drawn last, on streams of their own
-    for part in (edges, shapes, late, corrected, lineage):
+    # drawn last, on streams of their own
+    from sim.explore import cooldown, corrected, edges, late, lineage, shapes
+    for part in (edges, shapes, late, corrected, lineage, cooldown):
         plan = part.draw(seed, kinds, plan)
     return plan
 

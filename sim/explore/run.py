@@ -268,6 +268,8 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
         fired.add(FaultKind.LANE_RESTART)  # a start pass ran after a stop or a death
     if world.rotation_arrivals:
         fired.add(FaultKind.LANE_AT_ROTATION)  # a held message arrived as its lane rotated
+    if world.failure_arrivals:
+        fired.add(FaultKind.COOLDOWN_EDGE)  # a held message came back after its lane's failure
 
 
 def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:

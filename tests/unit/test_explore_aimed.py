@@ -1,13 +1,16 @@
-"""The explorer's aimed parts (``sim.explore.corrected``, ``sim.explore.lineage``): each
-drawn last on a stream of its own, moving nothing of the other parts; each carried out
-where it is aimed, found under its sabotage, rendered, replayed and kept by the shrinker."""
+"""The explorer's aimed parts (``sim.explore.corrected``, ``sim.explore.lineage``,
+``sim.explore.cooldown``): each drawn last on a stream of its own, moving nothing of the
+other parts; each carried out where it is aimed, found under its sabotage, rendered,
+replayed and kept by the shrinker."""
 
 from __future__ import annotations
 
 from hermes_ref.models import Message, Role
 from hermes_ref.session import SessionSource
 from hermes_ref.wire import ProviderRequest
-from sim.explore import lineage
+from sim.clock import VirtualClock
+from sim.explore import cooldown, lineage
+from sim.explore.edges import FlakySummarizer
 from sim.explore.lanes import HOLD_S, LaneMessage, LanePlan, LaneWorld
 from sim.explore.model import ExploreModel, _corrected_after_tools
 from sim.explore.plan import (
@@ -55,16 +58,34 @@ LINEAGE = WorldPlan(
         LaneMessage(at_s=27043.3, process=0, source=ALICE,
                     text="Write note 202 to lane-out-202.txt."),
         LaneMessage(at_s=27067.5, process=0, source=ALICE, text="Read notes-1.txt."))))
+# as the shrinker left seed 178's plan under the sabotage that puts seed 7922's defect back
+FRANK = SessionSource(platform="slack", participant="frank")
+COOLDOWN = WorldPlan(
+    seed=178, processes=1, sessions={"s-2": "p-2"},
+    files={"notes-1.txt": "note 1 of seed 178", "notes-2.txt": "note 2 of seed 178"},
+    context_window=250, summary_delay_s=180.0, summary_stumbles=True,
+    lanes=LanePlan(idle_minutes=60, at_hour=9, thread_per_user=True, prune_after_s=43200.0,
+                   job_s=400.0, events=(
+        LaneMessage(at_s=5249.3, process=0, source=FRANK, text="Say hello 130."),
+        LaneMessage(at_s=5250.3, process=0, source=FRANK, text="Say hello 322.",
+                    after_failure_s=485.7),
+        LaneMessage(at_s=5280.3, process=0, source=FRANK, text="Say hello 200."),
+        LaneMessage(at_s=5302.8, process=0, source=FRANK, text="Read notes-1.txt."),
+        LaneMessage(at_s=5324.4, process=0, source=FRANK, text="Read notes-1.txt."),
+        LaneMessage(at_s=5329.8, process=0, source=FRANK,
+                    text="Write note 3 to lane-out-3.txt."))))
 
 
 def test_the_aimed_parts_are_drawn_last_and_move_nothing() -> None:
     """Without their kinds a plan is what the other parts drew: the correction part only
     adds one correction during a tool round and its empty reply, the lineage part only a
     lane's chatter, a held message, the 250-token window (dropping the chat clients) and
-    the summaries' delay."""
+    the summaries' delay, and the cooldown part, in a lineage world with late summaries,
+    only a stumbling summarizer and one more held message of the same lane."""
     fewer = FaultMix(kinds=FaultMix().kinds - {FaultKind.EMPTY_AFTER_CORRECTION,
-                                               FaultKind.LANE_AT_ROTATION})
-    corrected = held = 0
+                                               FaultKind.LANE_AT_ROTATION,
+                                               FaultKind.COOLDOWN_EDGE})
+    corrected = held = stumbling = 0
     for seed in range(400):
         every, without = generate(seed), generate(seed, fewer)
         extra = [s for s in every.steps if s not in without.steps]
@@ -79,15 +100,23 @@ def test_the_aimed_parts_are_drawn_last_and_move_nothing() -> None:
             assert every.context_window == lineage.WINDOW and not every.clients
             assert without.context_window is not None or without.processes == 1
             added = [e for e in every.lanes.events if e not in without.lanes.events]  # type: ignore[union-attr]
-            assert len(added) == lineage.CHATTER + 1
+            returning = [e for e in added if isinstance(e, LaneMessage) and e.after_failure_s]
+            assert len(added) == lineage.CHATTER + 1 + len(returning)
             assert sum(isinstance(e, LaneMessage) and e.at_rotation for e in added) == 1
             assert len({e.source for e in added if isinstance(e, LaneMessage)}) == 1
+            assert len(returning) == every.summary_stumbles, seed
+            if every.summary_stumbles:
+                stumbling += 1
+                delay = every.summary_delay_s
+                assert delay is not None and 0 < cooldown.COOLDOWN_S - returning[0].after_failure_s < delay  # type: ignore[operator]
             every = every.model_copy(update={"lanes": without.lanes, "context_window":
                                              without.context_window, "clients": without.clients,
-                                             "summary_delay_s": without.summary_delay_s})
+                                             "summary_delay_s": without.summary_delay_s,
+                                             "summary_stumbles": False})
+        assert not every.summary_stumbles, seed  # only in a lineage world
         assert every.model_copy(update={"steps": without.steps,
                                          "empty_after_correction": False}) == without, seed
-    assert corrected >= 20 and held >= 3, (corrected, held)
+    assert corrected >= 20 and held >= 3 and stumbling >= 3, (corrected, held, stumbling)
 
 
 def test_a_correction_after_a_round_is_answered_with_nothing_once() -> None:
@@ -173,4 +202,82 @@ def test_a_held_message_with_no_rotation_arrives_after_the_hold() -> None:
     assert "is held until its lane's session rotates" in timeline
     assert f"arrives after {HOLD_S:g} s without a rotation" in timeline
     assert s.world.rotation_arrivals == 0 and s.world.clock.now() >= 10.0 + HOLD_S
+    assert not s.violations
+
+
+def test_the_summarizer_stumbles_only_as_a_late_summary_arrives() -> None:
+    """Given the clock, the summarizer fails a request asked in the instant its last late
+    summary arrives, and no other; without the clock, or in the calm phase, it never does."""
+    clock = VirtualClock()
+    model = ExploreModel()
+    request = ProviderRequest(model="m", messages=(Message(role=Role.USER, content="hi"),),
+                              tools=(), prompt_tokens=0)
+    flaky = FlakySummarizer((), model, stumble_on=clock)
+    flaky.delay_s = 180.0
+    flaky.complete(request)  # arrives at 180
+    clock.advance(179.0)
+    flaky.complete(request)  # asked before: answered, and the next late one arrives at 359
+    clock.advance(180.0)
+    try:
+        flaky.complete(request)
+    except Exception as failure:
+        assert "fell over" in str(failure)
+    else:
+        raise AssertionError("a request asked as a late summary arrived was answered")
+    assert flaky.failed == 1
+    clock.advance(180.0)  # the failed request scheduled no late arrival
+    flaky.complete(request)
+    model.calm = True
+    clock.advance(180.0)
+    flaky.complete(request)  # the calm phase: no stumble
+    plain = FlakySummarizer((), model)
+    plain.delay_s = 180.0
+    plain.complete(request)
+    assert flaky.failed == 1 and plain.failed == 0
+
+
+def test_the_cooldown_world_runs_replays_and_finds_its_sabotage() -> None:
+    """On the intact engine the second pass after a slow one fails, the lane's user comes
+    back inside the cooldown that runs from that failure and no summary is asked. A
+    cooldown that runs from the turn's decision has ended by then, and the turn asks for
+    one (CMP-4). Without the stumble or the hold the world passes under the sabotage, and
+    the shrinker keeps both."""
+    import scenarios  # noqa: F401
+
+    report = run_plan(COOLDOWN)
+    assert report.verdict.value == "passed", report.violations
+    assert {FaultKind.COOLDOWN_EDGE, FaultKind.SMALL_WINDOW} <= report.fired
+    assert "fell over after its slow answer" in report.timeline
+    assert "485.7 s after a summary of" in report.timeline
+    source = render(COOLDOWN, report)
+    assert "stumble_on=s.world.clock" in source and "after_failure_s=485.7)" in source
+    assert same_timeline(replay_rendered(COOLDOWN, report, source), report)
+    assert load_plan(COOLDOWN.model_dump_json()) == COOLDOWN
+    assert COOLDOWN.lanes is not None
+    unheld = COOLDOWN.model_copy(update={"lanes": COOLDOWN.lanes.model_copy(update={
+        "events": tuple(e.model_copy(update={"after_failure_s": None})
+                        for e in COOLDOWN.lanes.events)})})
+    with SABOTAGES["cooldown_runs_from_the_decision"].applied():
+        assert "CMP-4" in run_plan(COOLDOWN, trace=False).invariants
+        assert run_plan(unheld, trace=False).verdict.value == "passed"
+        assert run_plan(COOLDOWN.model_copy(update={"summary_stumbles": False}),
+                        trace=False).verdict.value == "passed"
+        shrunk = shrink(COOLDOWN).plan
+    assert shrunk.summary_stumbles and shrunk.lanes is not None and shrunk.lanes.returning == 1
+
+
+def test_a_message_held_for_a_failure_that_never_comes_arrives_after_the_hold() -> None:
+    """A message held for a failed summary that never comes arrives ``HOLD_S`` later."""
+    s = Story(store_kind="memory", workdir=NO_FOLDER, trace=True)
+    s.use_provider(ExploreModel())
+    one = s.main_process()
+    lanes = LaneWorld(s, [one], job_s=240.0)
+    dm = SessionSource(platform="telegram", chat_type="dm", chat_id="7", participant="7")
+    lanes.message(0, dm, "Say hello 1.", after_s=0.0)
+    lanes.message(0, dm, "Say hello 2.", after_s=10.0, after_failure_s=500.0)
+    s.run_all()
+    timeline = s.world.timeline.render()
+    assert "is held until 500 s after a summary of its lane's session fails" in timeline
+    assert f"arrives after {HOLD_S:g} s without a failed summary" in timeline
+    assert s.world.failure_arrivals == 0 and s.world.clock.now() >= 10.0 + HOLD_S
     assert not s.violations
