@@ -106,4 +106,4 @@ def explore_long(session: nox.Session) -> None:
     session.env["HERMES_MACHINE_EXAMPLES"] = "400"
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider",
                 "tests/properties/test_world_machine.py")
-    session.run("hermes-ref", "explore", "--hunt")
+    session.run("hermes-ref", "explore", "--hunt", "--workers", workers)

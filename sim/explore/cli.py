@@ -6,7 +6,8 @@
     hermes-ref explore --plan FILE [--html FILE]            (a plan written by --shrink)
     hermes-ref explore --shrink SEED [--faults PLAN] [--write-scenario FILE] [--write-plan FILE]
     hermes-ref explore --merge REPORT.json ...              (the shards of one sweep)
-    hermes-ref explore --hunt [NAME ...] [--hunt-seeds N]   (find each sabotage blind)
+    hermes-ref explore --hunt [NAME ...] [--hunt-seeds N] [--seed-start S] [--workers W]
+                                                          (find each sabotage blind)
 
 Exit status: 0 passed; 1 a safety violation; 3 a liveness violation (an admission left
 unfinished after the calm phase); 4 an engine crash; 5 a seed that did not replay the same
@@ -190,7 +191,17 @@ def _hunt(args: argparse.Namespace, mix: FaultMix, out: TextIO) -> int:
     unknown = [n for n in args.hunt if n not in SABOTAGES]
     if unknown:
         raise BadInput(f"unknown sabotage(s): {', '.join(unknown)}")
-    hunts = hunt_all(args.hunt or None, seeds_max=args.hunt_seeds, mix=mix)
+    if args.hunt_seeds < 1 or args.seed_start < 0 or args.workers < 1:
+        raise BadInput("--hunt-seeds and --workers must be 1 or more, --seed-start 0 or more")
+    ignored = [flag for flag, value in (("--shard", args.shard), ("--html", args.html),
+                                        ("--write-scenario", args.write_scenario),
+                                        ("--write-plan", args.write_plan),
+                                        ("--check-determinism", args.check_determinism),
+                                        ("--store sqlite", args.store == "sqlite")) if value]
+    if ignored:
+        raise BadInput(f"--hunt does not take {', '.join(ignored)}")
+    hunts = hunt_all(args.hunt or None, seeds_max=args.hunt_seeds, mix=mix,
+                     seed_start=args.seed_start, workers=args.workers)
     if args.json:
         out.write(json.dumps([h.as_json() for h in hunts], indent=2) + "\n")
     else:

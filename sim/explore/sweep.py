@@ -205,7 +205,7 @@ def first_difference(one: str, two: str) -> str | None:
 SWEEP_GC_THRESHOLDS = (20_000, 20, 100)
 
 
-def _worker_start() -> None:
+def worker_start() -> None:
     """A sweep worker process: its collector as ``collecting_for_seeds`` sets it, for good."""
     gc.collect()
     gc.freeze()
@@ -218,7 +218,7 @@ def collecting_for_seeds() -> Iterator[None]:
     put back as it was afterwards. It changes when cycles are freed, never what a seed
     does: the records and verdicts are the same either way."""
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
-    _worker_start()
+    worker_start()
     try:
         yield
     finally:
@@ -234,7 +234,7 @@ def _results(tasks: list[tuple[int, FaultMix, bool]], workers: int
             yield from map(_one, tasks)
         return
     chunk = max(1, len(tasks) // (workers * 8))
-    with ProcessPoolExecutor(max_workers=workers, initializer=_worker_start) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=worker_start) as pool:
         yield from pool.map(_one, tasks, chunksize=chunk)
 
 

@@ -64,6 +64,26 @@ def test_a_causal_first_failure_stops_the_hunt(monkeypatch: pytest.MonkeyPatch) 
     assert (found.found_at, found.causal, found.causal_at, found.seeds_tried) == (3, True, 3, 4)
 
 
+def test_a_hunt_starts_at_its_first_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``seed_start`` moves the window of ``seeds_max`` seeds: a failure before it is unseen."""
+    _world(monkeypatch, {3: ["LOOP-2"], 12: ["LOOP-2"]})
+    found = hunt("fake", seeds_max=10, baseline=Baseline(FaultMix()), seed_start=5)
+    assert (found.found_at, found.seeds_to_first, found.seeds_tried) == (12, 8, 8)
+    assert hunt("fake", seeds_max=3, baseline=Baseline(FaultMix()), seed_start=5).found_at is None
+
+
+def test_hunts_in_several_processes_report_as_one() -> None:
+    """Two hunting processes give the hunts of one, in the order asked."""
+    import scenarios  # noqa: F401
+
+    names = ["cooldown_runs_from_the_decision", "correction_restarts_the_ladder",
+             "dead_holders_block_the_lease"]
+    alone = hunt_module.hunt_all(names, seeds_max=3, seed_start=1)
+    shared = hunt_module.hunt_all(names, seeds_max=3, seed_start=1, workers=2)
+    assert [h.as_json() for h in shared] == [h.as_json() for h in alone]
+    assert [h.sabotage for h in shared] == names and all(h.seeds_tried <= 3 for h in shared)
+
+
 def test_other_ids_only_is_no_causal_credit(monkeypatch: pytest.MonkeyPatch) -> None:
     _world(monkeypatch, {0: ["CTX-1"]})
     found = hunt("fake", seeds_max=5, baseline=Baseline(FaultMix()))
