@@ -11,8 +11,10 @@ Blind seeds met that world about once in 8,000: it needs a failure in the very p
 a slow one, and a turn of the same lineage in the 180 s the defect takes off the cooldown.
 
 This part makes the moment on purpose, in the worlds ``sim/explore/lineage.py`` made
-(a small window, a lane that chats past it, a message held for its rotation) whose
-summaries arrive late. There:
+(a small window, a lane that chats past it, a message held for its rotation) that have
+one process and whose summaries arrive late. (The cooldown it aims at is one process's
+own memory; the lineage part's worlds with more processes, where one process's turn
+meets a child another process rotated to, are left as they are.) There:
 
 * the summarizer stumbles: a summary asked in the very instant one of its late summaries
   arrived fails (``WorldPlan.summary_stumbles``, ``edges.FlakySummarizer``), which is the
@@ -41,9 +43,11 @@ COOLDOWN_S = Limits().compression_cooldown_s  # cooldown that runs from the fail
 
 def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     """``plan`` with a stumbling summarizer and a lane message held for its failure, in
-    ``SHARE`` of the lineage part's worlds with late summaries (see the module docstring)."""
+    ``SHARE`` of the lineage part's one-process worlds with late summaries (see the module
+    docstring)."""
     lanes, delay = plan.lanes, plan.summary_delay_s
-    if FaultKind.COOLDOWN_EDGE not in kinds or lanes is None or delay is None:
+    if FaultKind.COOLDOWN_EDGE not in kinds or lanes is None or delay is None \
+            or plan.processes > 1:
         return plan
     held = next((e for e in lanes.events if isinstance(e, LaneMessage) and e.at_rotation), None)
     rng = random.Random(f"{seed}:cooldown")

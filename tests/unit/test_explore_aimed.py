@@ -107,6 +107,7 @@ def test_the_aimed_parts_are_drawn_last_and_move_nothing() -> None:
             assert len(returning) == every.summary_stumbles, seed
             if every.summary_stumbles:
                 stumbling += 1
+                assert every.processes == 1
                 delay = every.summary_delay_s
                 assert delay is not None and 0 < cooldown.COOLDOWN_S - returning[0].after_failure_s < delay  # type: ignore[operator]
             every = every.model_copy(update={"lanes": without.lanes, "context_window":
