@@ -277,7 +277,9 @@ async def _lineage_memory(deps: PrologueDeps, session_id: str,
     """CMP-4 across rotations (CMP-5): the compression memory (the cooldown, the ineffective
     passes in a row) this engine keeps for the conversation ``session_id`` belongs to, for
     a session it holds no cache of; else a fresh one. ``known`` are rows the prologue has
-    read already (the session asked for, the tip), spared a second read.
+    read already (the session asked for, the tip): their parent links spare a read, but
+    a parent's end is read under the lease, since the session asked for may have rotated
+    while the turn waited.
 
     A rotation's child goes on with its parent's conversation, so a cooldown or a block
     that held in the parent holds in the child (Hermes keeps the compressor on the agent
@@ -303,10 +305,12 @@ async def _lineage_memory(deps: PrologueDeps, session_id: str,
             return cache.compression
         if not (deps.caches or deps.carried):
             break
-        row = rows.get(current) or await LoadSession(current)
+        row = rows.get(current) or await LoadSession(current)  # a parent link never changes
         if row is None or row.parent_session_id is None:
             break
-        parent = rows.get(row.parent_session_id) or await LoadSession(row.parent_session_id)
+        # the parent read now, under the lease: a row read before the turn waited (the
+        # session it asked for) may have ended by compression since
+        parent = await LoadSession(row.parent_session_id)
         if parent is None or parent.end_reason != rotation.COMPRESSION:
             break
         current, rows[parent.id] = parent.id, parent

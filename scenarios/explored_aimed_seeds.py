@@ -1,7 +1,7 @@
 """Stories the explorer found in worlds its aimed parts draw (``sim/explore/corrected.py``,
-``sim/explore/lineage.py``): each a shrunk seed (``hermes-ref explore --shrink SEED``) red
-before its fix, as each story says. The calls are the explorer's own, so each replays the
-run it came from, then the calm phase.
+``sim/explore/lineage.py``) and in the sweeps that followed them: each a shrunk seed
+(``hermes-ref explore --shrink SEED``) red before its fix, as each story says. The calls
+are the explorer's own, so each replays the run it came from, then the calm phase.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sim.harness import Story, scenario
 ALICE = SessionSource(platform="discord", chat_type="group", chat_id="guild-123",
                       participant="alice")
 FRANK = SessionSource(platform="slack", chat_type="dm", participant="frank")
+TG_42 = SessionSource(platform="telegram", chat_type="dm", chat_id="99", participant="42")
 ERIN, DAVE = (SessionSource(platform="telegram", chat_type="group", chat_id="-1002285219667",
                             thread_id="17585", participant=who) for who in ("erin", "dave"))
 
@@ -242,4 +243,45 @@ def child_turn_starts_from_the_rotating_memory(s: Story) -> None:
     lanes.message(0, ALICE, "Read notes-1.txt.", after_s=2235.3)
     lanes.message(0, ALICE, "Read notes-1.txt.", after_s=2267.5)
     lanes.message(0, ALICE, "Read notes-1.txt.", after_s=2284.2)
+    _calm(s)
+
+
+@scenario("A turn that waited while another process rotated the session it asked for finds "
+          "its own process's block up the lineage (explored seed 14792)",
+          invariants=("CMP-4", "CMP-5"), stage="explore")
+def waiter_past_a_rotation_reads_the_parent_again(s: Story) -> None:
+    """In a 250-token window with summaries 180 s late, a telegram lane is served by two
+    processes. pid=1's turns compact it twice past the threshold, rotating it to a child
+    and leaving two ineffective passes in a row carried there. Hours later pid=2's turn on
+    that child compacts and rotates it again, while pid=1's next turn, which asked for the
+    child, waits for the lease. pid=1 holds no cache of the child, so once the lease is
+    held it looks up its lineage's memory from the new tip. The walk took the child's row
+    as it had read it when it asked, before the rotation, found the child not ended by
+    compression and stopped there: the turn started with no memory and compacted a third
+    time. The walk now reads each parent under the lease; the child, ended by compression
+    since, leads to the memory pid=1 carried into it."""
+    model = _world(s, 14792, ReplyFault(call=8, kind=FaultKind.EMPTY_REPLY),
+                   ReplyFault(call=12, kind=FaultKind.OVERFLOW), parts=8)
+    s.limits(context_window_tokens=250)
+    s.limits(session_reset_mode="daily", session_idle_minutes=60, session_reset_at_hour=9,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=0.0, stuck_restart_threshold=3)
+    s.files({"t-1-build.log": "build of t-1: ok"})
+    model.summarizer = FlakySummarizer((1,), model)  # this summary request fails
+    model.summarizer.delay_s = 180.0  # every summary arrives this late
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    one, two = s.main_process(), s.process()
+    for text, process, after in (("Write note 2 to t-1-out-2.txt.", two, 3.0),
+                                 ("Write note 4 to t-1-out-4.txt.", two, 11.0),
+                                 ("Say hello 5.", one, 16.0), ("Read t-1-build.log.", two, 17.0),
+                                 ("Write note 7 to t-1-out-7.txt.", one, 19.0)):
+        s.start_turn(text, session="t-1", process=process, after_s=after)
+    lanes = LaneWorld(s, [one, two], job_s=400.0)
+    for slot, text, after in ((0, "Say hello 108.", 2622.6), (0, "Say hello 200.", 2649.5),
+                              (1, "Read notes-1.txt.", 2675.6),
+                              (0, "Write note 201 to lane-out-201.txt.", 2677.1),
+                              (0, "Read notes-1.txt.", 2705.6), (0, "Say hello 203.", 2733.3),
+                              (1, "Say hello 3.", 28757.1), (0, "Read notes-2.txt.", 28832.2)):
+        lanes.message(slot, TG_42, text, after_s=after)
     _calm(s)

@@ -409,6 +409,22 @@ def test_a_child_takes_the_compression_memory_of_its_lineage() -> None:
     assert rig.of(fx.LoadSession) == []
 
 
+def test_the_walk_reads_a_parent_again_under_the_lease() -> None:
+    """The row of the session a turn asked for was read before the turn waited; a rotation
+    may have ended it since. Its parent link is kept, its end is read again: the walk goes
+    on through it to the memory above (CMP-4 across CMP-5, explored seed 14792)."""
+    rows = {r.id: r for r in (_row("s", ended="compression"), _row("c1", "s", ended="compression"),
+                              _row("c2", "c1"))}
+    asked_before = _row("c1", "s")  # as read when the turn asked: not yet rotated
+    served = cached(5)["s"]
+    served.compression.ineffective = 2
+    rig = Rig(LoadSession=lambda e: rows.get(e.session_id))
+    memory = rig.run(prologue._lineage_memory(deps({"s": served}), "c2",
+                                              [asked_before, rows["c2"]]))
+    assert memory is served.compression
+    assert [e.session_id for e in rig.of(fx.LoadSession)] == ["c1", "s"]
+
+
 def test_the_lineage_memory_is_looked_up_from_the_tip_the_lease_names() -> None:
     """A turn asks for a session this engine holds no cache of, and its lease names the
     lineage's tip: the walk starts there, so a session the engine served between the one
