@@ -16,9 +16,10 @@ one process and whose summaries arrive late. (The cooldown it aims at is one pro
 own memory; the lineage part's worlds with more processes, where one process's turn
 meets a child another process rotated to, are left as they are.) There:
 
-* the summarizer stumbles: a summary asked in the very instant one of its late summaries
+* the summarizer stumbles: a summary asked in the very instant its last late summary
   arrived fails (``WorldPlan.summary_stumbles``, ``edges.FlakySummarizer``), which is the
-  pass after a slow pass in one preflight;
+  pass after a slow pass in one preflight; no other summary fails (the world's numbered
+  summary failures and timeouts go), so the failure the held message answers is that one;
 * one more message of the chatting lane is held until a summary of its lane's session
   fails and arrives ``cooldown - delay * u`` seconds later, ``u`` drawn in ``RETURN_U``
   (``LaneMessage.after_failure_s``): inside the cooldown that runs from the failure, after
@@ -58,4 +59,5 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
                        after_failure_s=round(COOLDOWN_S - delay * rng.uniform(*RETURN_U), 1))
     events = sorted((*lanes.events, back), key=lambda e: e.at_s)
     return plan.model_copy(update={
-        "summary_stumbles": True, "lanes": lanes.model_copy(update={"events": tuple(events)})})
+        "summary_stumbles": True, "summary_failures": (), "summary_timeouts": (),
+        "lanes": lanes.model_copy(update={"events": tuple(events)})})

@@ -600,8 +600,8 @@ class FlakySummarizer(Summarizer):
     or, those of ``timing_out``, time out.
 
     Given the world's clock as ``stumble_on``, it also fails (503) a request asked in the
-    very instant one of its late summaries arrived (``delay_s``): the pass that follows a
-    slow pass in one preflight (``sim/explore/cooldown.py``)."""
+    very instant its last late summary arrived (``delay_s``): the pass that follows a slow
+    pass in one preflight (``sim/explore/cooldown.py``)."""
 
     def __init__(self, failing: tuple[int, ...], model: object,
                  timing_out: tuple[int, ...] = (), *, stumble_on: Clock | None = None) -> None:

@@ -25,7 +25,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from hermes_ref import router
 from hermes_ref.effects import Sleep
@@ -64,6 +64,13 @@ class LaneMessage(Frozen):
     reset_too: bool = False
     at_rotation: bool = False
     after_failure_s: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_hold(self) -> LaneMessage:
+        if self.at_rotation and self.after_failure_s is not None:
+            raise ValueError("a lane message is held for a rotation or for a failed summary, "
+                             "not both")
+        return self
 
 
 class LaneReset(Frozen):
@@ -392,8 +399,9 @@ class LaneWorld:
         def arrive(rotated: str | None, failed: str | None = None) -> None:
             """``rotated`` or ``failed`` names the session whose rotation or failed summary
             it waited for; neither, when ``HOLD_S`` passed without one."""
-            if self.held.pop(key, None) is None:
-                return  # it arrived already
+            if self.held.get(key) is None or (failed is None and key in self.coming):
+                return  # it arrived already, or a failure has it on its way
+            del self.held[key]
             self.waiting -= 1
             if failed is not None:
                 why = f"{after_failure_s:g} s after a summary of {failed} failed"

@@ -272,6 +272,9 @@ class WorldPlan(Frozen):
         unknown = sorted(s for s in self.members.values() if s not in self.sessions)
         if unknown:
             raise ValueError(f"members are bound to unknown session(s) {', '.join(unknown)}")
+        if self.summary_stumbles and self.summary_delay_s is None:
+            raise ValueError("summary_stumbles needs summary_delay_s: a summarizer stumbles "
+                             "only after a late summary")
         if any(n < 0 for n in self.write_failures.values()):
             raise ValueError("write_failures counts must be 0 or more")
         if self.lanes is not None and any(getattr(e, "process", 0) >= self.processes

@@ -160,3 +160,21 @@ sabotage("child_waiter_keeps_the_memory_from_before", ("CMP-4",),
          "a turn that asked for a rotated child and waited for its lease keeps the compression "
          "memory it had as it asked, so the passes the turn it waited behind made there no "
          "longer block it")(_memory_from_before_the_wait)
+
+
+# ---- CMP-4 across CMP-5: the lineage walk trusts a row read before the turn waited ----------
+
+
+def _parent_from_before_the_wait() -> list[AbstractContextManager[Any]]:
+    broken = one_line_changed(
+        prologue, "_lineage_memory",
+        "parent = await LoadSession(row.parent_session_id)",
+        "parent = rows.get(row.parent_session_id) or await LoadSession(row.parent_session_id)"
+        "  # \"every row read already is fresh enough\"")
+    return [mock.patch.object(prologue, "_lineage_memory", broken)]
+
+
+sabotage("walk_reads_the_parent_from_before_the_wait", ("CMP-4",),
+         "the lineage walk takes a parent's row as the turn read it when it asked, before it "
+         "waited for the lease, so a child another process rotated meanwhile looks unended and "
+         "the walk stops short of the memory above it")(_parent_from_before_the_wait)

@@ -316,6 +316,15 @@ def test_the_command_line_refuses_bad_input(capsys: pytest.CaptureFixture[str]) 
     assert main(["explore", "--seeds", "3", "--shard", "5/2"]) == 2
     assert main(["explore", "--plan", "/nonexistent/plan.json"]) == 2
     assert "hermes-ref:" in capsys.readouterr().err
+    for flags, said in ((["--html", "x.html"], "--hunt does not take --html"),
+                        (["--store", "sqlite"], "--hunt does not take --store sqlite"),
+                        (["--shard", "1/2", "--check-determinism"],
+                         "--hunt does not take --shard, --check-determinism"),
+                        (["--workers", "0"], "--workers must be 1 or more"),
+                        (["--hunt-seeds", "0"], "--hunt-seeds and --workers must be 1 or more"),
+                        (["--seed-start", "-1"], "--seed-start 0 or more")):
+        assert main(["explore", "--hunt", "cooldown_ignored", *flags]) == 2, flags
+        assert said in capsys.readouterr().err, flags
 
 
 def test_a_one_process_plan_renders_a_scenario_that_runs() -> None:
