@@ -19,7 +19,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.wire import ProviderRequest
-from sim.sabotage.base import one_line_changed, sabotage
+from sim.sabotage.base import edited_in_place, sabotage
 
 # ---- CMP-1: the 0.85 rule forgotten --------------------------------------------------------
 
@@ -132,9 +132,8 @@ sabotage("summary_timeout_starts_no_cooldown", ("CMP-4",),
 
 
 def _cooldown_from_the_decision() -> list[AbstractContextManager[Any]]:
-    broken = one_line_changed(compaction, "run_pass", "state.summary_failed(await Now(), limits)",
-                              "state.summary_failed(now, limits)  # \"the pass began just now\"")
-    return [mock.patch.object(compaction, "run_pass", broken)]
+    return [edited_in_place(compaction, "run_pass", "state.summary_failed(await Now(), limits)",
+                            "state.summary_failed(now, limits)  # \"the pass began just now\"")]
 
 
 sabotage("cooldown_runs_from_the_decision", ("CMP-4",),

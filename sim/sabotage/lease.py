@@ -25,7 +25,7 @@ from hermes_ref.effects import (
 from hermes_ref.errors import PersistenceError
 from hermes_ref.models import Closing, Lease, Role
 from hermes_ref.outcomes import ExitReason
-from sim.sabotage.base import one_line_changed, sabotage
+from sim.sabotage.base import edited_in_place, sabotage
 
 # ---- LEASE-1: the wait times out and the turn runs anyway ("fail open") ---------------------
 
@@ -79,10 +79,9 @@ sabotage("refresh_extends_by_the_interval", ("LEASE-2",),
 
 
 def _restart_from_scratch() -> list[AbstractContextManager[Any]]:
-    broken = one_line_changed(rotation, "_restart_refresher",
-                              "StartRefresher(lease, interval_s, ttl_s, first_s)",
-                              "StartRefresher(lease, interval_s, ttl_s)")
-    return [mock.patch.object(rotation, "_restart_refresher", broken)]
+    return [edited_in_place(rotation, "_restart_refresher",
+                            "StartRefresher(lease, interval_s, ttl_s, first_s)",
+                            "StartRefresher(lease, interval_s, ttl_s)")]
 
 
 sabotage("restarted_refresher_waits_a_whole_interval", ("LEASE-2",),

@@ -17,7 +17,7 @@ from hermes_ref.models import Compacted, SessionRecord
 from hermes_ref.session import Route
 from hermes_ref.shell import sqlite_leases
 from hermes_ref.transcript import Transcript
-from sim.sabotage.base import one_line_changed, sabotage
+from sim.sabotage.base import edited_in_place, sabotage
 from sim.store_compaction import CompactionStoreMixin
 
 # ---- CMP-5: the child is created, the parent is not ended ------------------------------------
@@ -114,11 +114,8 @@ sabotage("lease_stays_on_the_rotated_parent", ("LEASE-1",),
 
 
 def _child_without_lineage_memory() -> list[AbstractContextManager[Any]]:
-    broken = one_line_changed(
-        prologue, "_lineage_memory",
-        "if not (deps.caches or deps.carried):",
-        "if True:  # \"a session this engine has no cache of starts afresh\"")
-    return [mock.patch.object(prologue, "_lineage_memory", broken)]
+    return [edited_in_place(prologue, "_lineage_memory", "if not (deps.caches or deps.carried):",
+                            "if True:  # \"a session this engine has no cache of starts afresh\"")]
 
 
 sabotage("child_forgets_the_lineage_memory", ("CMP-4",),
@@ -148,12 +145,11 @@ sabotage("rotation_leaves_the_line_behind", ("LEASE-3",),
 
 
 def _memory_from_before_the_wait() -> list[AbstractContextManager[Any]]:
-    broken = one_line_changed(
+    return [edited_in_place(
         prologue, "_take_lease",
         "if unserved is not None and taken.lease is not None and taken.cache is cache:",
         "if unserved is not None and taken.lease is not None and taken.cache is cache "
-        "and not waited:  # \"what it found as it asked still holds\"")
-    return [mock.patch.object(prologue, "_take_lease", broken)]
+        "and not waited:  # \"what it found as it asked still holds\"")]
 
 
 sabotage("child_waiter_keeps_the_memory_from_before", ("CMP-4",),
@@ -166,12 +162,10 @@ sabotage("child_waiter_keeps_the_memory_from_before", ("CMP-4",),
 
 
 def _parent_from_before_the_wait() -> list[AbstractContextManager[Any]]:
-    broken = one_line_changed(
-        prologue, "_lineage_memory",
-        "parent = await LoadSession(row.parent_session_id)",
+    return [edited_in_place(
+        prologue, "_lineage_memory", "parent = await LoadSession(row.parent_session_id)",
         "parent = rows.get(row.parent_session_id) or await LoadSession(row.parent_session_id)"
-        "  # \"every row read already is fresh enough\"")
-    return [mock.patch.object(prologue, "_lineage_memory", broken)]
+        "  # \"every row read already is fresh enough\"")]
 
 
 sabotage("walk_reads_the_parent_from_before_the_wait", ("CMP-4",),
