@@ -5,6 +5,8 @@ replayed and kept by the shrinker."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hermes_ref.models import Message, Role
 from hermes_ref.session import SessionSource
 from hermes_ref.wire import ProviderRequest
@@ -192,18 +194,23 @@ def test_the_lineage_world_runs_replays_and_finds_its_sabotage() -> None:
     assert shrunk.lanes is not None and shrunk.lanes.held == 1
 
 
+def _one_dm_lane(first: dict[str, Any], second: dict[str, Any]) -> tuple[Story, str]:
+    """A one-process world with a telegram DM lane: two messages, at 0 s and 10 s, with the
+    ``LaneWorld.message`` keywords given; run out. The story and its timeline."""
+    s = Story(store_kind="memory", workdir=NO_FOLDER, trace=True)
+    s.use_provider(ExploreModel())
+    lanes = LaneWorld(s, [s.main_process()], job_s=240.0)
+    dm = SessionSource(platform="telegram", chat_type="dm", chat_id="7", participant="7")
+    lanes.message(0, dm, "Say hello 1.", after_s=0.0, **first)
+    lanes.message(0, dm, "Say hello 2.", after_s=10.0, **second)
+    s.run_all()
+    return s, s.world.timeline.render()
+
+
 def test_a_held_message_with_no_rotation_arrives_after_the_hold() -> None:
     """A message held for a rotation that never comes arrives ``HOLD_S`` later, and one of
     a lane nobody spoke on yet arrives at once."""
-    s = Story(store_kind="memory", workdir=NO_FOLDER, trace=True)
-    s.use_provider(ExploreModel())
-    one = s.main_process()
-    lanes = LaneWorld(s, [one], job_s=240.0)
-    dm = SessionSource(platform="telegram", chat_type="dm", chat_id="7", participant="7")
-    lanes.message(0, dm, "Say hello 1.", after_s=0.0, at_rotation=True)  # nobody spoke yet
-    lanes.message(0, dm, "Say hello 2.", after_s=10.0, at_rotation=True)
-    s.run_all()
-    timeline = s.world.timeline.render()
+    s, timeline = _one_dm_lane(dict(at_rotation=True), dict(at_rotation=True))
     assert "is held until its lane's session rotates" in timeline
     assert f"arrives after {HOLD_S:g} s without a rotation" in timeline
     assert s.world.rotation_arrivals == 0 and s.world.clock.now() >= 10.0 + HOLD_S
@@ -273,15 +280,7 @@ def test_the_cooldown_world_runs_replays_and_finds_its_sabotage() -> None:
 
 def test_a_message_held_for_a_failure_that_never_comes_arrives_after_the_hold() -> None:
     """A message held for a failed summary that never comes arrives ``HOLD_S`` later."""
-    s = Story(store_kind="memory", workdir=NO_FOLDER, trace=True)
-    s.use_provider(ExploreModel())
-    one = s.main_process()
-    lanes = LaneWorld(s, [one], job_s=240.0)
-    dm = SessionSource(platform="telegram", chat_type="dm", chat_id="7", participant="7")
-    lanes.message(0, dm, "Say hello 1.", after_s=0.0)
-    lanes.message(0, dm, "Say hello 2.", after_s=10.0, after_failure_s=500.0)
-    s.run_all()
-    timeline = s.world.timeline.render()
+    s, timeline = _one_dm_lane({}, dict(after_failure_s=500.0))
     assert "is held until 500 s after a summary of its lane's session fails" in timeline
     assert f"arrives after {HOLD_S:g} s without a failed summary" in timeline
     assert s.world.failure_arrivals == 0 and s.world.clock.now() >= 10.0 + HOLD_S
