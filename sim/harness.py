@@ -116,7 +116,7 @@ class Story:
     seed: int = 0
     trace: bool = True
     # True: every step that changed the record is judged (a scenario, the state machine);
-    # False: only ``check(always=True)`` judges (explore judges each phase's end)
+    # False: only ``check(always=True)`` judges (explore judges once, at the end)
     check_every_step: bool = True
     violations: list[Violation] = field(default_factory=list)
     _limits: Limits = field(default_factory=Limits)

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A sweep's unit of work is one seed: draw the plan, run the faulty phase and the calm
-phase on the in-memory store with every checker judging at each phase's end. The row times
+phase on the in-memory store with every checker judging the record at the end. The row times
 sweeps of consecutive seeds (the same seeds in every repetition, so every repetition does
 the same work) on one worker, then on every core of the machine; the figures:
 

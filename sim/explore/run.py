@@ -1,13 +1,14 @@
-"""Run one plan: a faulty phase, then a calm phase that must converge; judge both.
+"""Run one plan: a faulty phase, then a calm phase that must converge; judge the whole.
 
 Theory of operation
 -------------------
 A plan runs through the same ``Story`` a scenario uses, with the same checkers, which
-judge the whole durable record twice: once the faulty phase's actors have all ended, and
-once the calm phase is over (a scenario judges after every step). The world's logs only
-grow, and the checkers are written so that a state that moves on later (an admission
-past ``started``, a lease taken again) still breaks the same id at the end; two
-judgements per seed cost less than the seven or so of a check per calm step. The faulty
+judge the whole durable record once, when the calm phase is over (a scenario judges after
+every step). The world's logs only grow, and the checkers are written so that a state
+that moves on later (an admission past ``started``, a lease taken again) still breaks the
+same id at the end. A judgement at the faulty phase's end as well found nothing the last
+one missed: a hunt of all 195 sabotages gave the same first failing seed, causal seed and
+ids either way, and the one judgement makes a seed about a fifth quicker. The faulty
 phase hands every step of the plan to its process at its virtual time (submissions and
 drain claims as actors; kills, stalls and clock jumps as timers) with the plan's faults
 armed, and runs the world until every actor has ended. The calm phase disarms every
@@ -129,7 +130,7 @@ def run_plan(plan: WorldPlan, *, store_kind: str = "memory", trace: bool = True,
 def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path,
          digest: bool = True) -> RunReport:
     story = Story(store_kind=store_kind, workdir=workdir, seed=plan.seed, trace=trace,
-                  check_every_step=False)  # judged at the end of each phase (below)
+                  check_every_step=False)  # judged once, at the calm phase's end
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
     model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages,
                          huge_reads_share_id=plan.huge_reads_share_id,
@@ -139,7 +140,6 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path,
     error: str | None = None
     try:
         _faulty_phase(story, plan, model, fired, points)
-        story.check(always=True)
         calm_phase(story)
         story.check(always=True)
     except Exception as exc:  # an engine bug, not a simulated crash: report it
