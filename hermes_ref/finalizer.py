@@ -189,12 +189,12 @@ async def _close_tail(ctx: TurnContext) -> None:
     the last row stored before it: the turn's user row or a tool result. It is never an
     assistant row other than the answer's, because every assistant row the loop stores
     is a tool-call row whose results are stored next, or the turn fails (and a failed
-    turn delivers nothing); answers always carry visible text, scaffolding is never
-    stored, and nothing here stores a hidden row. So the one repair is to append the
-    answer. FIN-3's other case, an assistant tail without visible text that the answer
-    fills in place, needs a path that stores such a row and still delivers an answer (an
-    interrupted partial stored hidden, LOOP-4, or an answer recovered from the stream,
-    FIN-2); this engine has neither, so it has no such branch.
+    turn delivers nothing); answers always carry visible text, and scaffolding is never
+    stored. The one hidden row, a reply a correction cut with nothing visible (LOOP-4), is
+    stored in one write with the correction's user row, which follows it; an answer
+    recovered from a failed stream (FIN-2) is an answer like any other. So the one repair
+    is to append the answer. FIN-3's other case, an assistant tail without visible text
+    that the answer fills in place, cannot arise here, and there is no such branch.
     """
     answer = ctx.ending.answer
     if not ctx.ending.delivered or answer is None:

@@ -4,11 +4,10 @@ Names carry their unit last (``lease_ttl_s``). The numbers are the catalog's bra
 defaults; each is a setting, and scenarios override them to reach a boundary quickly
 (``Limits(max_iterations=2)``). The model is frozen: a turn reads one ``Limits`` value.
 
-Some settings belong to capabilities the catalog names and this engine does not build
-yet (compaction, the thinking-prefill rung, the skill nudge). They are kept so those
-capabilities land
-with the catalog's defaults, and listed in ``NOT_YET_READ``; a test keeps that list
-exactly true, so a setting is never mistaken for a behaviour.
+Two settings are read by nothing: the skill nudge's (a capability this engine does not
+build) and CMP-1's protect-last count (the tail is kept by a token budget instead). They
+are kept with the catalog's defaults and listed in ``NOT_YET_READ``; a test keeps that
+list exactly true, so a setting is never mistaken for a behaviour.
 """
 
 from __future__ import annotations

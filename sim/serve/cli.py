@@ -47,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, alias: bool = False) -> No
     else:
         parser.add_argument("--exit-when-consumed", action="store_true",
                             help="stop once every step is used and no request came for --linger s")
+    stops = "without --keep" if alias else "with --exit-when-consumed"
     parser.add_argument("--linger", type=float, default=1.0, metavar="S",
-                        help="with --exit-when-consumed: quiet seconds before stopping (default 1)")
+                        help=f"{stops}: quiet seconds before stopping (default 1)")
 
 
 def _port(text: str) -> int:
