@@ -13,7 +13,8 @@ by compression, the walk stopped there and the turn compacted a third time. Blin
 that world three times in 50,000: it needs pid=1 to serve the lane last with the rotating
 turn, another process to be next, and pid=1 to come back within the other's compaction.
 
-This part makes the moment on purpose, in worlds with lanes and two or three processes
+This part makes the moment on purpose (with the small window's kind in the mix too, as
+the window is a small window's), in worlds with lanes and two or three processes
 that no process dies in or restarts, with no window yet (``sim/explore/lineage.py`` takes
 the windowed ones), no tight budget and no verification gate (as ``plan.window_allowed``
 keeps them from small windows). The window is 250 tokens and every summary arrives
@@ -68,7 +69,8 @@ def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     with lanes and more than one process that no process dies in (see the module
     docstring)."""
     lanes = plan.lanes
-    if FaultKind.WAIT_PAST_ROTATION not in kinds or lanes is None or plan.processes < 2 \
+    if not {FaultKind.WAIT_PAST_ROTATION, FaultKind.SMALL_WINDOW} <= kinds or lanes is None \
+            or plan.processes < 2 \
             or plan.context_window is not None or lanes.restarts \
             or any(isinstance(s, Kill) for s in plan.steps) or plan.crash is not None \
             or plan.crash_at_effect is not None \
