@@ -375,6 +375,8 @@ class SimDriver(StreamHandlers, LeaseHandlers, AdmissionHandlers, LaneHandlers,
         """A compaction summary request: the provider's summarizer answers, and the world
         logs it in ``summary_calls``, apart from the turn's calls (CMP-2, CMP-4)."""
         world = self.world
+        for watch in list(world.summary_watchers):
+            watch(effect.session_id, self.process.pid)
         watermark, at = world.store.watermark(), world.clock.now()
         body = effect.request.wire_body()
         summarizer = getattr(world.provider, "summarizer", None)

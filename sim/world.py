@@ -327,7 +327,12 @@ class World:
     rotation_arrivals: int = 0  # lane messages that arrived as their lane's session rotated
     # called with the session of each summary request that fails (``sim/explore/lanes.py``)
     summary_failure_watchers: list[Callable[[str], None]] = field(default_factory=list)
+    # called with the session and the pid of each summary request (``sim/explore/lanes.py``)
+    summary_watchers: list[Callable[[str, int], None]] = field(default_factory=list)
     failure_arrivals: int = 0  # lane messages that arrived after their lane's summary failed
+    # lane turns that waited for a session's lease as another turn rotated it, on a process
+    # with no cache of it and a memory of its lineage (``sim/explore/waiter.py``)
+    rotation_waits: int = 0
     streaming: dict[int, ProviderReply] = field(default_factory=dict)  # actor seq -> reply in flight
 
     def __post_init__(self) -> None:

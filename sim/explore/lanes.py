@@ -23,6 +23,7 @@ import functools
 import itertools
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
@@ -33,6 +34,7 @@ from hermes_ref.lane_restart import LaneEntry
 from hermes_ref.limits import Limits
 from hermes_ref.models import Frozen
 from hermes_ref.outcomes import TurnResult
+from hermes_ref.rotation import COMPRESSION
 from hermes_ref.session import SessionSource
 from sim.processes import ProcessHandle, TurnHandle, start
 from sim.scheduler import Actor
@@ -53,8 +55,10 @@ class LaneMessage(Frozen):
     with ``reset_too``, the user's request for a new conversation arrives in the same
     instant, between the message's routing and its turn, and runs beside the turn; with
     ``at_rotation``, it is held from ``at_s`` until the session its lane was last routed
-    to rotates, and with ``after_failure_s``, until a summary of that session fails and
-    then that many seconds more (``LaneWorld.message``)."""
+    to rotates, with ``after_rotation_s``, until that rotation and then that many seconds
+    more, with ``after_failure_s``, until a summary of that session fails and then that
+    many seconds more, and with ``at_pass_elsewhere``, until a process other than its own
+    asks for a summary of that session (``LaneWorld.message``)."""
 
     op: Literal["lane_message"] = "lane_message"
     at_s: float = Field(ge=0)
@@ -64,12 +68,16 @@ class LaneMessage(Frozen):
     reset_too: bool = False
     at_rotation: bool = False
     after_failure_s: float | None = Field(default=None, gt=0)
+    after_rotation_s: float | None = Field(default=None, gt=0)
+    at_pass_elsewhere: bool = False
 
     @model_validator(mode="after")
     def _one_hold(self) -> LaneMessage:
-        if self.at_rotation and self.after_failure_s is not None:
-            raise ValueError("a lane message is held for a rotation or for a failed summary, "
-                             "not both")
+        holds = (self.at_rotation, self.after_failure_s is not None,
+                 self.after_rotation_s is not None, self.at_pass_elsewhere)
+        if sum(holds) > 1:
+            raise ValueError("a lane message is held for one moment: a rotation (and some "
+                             "seconds more), a failed summary, or a pass on another process")
         return self
 
 
@@ -154,9 +162,17 @@ class LanePlan(Frozen):
                    if isinstance(e, LaneMessage) and e.after_failure_s is not None)
 
     @property
+    def waiting_out(self) -> int:
+        """Messages held for a rotation and some seconds more or for a pass on another
+        process (``LaneMessage.after_rotation_s``, ``at_pass_elsewhere``)."""
+        return sum(1 for e in self.events if isinstance(e, LaneMessage)
+                   and (e.after_rotation_s is not None or e.at_pass_elsewhere))
+
+    @property
     def size(self) -> tuple[int, int, int]:
         """Turns, faults and steps, as ``WorldPlan.size`` counts them."""
-        return self.messages, self.restarts + self.held + self.returning, len(self.events)
+        return (self.messages, self.restarts + self.held + self.returning + self.waiting_out,
+                len(self.events))
 
     def on_processes(self, count: int) -> LanePlan:
         """The same lanes on the first ``count`` processes (the rest move to the first)."""
@@ -320,6 +336,48 @@ def _restarts(rng: random.Random, bursts: list[tuple[float, float, list[SessionS
 # ---- carrying the lanes out -----------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Hold:
+    """What a held lane message waits for (``LaneWorld.message``): its lane's session to
+    rotate, a summary of it to fail, or a process other than its own to ask for one (a
+    ``pass``), and how many seconds after that it arrives."""
+
+    on: Literal["rotation", "failure", "pass"]
+    after_s: float = 0.0
+
+    @classmethod
+    def of(cls, at_rotation: bool, after_failure_s: float | None,
+           after_rotation_s: float | None, at_pass_elsewhere: bool) -> _Hold | None:
+        """The hold ``LaneMessage``'s fields ask for, or None for a message not held."""
+        if after_failure_s is not None:
+            return cls("failure", after_failure_s)
+        if after_rotation_s is not None or at_rotation:
+            return cls("rotation", after_rotation_s or 0.0)
+        return cls("pass") if at_pass_elsewhere else None
+
+    @property
+    def awaited(self) -> str:
+        """What never came, when the message arrives after ``HOLD_S``."""
+        return {"rotation": "a rotation", "failure": "a failed summary",
+                "pass": "a pass elsewhere"}[self.on]
+
+    def until(self) -> str:
+        """The moment it is held for, in words."""
+        event = {"rotation": "its lane's session rotates",
+                 "failure": "a summary of its lane's session fails",
+                 "pass": "another process asks for a summary of its lane's session"}[self.on]
+        return f"{self.after_s:g} s after {event}" if self.after_s else event
+
+    def why(self, session: str) -> str:
+        """Why it arrives now: the moment came, for ``session``."""
+        if self.on == "failure":
+            return f"{self.after_s:g} s after a summary of {session} failed"
+        if self.on == "pass":
+            return f"as another process asks for a summary of {session}"
+        return f"{self.after_s:g} s after {session} rotated" if self.after_s \
+            else f"as {session} rotates"
+
+
 class LaneWorld:
     """The lane events of a story, each handed out at its virtual time to the process its
     slot holds then; the story's ``run_all`` waits for every one of them."""
@@ -329,15 +387,22 @@ class LaneWorld:
         self.waiting = 0  # events not yet handed out
         self.actors: list[Actor] = []
         self.routed: dict[int, str] = {}  # id of a message's actor -> its lane's key
+        # id of a message's actor -> the session its turn asks for, and its process
+        self.asked: dict[int, tuple[str, ProcessHandle]] = {}
+        # whether a rotation looks for the turns waiting past it (``_waits_past``): only in a
+        # world with a message held for a rotation and some seconds more or for a pass
+        # elsewhere (``sim/explore/waiter.py``), so that the other worlds narrate what they
+        # always did
+        self.watch_waits = False
         # a source -> the session its last message was routed to, moved along each rotation
         self.sessions: dict[SessionSource, str] = {}
-        # key -> (source, seconds after a failed summary or None for a rotation, arrive) per
-        # held message, in hold order
-        self.held: dict[int, tuple[SessionSource, float | None, Callable[..., None]]] = {}
+        # key -> (source, slot, what it waits for, arrive) per held message, in hold order
+        self.held: dict[int, tuple[SessionSource, int, _Hold, Callable[[str | None], None]]] = {}
         self._holds = itertools.count()
-        self.coming: set[int] = set()  # held messages on their way after a failed summary
+        self.coming: set[int] = set()  # held messages on their way, some seconds after
         story.world.rotation_watchers.append(self._rotated)
         story.world.summary_failure_watchers.append(self._failed)
+        story.world.summary_watchers.append(self._asked)
         self.stopping: set[int] = set()  # pids whose graceful stop is under way
         story._processes.waits.append(self.busy)
         story.files({JOB_FILE: "build started\n"})
@@ -364,7 +429,8 @@ class LaneWorld:
 
     def message(self, slot: int, source: SessionSource, text: str, *, after_s: float,
                 reset_too: bool = False, at_rotation: bool = False,
-                after_failure_s: float | None = None) -> None:
+                after_failure_s: float | None = None, after_rotation_s: float | None = None,
+                at_pass_elsewhere: bool = False) -> None:
         """``after_s`` from now a message from ``source`` arrives at the slot's process; with
         ``reset_too``, the user's request for a new conversation arrives in the same instant,
         once the message is routed and before its turn begins, and runs beside the turn.
@@ -373,72 +439,123 @@ class LaneWorld:
         lane is on rotates: the one its last message was routed to, or a child that one
         rotated to since. It arrives in the instant a compaction writes that rotation,
         while the turn that compacted goes on (CMP-5), or after ``HOLD_S`` without one, or
-        at once when no message of ``source`` was routed yet.
+        at once when no message of ``source`` was routed yet. With ``after_rotation_s`` it
+        arrives that many seconds after that rotation instead.
 
         With ``after_failure_s`` it is held in the same way until a summary request of that
         session fails, and arrives that many seconds after the failure: the user comes back
-        while the cooldown the failure started runs, or just after (CMP-4)."""
-        if at_rotation or after_failure_s is not None:
-            self._at(after_s, lambda: self._hold(slot, source, text, reset_too, after_failure_s))
+        while the cooldown the failure started runs, or just after (CMP-4). With
+        ``at_pass_elsewhere`` it is held until a process other than the slot's asks for a
+        summary of that session, and arrives then, while that compaction pass waits for
+        its summary under the session's lease.
+
+        The last two holds make every rotation look for the lane turns waiting past it
+        (``_waits_past``)."""
+        if after_rotation_s is not None or at_pass_elsewhere:
+            self.watch_waits = True
+        hold = _Hold.of(at_rotation, after_failure_s, after_rotation_s, at_pass_elsewhere)
+        if hold is not None:
+            self._at(after_s, lambda: self._hold(slot, source, text, reset_too, hold))
         else:
             self._at(after_s, lambda: self._message(slot, source, text, reset_too))
 
     def _hold(self, slot: int, source: SessionSource, text: str, reset_too: bool,
-              after_failure_s: float | None) -> None:
+              hold: _Hold) -> None:
         world = self.story.world
         if source not in self.sessions:
             self._message(slot, source, text, reset_too)
             return
-        until = "its lane's session rotates" if after_failure_s is None \
-            else f"{after_failure_s:g} s after a summary of its lane's session fails"
         world.timeline.add("lane", f"{source.platform} {source.participant or source.chat_id} "
-                           f"{text!r} is held until {until}")
+                           f"{text!r} is held until {hold.until()}")
         self.waiting += 1
         key = next(self._holds)
 
-        def arrive(rotated: str | None, failed: str | None = None) -> None:
-            """``rotated`` or ``failed`` names the session whose rotation or failed summary
-            it waited for; neither, when ``HOLD_S`` passed without one."""
-            if self.held.get(key) is None or (failed is None and key in self.coming):
-                return  # it arrived already, or a failure has it on its way
+        def arrive(session: str | None) -> None:
+            """``session`` names the session whose rotation, failed summary or pass it
+            waited for; None, when ``HOLD_S`` passed without one."""
+            if self.held.get(key) is None or (session is None and key in self.coming):
+                return  # it arrived already, or is on its way
             del self.held[key]
             self.waiting -= 1
-            if failed is not None:
-                why = f"{after_failure_s:g} s after a summary of {failed} failed"
-            elif rotated is not None:
-                why = f"as {rotated} rotates"
-            else:
-                why = f"after {HOLD_S:g} s without a " + (
-                    "rotation" if after_failure_s is None else "failed summary")
+            why = hold.why(session) if session is not None \
+                else f"after {HOLD_S:g} s without {hold.awaited}"
             world.timeline.add("lane", f"the held message {text!r} arrives {why}")
-            world.rotation_arrivals += rotated is not None
-            world.failure_arrivals += failed is not None
+            world.rotation_arrivals += session is not None and hold.on == "rotation" \
+                and not hold.after_s
+            world.failure_arrivals += session is not None and hold.on == "failure"
             self._message(slot, source, text, reset_too)
-        self.held[key] = (source, after_failure_s, arrive)
+        self.held[key] = (source, slot, hold, arrive)
         world.scheduler.at(world.clock.now() + HOLD_S, functools.partial(arrive, None))
+
+    def _release(self, on: str, session: str, pid: int | None = None) -> None:
+        """The held messages waiting ``on`` this event of ``session`` arrive, each its
+        seconds later; one with seconds to wait is on its way, and a later event finds it
+        so (the first counts). A pass releases only the messages of other processes."""
+        world = self.story.world
+        for key, (source, slot, hold, arrive) in list(self.held.items()):
+            if hold.on != on or key in self.coming or self.sessions.get(source) != session \
+                    or (pid is not None and self.slots[slot].pid == pid):
+                continue
+            if hold.after_s:
+                self.coming.add(key)
+            world.scheduler.at(world.clock.now() + hold.after_s,
+                               functools.partial(arrive, session))
 
     def _rotated(self, session: str, child: str) -> None:
         """A compaction rotated ``session`` to ``child``: lanes routed there move along, and
         the messages held for that rotation arrive, in the same instant, each once the
-        compacting process's effect is done (handed to the scheduler)."""
-        world = self.story.world
-        for source, after_failure_s, arrive in list(self.held.values()):
-            if after_failure_s is None and self.sessions.get(source) == session:
-                world.scheduler.at(world.clock.now(), functools.partial(arrive, session))
+        compacting process's effect is done (handed to the scheduler), or their seconds
+        later."""
+        if self.watch_waits:
+            self._waits_past(session)
+        self._release("rotation", session)
         for source, routed in list(self.sessions.items()):
             if routed == session:
                 self.sessions[source] = child
 
     def _failed(self, session: str) -> None:
         """A summary request of ``session`` failed: the messages held for that arrive their
-        seconds later (the first failure counts; a later one finds them on their way)."""
+        seconds later."""
+        self._release("failure", session)
+
+    def _asked(self, session: str, pid: int) -> None:
+        """``pid`` asked for a summary of ``session``: the messages of other processes held
+        for a pass there arrive (``at_pass_elsewhere``)."""
+        self._release("pass", session, pid)
+
+    def _waits_past(self, session: str) -> None:
+        """Count the lane turns that asked for ``session`` and still wait for its lease as it
+        rotates, on a process that holds no cache of it yet remembers its lineage: once the
+        lease is theirs, at the child, their process looks the lineage's compression memory
+        up from the child through ``session`` (``hermes_ref.prologue._lineage_memory``),
+        which has ended by compression only now, after they asked (CMP-4 across CMP-5)."""
         world = self.story.world
-        for key, (source, after_failure_s, arrive) in list(self.held.items()):
-            if after_failure_s is not None and key not in self.coming \
-                    and self.sessions.get(source) == session:
-                self.coming.add(key)
-                world.scheduler.at(world.clock.now() + after_failure_s,
-                                   functools.partial(arrive, None, session))
+        for actor in self.actors:
+            asked = self.asked.get(id(actor))
+            if actor.done or asked is None or asked[0] != session:
+                continue
+            engine = asked[1].engine
+            if session in engine.caches or not self._remembered(engine, session):
+                continue
+            world.rotation_waits += 1
+            world.timeline.add("lane", f"pid={asked[1].pid} waits for {session} as it rotates, "
+                               "with no cache of it and a memory of its lineage")
+
+    def _remembered(self, engine: Any, session: str) -> bool:
+        """Whether ``engine`` keeps compression memory for ``session`` or for a session above
+        it that ended by compression (the lineage its walk goes up)."""
+        store, current, seen = self.story.world.store, session, set[str]()
+        while current not in seen:
+            seen.add(current)
+            if current in engine.caches or current in engine.carried:
+                return True
+            row = store.get_session(current)
+            parent = store.get_session(row.parent_session_id) \
+                if row is not None and row.parent_session_id is not None else None
+            if parent is None or parent.end_reason != COMPRESSION:
+                return False
+            current = parent.id
+        return False
 
     def _message(self, slot: int, source: SessionSource, text: str, reset_too: bool) -> None:
         handle = self._live(slot, "lane")
@@ -451,6 +568,7 @@ class LaneWorld:
             notice = " +notice" if routed.notice else ""
             story.world.timeline.add("routed", f"{routed.rule} -> {routed.route.session_id}{notice}")
             self.routed[id(box[0])] = routed.route.key
+            self.asked[id(box[0])] = (routed.route.session_id, handle)
             self.sessions[source] = routed.route.session_id
             if reset_too:  # the user's /new arrives while the gateway sets the turn up
                 self._spawn(slot, "reset", self._reset_of(), source)
@@ -575,7 +693,9 @@ def stage(story: Story, plan: LanePlan, handles: list[ProcessHandle]) -> LaneWor
         if isinstance(event, LaneMessage):
             lanes.message(event.process, event.source, event.text, after_s=event.at_s,
                           reset_too=event.reset_too, at_rotation=event.at_rotation,
-                          after_failure_s=event.after_failure_s)
+                          after_failure_s=event.after_failure_s,
+                          after_rotation_s=event.after_rotation_s,
+                          at_pass_elsewhere=event.at_pass_elsewhere)
         elif isinstance(event, LaneReset):
             lanes.reset(event.process, event.source, after_s=event.at_s)
         elif isinstance(event, Background):
@@ -605,6 +725,9 @@ def render_lanes(plan: LanePlan, names: tuple[str, ...]) -> list[str]:
             lines.append(f"lanes.message({e.process}, {_source(e.source)}, {e.text!r}, "
                          f"after_s={e.at_s!r}" + (", reset_too=True" if e.reset_too else "")
                          + (", at_rotation=True" if e.at_rotation else "")
+                         + (f", after_rotation_s={e.after_rotation_s!r}"
+                            if e.after_rotation_s is not None else "")
+                         + (", at_pass_elsewhere=True" if e.at_pass_elsewhere else "")
                          + (f", after_failure_s={e.after_failure_s!r})"
                             if e.after_failure_s is not None else ")"))
         elif isinstance(e, LaneReset):

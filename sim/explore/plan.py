@@ -78,6 +78,9 @@ class FaultKind(StrEnum):
     # the summary asked as a late one arrives fails, and its lane's user comes back near the
     # cooldown's end, drawn only in ``sim/explore/cooldown.py``
     COOLDOWN_EDGE = "cooldown_edge"
+    # a process that remembers a lane's lineage waits for the lease of a session of it that
+    # another process rotates meanwhile, drawn only in ``sim/explore/waiter.py``
+    WAIT_PAST_ROTATION = "wait_past_rotation"
     # the reply shapes of ``sim/explore/shapes.py``, drawn only there
     CUT_OFF_ARGUMENTS = "cut_off_arguments"  # arguments cut off mid-value, finish_reason tool_calls
     TRUNCATED_CALL = "truncated_call"  # arguments cut off mid-value, finish_reason length
@@ -317,6 +320,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.SUMMARY_FAILURE)
         if self.summary_stumbles:
             kinds.add(FaultKind.COOLDOWN_EDGE)
+        if self.lanes is not None and self.lanes.waiting_out:
+            kinds.add(FaultKind.WAIT_PAST_ROTATION)
         if self.lock_stall_s is not None:
             kinds.add(FaultKind.LOCK_STALL)
         return kinds
@@ -462,8 +467,8 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
         fallback_window=fallback, context_window=_small_window(seed, kinds, processes),
         verify_before_answer=_verify_gate(seed, kinds, iterations), **watched)
     # drawn last, on streams of their own
-    from sim.explore import cooldown, corrected, edges, late, lineage, shapes
-    for part in (edges, shapes, late, corrected, lineage, cooldown):
+    from sim.explore import cooldown, corrected, edges, late, lineage, shapes, waiter
+    for part in (edges, shapes, late, corrected, lineage, cooldown, waiter):
         plan = part.draw(seed, kinds, plan)
     return plan
 

@@ -270,6 +270,8 @@ def _faulty_phase(story: Story, plan: WorldPlan, model: ExploreModel,
         fired.add(FaultKind.LANE_AT_ROTATION)  # a held message arrived as its lane rotated
     if world.failure_arrivals:
         fired.add(FaultKind.COOLDOWN_EDGE)  # a held message came back after its lane's failure
+    if world.rotation_waits:
+        fired.add(FaultKind.WAIT_PAST_ROTATION)  # a turn with a lineage waited out a rotation
 
 
 def _fired_in_the_world(world: World, plan: WorldPlan) -> set[FaultKind]:

@@ -210,17 +210,19 @@ def _unaimed(state: _State) -> None:
     """The aimed parts' moments off: no empty reply after a correction
     (``sim/explore/corrected.py``), no summary failing after a late one
     (``sim/explore/cooldown.py``), each held lane message arriving at its time instead
-    (``sim/explore/lineage.py``, ``cooldown.py``)."""
+    (``sim/explore/lineage.py``, ``cooldown.py``, ``waiter.py``)."""
     for option in ("empty_after_correction", "summary_stumbles"):
         if getattr(state.plan, option):
             state.attempt(state.plan.model_copy(update={option: False}))
     lanes = state.plan.lanes
     for index, event in enumerate(lanes.events if lanes is not None else ()):
         if lanes is not None and isinstance(event, LaneMessage) \
-                and (event.at_rotation or event.after_failure_s is not None):
+                and (event.at_rotation or event.after_failure_s is not None
+                     or event.after_rotation_s is not None or event.at_pass_elsewhere):
             events = list(lanes.events)
-            events[index] = event.model_copy(update={"at_rotation": False,
-                                                     "after_failure_s": None})
+            events[index] = event.model_copy(update={
+                "at_rotation": False, "after_failure_s": None, "after_rotation_s": None,
+                "at_pass_elsewhere": False})
             state.attempt(state.plan.model_copy(update={
                 "lanes": lanes.model_copy(update={"events": tuple(events)})}))
             lanes = state.plan.lanes

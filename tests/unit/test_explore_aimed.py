@@ -1,7 +1,7 @@
 """The explorer's aimed parts (``sim.explore.corrected``, ``sim.explore.lineage``,
-``sim.explore.cooldown``): each drawn last on a stream of its own, moving nothing of the
-other parts; each carried out where it is aimed, found under its sabotage, rendered,
-replayed and kept by the shrinker."""
+``sim.explore.cooldown``, ``sim.explore.waiter``): each drawn last on a stream of its own,
+moving nothing of the other parts; each carried out where it is aimed, found under its
+sabotage, rendered, replayed and kept by the shrinker."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hermes_ref.models import Message, Role
 from hermes_ref.session import SessionSource
 from hermes_ref.wire import ProviderRequest
 from sim.clock import VirtualClock
-from sim.explore import cooldown, lineage
+from sim.explore import cooldown, lineage, waiter
 from sim.explore.edges import FlakySummarizer
-from sim.explore.lanes import HOLD_S, LaneMessage, LanePlan, LaneWorld
+from sim.explore.lanes import HOLD_S, LaneMessage, LanePlan, LaneReset, LaneWorld
 from sim.explore.model import ExploreModel, _corrected_after_tools
 from sim.explore.plan import (
     Drain,
@@ -77,6 +77,22 @@ COOLDOWN = WorldPlan(
         LaneMessage(at_s=5324.4, process=0, source=FRANK, text="Read notes-1.txt."),
         LaneMessage(at_s=5329.8, process=0, source=FRANK,
                     text="Write note 3 to lane-out-3.txt."))))
+# as the shrinker left seed 287's plan, under the sabotage that puts seed 14792's defect back
+ERIN = SessionSource(platform="telegram", chat_type="group", chat_id="-1002285219667",
+                     thread_id="17585", participant="erin")
+WAITER = WorldPlan(
+    seed=287, processes=2, sessions={"s-2": "p-2"},
+    files={"notes-1.txt": "note 1 of seed 287", "notes-2.txt": "note 2 of seed 287"},
+    context_window=250, summary_delay_s=180.0,
+    lanes=LanePlan(reset_mode="daily", idle_minutes=240, at_hour=9, stuck_threshold=2, events=(
+        LaneMessage(at_s=2397.5, process=1, source=ERIN, text="Say hello 1."),
+        LaneMessage(at_s=2398.5, process=0, source=ERIN, text="Say hello 505.",
+                    after_rotation_s=1.0),
+        LaneMessage(at_s=2398.5, process=1, source=ERIN, text="Say hello 607.",
+                    at_pass_elsewhere=True),
+        LaneMessage(at_s=3039.3, process=1, source=ERIN, text="Read notes-1.txt."),
+        LaneMessage(at_s=3637.1, process=1, source=ERIN, text="Write note 401 to lane-out-401.txt."),
+        LaneMessage(at_s=4898.4, process=1, source=ERIN, text="Read notes-1.txt."))))
 
 
 def test_the_aimed_parts_are_drawn_last_and_move_nothing() -> None:
@@ -285,3 +301,90 @@ def test_a_message_held_for_a_failure_that_never_comes_arrives_after_the_hold() 
     assert f"arrives after {HOLD_S:g} s without a failed summary" in timeline
     assert s.world.failure_arrivals == 0 and s.world.clock.now() >= 10.0 + HOLD_S
     assert not s.violations
+
+
+def test_the_waiter_part_is_drawn_last_and_moves_nothing() -> None:
+    """Without its kind a plan is what the other parts drew: the waiter part takes only
+    windowless worlds with lanes and more than one process, and only adds a lane's chatter
+    on one process and two held messages, one on another process, takes the lane's other
+    talk of the while away, and sets the 250-token window (dropping the chat clients), the
+    summaries' delay and no summary failures."""
+    fewer = FaultMix(kinds=FaultMix().kinds - {FaultKind.WAIT_PAST_ROTATION})
+    drawn = 0
+    for seed in range(1000):
+        every, without = generate(seed), generate(seed, fewer)
+        if every.lanes is None or not every.lanes.waiting_out:
+            assert every == without, seed
+            continue
+        drawn += 1
+        assert without.lanes is not None and without.context_window is None
+        assert every.processes > 1 and not without.lanes.held and not every.lanes.held
+        assert every.context_window == waiter.WINDOW and not every.clients
+        assert not (every.summary_failures or every.summary_timeouts)
+        added = [e for e in every.lanes.events if e not in without.lanes.events]
+        gone = [e for e in without.lanes.events if e not in every.lanes.events]
+        assert all(isinstance(e, LaneMessage) for e in added)
+        assert len(added) == waiter.CHATTER + 2 and len({e.source for e in added}) == 1  # type: ignore[union-attr]
+        nudged = [e for e in added if isinstance(e, LaneMessage) and e.after_rotation_s]
+        back = [e for e in added if isinstance(e, LaneMessage) and e.at_pass_elsewhere]
+        assert len(nudged) == len(back) == 1 and nudged[0].process != back[0].process
+        assert all(isinstance(e, LaneMessage | LaneReset) and e.source.platform
+                   == added[0].source.platform for e in gone)  # type: ignore[union-attr]
+        assert every.model_copy(update={
+            "lanes": without.lanes, "context_window": None, "clients": without.clients,
+            "summary_delay_s": without.summary_delay_s, "lease_wait_s": without.lease_wait_s,
+            "summary_failures": without.summary_failures,
+            "summary_timeouts": without.summary_timeouts}) == without, seed
+    assert drawn >= 3, drawn
+
+
+def test_the_waiter_world_runs_replays_and_finds_its_sabotage() -> None:
+    """On the intact engine pid=2's turn rotates the lane's session and ends on the child
+    with two ineffective passes in a row; pid=1's held message is next, and its pass waits
+    for the summary while pid=2's second held message asks for the child and waits for the
+    lease. pid=2 holds no cache of the child, only the memory it carried there, and finds
+    it by reading the child again under the lease: ended by compression now. A walk that
+    takes the child's row as read before the wait stops there, and the turn compacts with
+    no memory (CMP-4). Without the holds the world passes under the sabotage, and the
+    shrinker keeps both."""
+    import scenarios  # noqa: F401
+
+    report = run_plan(WAITER)
+    assert report.verdict.value == "passed", report.violations
+    assert {FaultKind.WAIT_PAST_ROTATION, FaultKind.SMALL_WINDOW} <= report.fired
+    assert "as another process asks for a summary of" in report.timeline
+    assert "with no cache of it and a memory of its lineage" in report.timeline
+    source = render(WAITER, report)
+    assert "after_rotation_s=1.0" in source and "at_pass_elsewhere=True" in source
+    assert same_timeline(replay_rendered(WAITER, report, source), report)
+    assert load_plan(WAITER.model_dump_json()) == WAITER
+    assert WAITER.lanes is not None
+    unheld = WAITER.model_copy(update={"lanes": WAITER.lanes.model_copy(update={
+        "events": tuple(e.model_copy(update={"after_rotation_s": None,
+                                             "at_pass_elsewhere": False})
+                        for e in WAITER.lanes.events)})})
+    with SABOTAGES["walk_reads_the_parent_from_before_the_wait"].applied():
+        assert "CMP-4" in run_plan(WAITER, trace=False).invariants
+        assert run_plan(unheld, trace=False).verdict.value == "passed"
+        shrunk = shrink(WAITER).plan
+    assert shrunk.lanes is not None and shrunk.lanes.waiting_out == 2
+
+
+def test_messages_held_for_a_pass_or_a_rotation_that_never_comes_arrive_after_the_hold() -> None:
+    """A message held for another process's pass, or for a rotation and some seconds more,
+    arrives ``HOLD_S`` later when none comes; a message can wait for one moment only."""
+    s, timeline = _one_dm_lane({}, dict(at_pass_elsewhere=True))
+    assert "is held until another process asks for a summary of its lane's session" in timeline
+    assert f"arrives after {HOLD_S:g} s without a pass elsewhere" in timeline
+    assert s.world.rotation_waits == 0 and not s.violations
+    s, timeline = _one_dm_lane({}, dict(after_rotation_s=5.0))
+    assert "is held until 5 s after its lane's session rotates" in timeline
+    assert f"arrives after {HOLD_S:g} s without a rotation" in timeline
+    assert s.world.rotation_arrivals == 0 and not s.violations
+    try:
+        LaneMessage(at_s=0.0, process=0, source=ERIN, text="Say hello 1.", at_rotation=True,
+                    at_pass_elsewhere=True)
+    except ValueError as error:
+        assert "one moment" in str(error)
+    else:
+        raise AssertionError("a message held for two moments was taken")
