@@ -142,7 +142,8 @@ def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
         json.dump([{"sabotage": v.name, "invariants": list(v.invariants), "caught": v.caught,
                     "scenarios": v.scenarios, "failed": v.failed, "skipped": v.skipped,
                     "catches": [c.as_json() for c in v.catches],
-                    "also_violated": sorted(v.collateral), "evidence": v.evidence}
+                    "also_violated": sorted(v.collateral), "alone": v.alone,
+                    "evidence": v.evidence}
                    for v in verdicts], out, indent=2)
         out.write("\n")
     else:
@@ -150,6 +151,9 @@ def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
             _report_verdict(out, v)
     missed = [v.name for v in verdicts if not v.caught]
     caught = len(verdicts) - len(missed)
+    alone = sum(1 for v in verdicts if v.alone)
+    (sys.stderr if args.json else out).write(
+        f"{alone} of {len(verdicts)} go red alone (only their own ids) in some run\n")
     # with --json, stdout is one JSON document; the count goes to stderr
     (sys.stderr if args.json else out).write(f"{caught} passed, {len(missed)} failed\n")
     return 1 if missed else 0
@@ -168,6 +172,8 @@ def _report_verdict(out: TextIO, v: Any) -> None:
         out.write(f"    {v.evidence}\n")
     if v.collateral:
         out.write(f"    also violated: {', '.join(sorted(v.collateral))}\n")
+    if v.caught and not v.alone:
+        out.write("    never alone: every run that catches it breaks other ids too\n")
     if v.skipped:
         out.write(f"    not counted (red without the sabotage): {', '.join(v.skipped)}\n")
 
