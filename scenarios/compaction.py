@@ -213,6 +213,26 @@ def tail_budget_spent_inside_a_tool_group(s: Story) -> None:
              "the round's call and its three results are all in the compacted transcript")
 
 
+@scenario("A turn compacted before its first call is measured again before each later call, "
+          "and compacts again as its tool results fill the window",
+          invariants=("CMP-7",), stage="compaction")
+def every_call_of_a_turn_is_measured(s: Story) -> None:
+    """The turn's own long question passes the threshold, so it compacts before its first
+    call; then it reads six parts of a plan, one a round, each result some nine
+    hundred characters. Preflight measures every request, not only the first: past the threshold again
+    the turn compacts again, and no request it sends is past the window (CMP-7). Measured
+    only once, the later requests would grow past the window and be sent anyway."""
+    s.limits(context_window_tokens=WINDOW)
+    s.files({f"part{k}.txt": f"part {k}: " + "the plan " * 100 for k in range(6)})
+    s.script(text("Noted."),
+             *(tool_calls(("read_file", {"path": f"part{k}.txt"})) for k in range(6)),
+             text("All six parts read."))
+    s.turn("Here is where we are.", history=chat(19))
+    result = s.turn(long_question(19) + " Read the six parts one by one.")
+    s.expect(result is not None and result.final_response == "All six parts read.", "answered")
+    s.expect(len(s.world.summary_calls) >= 2, "compacted before its first call and again later")
+
+
 @scenario("A summary that times out loses no message; a request that then does not fit fails "
           "closed as a compression timeout",
           invariants=("CMP-7", "CMP-4", "FIN-5"), stage="compaction")
