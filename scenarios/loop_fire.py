@@ -156,6 +156,22 @@ def unclosed_think_block_is_not_an_answer(s: Story) -> None:
     s.expect(all("think" not in (m.content or "") for m in s.transcript()), "no think block stored")
 
 
+@scenario("A think block never closed before a reply's tool call is reasoning to the end: "
+          "the call's row stores none of it",
+          invariants=("LOOP-4",), stage="loop_fire")
+def unclosed_think_block_before_a_tool_call(s: Story) -> None:
+    """The block runs to the end of the text, so the assistant row that carries the call has
+    no visible text and stores none of the reasoning (LOOP-4). The turn goes on to read
+    the file and answers from it, as it would with the block closed."""
+    s.files({"notes.txt": "buy milk"})
+    s.script(tool_calls(("read_file", {"path": "notes.txt"}),
+                        content="<think>The notes will say, so I read them first and"),
+             text("It says: buy milk."))
+    result = s.turn("What is in my notes?")
+    s.expect(result is not None and result.final_response == "It says: buy milk.", "answered")
+    s.expect(all("think" not in (m.content or "") for m in s.transcript()), "no think block stored")
+
+
 # ---- LOOP-6: fallback providers --------------------------------------------------------------
 
 
