@@ -358,6 +358,29 @@ def user_interrupts_the_tools(s: Story) -> None:
     s.expect(len(s.world.tools.ledger) == 1, "only the first command started")
 
 
+@scenario("An interrupted tool batch is closed by the turn the user stopped, even when its "
+          "lease outlives it",
+          invariants=("FIN-4",), stage="loop_fire")
+def interrupted_batch_closed_though_the_release_fails(s: Story) -> None:
+    """The user stops a batch of two commands, and the release of the turn's lease then
+    fails, so the session stays held until the lease expires. A held session may show an
+    open tool group (a turn still at work, or a holder that will be reclaimed), but the
+    stopped turn is not at work: it closes its own sequence (FIN-4), one result a call,
+    whatever becomes of its lease."""
+    s.world.tools.slow("terminal", 60.0)
+    s.faults(fail_writes={"release": 1})
+    s.script(tool_calls(("terminal", {"command": "make build"}),
+                        ("terminal", {"command": "make test"})))
+    s.interrupt(after_s=20.0)
+    result = s.turn("Build and test.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED, "interrupted")
+    s.expect(result is not None and any(e.startswith("release:") for e in result.cleanup_errors),
+             "the failed release is reported")
+    results = [m for m in s.transcript() if m.role is Role.TOOL]
+    s.expect([m.content for m in results] == [INTERRUPTED_CALL_TEXT, NOT_RUN_TEXT],
+             "the running call is unknown, the other was never started")
+
+
 # ---- LOOP-4: corrections during the turn -----------------------------------------------------
 
 
