@@ -432,6 +432,24 @@ def correction_during_tools_is_taken_at_the_top(s: Story) -> None:
              "the round, a hidden boundary, then the correction")
 
 
+@scenario("A correction taken in after a tool round keeps the round's nudge: an empty reply "
+          "after it is nudged, not retried",
+          invariants=("LOOP-8",), stage="loop_fire")
+def correction_keeps_the_rounds_nudge(s: Story) -> None:
+    """The user corrects the turn while its read runs; the turn takes the correction in
+    before its next call, and that call's reply is empty. The tool round still happened,
+    so the ladder's first rung is the nudge after a tool round (LOOP-8): a correction
+    adds to the turn, it does not begin a new one, and the ladder's counters stay as
+    they were. The nudged reply answers."""
+    s.files({"a.txt": "alpha", "b.txt": "beta"})
+    s.world.tools.slow("read_file", 30.0)
+    s.script(tool_calls(("read_file", {"path": "a.txt"})), EMPTY, text("b.txt says beta."))
+    s.redirect("Actually, read b.txt.", after_s=10.0)
+    result = s.turn("Read a.txt.")
+    s.expect(result is not None and result.final_response == "b.txt says beta.", "answered")
+    s.expect(len(s.world.calls) == 3, "the round, the empty reply, and the nudged answer")
+
+
 # ---- FIN-1: the answer a verification gate held back ----------------------------------------
 
 
