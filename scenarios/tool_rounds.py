@@ -138,6 +138,27 @@ def unstarted_calls_are_reported_not_run(s: Story) -> None:
     s.expect(s.world.tools.snapshot_files()["a.txt"] == "2", "only the first write happened")
 
 
+@scenario("A round whose results the store refuses runs no further call, even when the store "
+          "would have refused those results too",
+          invariants=("TOOL-1",), stage="tool_round")
+def refused_results_stop_the_round(s: Story) -> None:
+    """Each write is a segment of its own. The store refuses the results of the first, and
+    would refuse the next results too. Persist before execute (TOOL-1) is about what runs:
+    once one result could not be stored, no later call runs, so only the first write
+    happened. Both calls are reported in call order, the first as unknown (it ran), the
+    second as never run."""
+    s.files({"a.txt": "1"})
+    s.faults(fail_writes={"tool_results": 2})
+    s.script(tool_calls(("write_file", {"path": "a.txt", "content": "2"}),
+                        ("write_file", {"path": "a.txt", "content": "3"})))
+    s.turn("Write 2 then 3 into a.txt.")
+    s.expect(s.world.tools.snapshot_files()["a.txt"] == "2", "only the first write happened")
+    s.expect(len(s.world.tools.ledger) == 1, "the second call never ran")
+    results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(len(results) == 2 and results[0].startswith("unknown:")
+             and results[1].startswith("not run:"), "the first is unknown, the second not run")
+
+
 @scenario("Malformed tool-call arguments are asked for again, then answered with an error in place",
           invariants=("LOOP-9", "TOOL-2", "TOOL-3"), stage="tool_round")
 def malformed_arguments_are_retried_then_answered(s: Story) -> None:
