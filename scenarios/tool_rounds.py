@@ -227,6 +227,20 @@ def tool_call_row_write_fails(s: Story) -> None:
     s.expect(s.world.tools.snapshot_files()["notes.txt"] == "x", "the file is untouched")
 
 
+@scenario("A model that only ever calls a missing tool is called three times, not a fourth",
+          invariants=("TOOL-2",), stage="tool_round")
+def missing_tool_forever_ends_at_the_third_round(s: Story) -> None:
+    """The model asks for the same missing tool however often it is asked. Each round is
+    answered in place with an error result, and the third all-invalid round in a row ends
+    the turn (TOOL-2): three model calls, and none after the limit. A provider that answers
+    every request alike lets the story count the calls whatever the engine does."""
+    s.use_provider(FunctionProvider(lambda request: tool_calls(("teleport", {"to": "mars"}))))
+    result = s.turn("Go to Mars.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INVALID_TOOL_CALLS,
+             "ended as invalid_tool_calls")
+    s.expect(len(s.world.calls) == 3, f"three model calls, not {len(s.world.calls)}")
+
+
 @scenario("Calls to missing tools are answered in place, and only three all-invalid rounds in a "
           "row end the turn",
           invariants=("TOOL-2", "TOOL-3", "FIN-5", "LOOP-3", "FIN-7"), stage="tool_round")
