@@ -186,6 +186,53 @@ def tool_pairs_stay_together_across_compaction(s: Story) -> None:
     s.expect(len(s.world.summary_calls) >= 1, "it was compacted")
 
 
+@scenario("A tail whose token budget runs out among a round's results starts at their call",
+          invariants=("CMP-3",), stage="compaction")
+def tail_budget_spent_inside_a_tool_group(s: Story) -> None:
+    """Here the floor of eight messages is met by short chat after the round, and the tail
+    goes on back over the round until its budget is spent: the budget runs out after the
+    last result, so the tail's start is moved back to the call, and all three results are
+    kept with it. Cut there instead, the call would go into the summary while its last
+    result was cut away from it (CMP-3); the last eight messages are kept either way."""
+    s.limits(context_window_tokens=WINDOW)
+    s.files({f"n{k}.txt": f"note {k}: " + "ok " * 80 for k in range(3)})
+    s.script(text("Noted."),
+             tool_calls(*(("read_file", {"path": f"n{k}.txt"}) for k in range(3))),
+             text("Three notes read."), *(text("Yes.") for _ in range(4)), text("Done."))
+    s.turn("Here is where we are.", history=chat(15))
+    s.turn("Read the three notes.")
+    for k in range(4):
+        s.turn(f"And note {k}?")
+    result = s.turn("Question, a long one: " + "what about the next step of the plan " * 10)
+    s.expect(result is not None and result.final_response == "Done.", "answered")
+    s.expect(len(s.world.summary_calls) == 1, "it was compacted once")
+    rows = s.transcript(live_session(s))
+    calls = [m for m in rows if m.tool_calls]
+    results = [m for m in rows if m.role is Role.TOOL]
+    s.expect(len(calls) == 1 and len(results) == 3,
+             "the round's call and its three results are all in the compacted transcript")
+
+
+@scenario("A turn compacted before its first call is measured again before each later call, "
+          "and compacts again as its tool results fill the window",
+          invariants=("CMP-7",), stage="compaction")
+def every_call_of_a_turn_is_measured(s: Story) -> None:
+    """The turn's own long question passes the threshold, so it compacts before its first
+    call; then it reads six parts of a plan, one a round, each result some nine
+    hundred characters. Preflight measures every request, not only the first: past the threshold again
+    the turn compacts again, and no request it sends is past the window (CMP-7). Measured
+    only once, the later requests would grow past the window and be sent anyway."""
+    s.limits(context_window_tokens=WINDOW)
+    s.files({f"part{k}.txt": f"part {k}: " + "the plan " * 100 for k in range(6)})
+    s.script(text("Noted."),
+             *(tool_calls(("read_file", {"path": f"part{k}.txt"})) for k in range(6)),
+             text("All six parts read."))
+    s.turn("Here is where we are.", history=chat(19))
+    result = s.turn(long_question(19) + " Read the six parts one by one.")
+    s.expect(result is not None and result.final_response == "All six parts read.", "answered")
+    s.expect(len(s.world.summary_calls) >= 2, "compacted before its first call and again later")
+
+
 @scenario("A summary that times out loses no message; a request that then does not fit fails "
           "closed as a compression timeout",
           invariants=("CMP-7", "CMP-4", "FIN-5"), stage="compaction")

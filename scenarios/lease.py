@@ -261,6 +261,26 @@ def lease_lost_during_a_tool_batch(s: Story) -> None:
     s.expect(len(s.world.calls) == 1, "the model was not called again after the interrupt")
 
 
+@scenario("A lease lost while a whole reply is awaited after a tool round ends the turn "
+          "interrupted, not as a silent stop",
+          invariants=("LOOP-3",), stage="lease")
+def lease_lost_awaiting_a_whole_reply(s: Story) -> None:
+    """Replies arrive whole here (no stream). The refresh fails while the model call after
+    the tool round is out, so the turn stops: only a boundary row follows its tool result,
+    as after a silent stop, yet the turn was stopped, not silent, and exits
+    ``interrupted`` (LOOP-3). The reply that came back too late answered in text, so
+    ``pending_tool_result`` would be a false account of it too. With no stream, no deltas
+    of that reply are owed to the log (DEL-1 has nothing to say)."""
+    s.limits(stream_replies=False)
+    s.files({"notes.txt": "buy milk"})
+    s.faults(fail_writes={"refresh": 10})
+    s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("It says: buy milk."))
+    s.delay_reply(2, 90.0)
+    result = s.turn("What is in my notes?")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED,
+             "interrupted, though only a boundary row follows the tool result")
+
+
 @scenario("A lease lost during the model call after a tool round ends the turn interrupted",
           invariants=("LEASE-4", "LOOP-3", "FIN-8", "FIN-5"), stage="lease")
 def lease_lost_after_a_tool_round(s: Story) -> None:

@@ -156,6 +156,22 @@ def unclosed_think_block_is_not_an_answer(s: Story) -> None:
     s.expect(all("think" not in (m.content or "") for m in s.transcript()), "no think block stored")
 
 
+@scenario("A think block never closed before a reply's tool call is reasoning to the end: "
+          "the call's row stores none of it",
+          invariants=("LOOP-4",), stage="loop_fire")
+def unclosed_think_block_before_a_tool_call(s: Story) -> None:
+    """The block runs to the end of the text, so the assistant row that carries the call has
+    no visible text and stores none of the reasoning (LOOP-4). The turn goes on to read
+    the file and answers from it, as it would with the block closed."""
+    s.files({"notes.txt": "buy milk"})
+    s.script(tool_calls(("read_file", {"path": "notes.txt"}),
+                        content="<think>The notes will say, so I read them first and"),
+             text("It says: buy milk."))
+    result = s.turn("What is in my notes?")
+    s.expect(result is not None and result.final_response == "It says: buy milk.", "answered")
+    s.expect(all("think" not in (m.content or "") for m in s.transcript()), "no think block stored")
+
+
 # ---- LOOP-6: fallback providers --------------------------------------------------------------
 
 
@@ -342,6 +358,29 @@ def user_interrupts_the_tools(s: Story) -> None:
     s.expect(len(s.world.tools.ledger) == 1, "only the first command started")
 
 
+@scenario("An interrupted tool batch is closed by the turn the user stopped, even when its "
+          "lease outlives it",
+          invariants=("FIN-4",), stage="loop_fire")
+def interrupted_batch_closed_though_the_release_fails(s: Story) -> None:
+    """The user stops a batch of two commands, and the release of the turn's lease then
+    fails, so the session stays held until the lease expires. A held session may show an
+    open tool group (a turn still at work, or a holder that will be reclaimed), but the
+    stopped turn is not at work: it closes its own sequence (FIN-4), one result a call,
+    whatever becomes of its lease."""
+    s.world.tools.slow("terminal", 60.0)
+    s.faults(fail_writes={"release": 1})
+    s.script(tool_calls(("terminal", {"command": "make build"}),
+                        ("terminal", {"command": "make test"})))
+    s.interrupt(after_s=20.0)
+    result = s.turn("Build and test.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED, "interrupted")
+    s.expect(result is not None and any(e.startswith("release:") for e in result.cleanup_errors),
+             "the failed release is reported")
+    results = [m for m in s.transcript() if m.role is Role.TOOL]
+    s.expect([m.content for m in results] == [INTERRUPTED_CALL_TEXT, NOT_RUN_TEXT],
+             "the running call is unknown, the other was never started")
+
+
 # ---- LOOP-4: corrections during the turn -----------------------------------------------------
 
 
@@ -391,6 +430,24 @@ def correction_during_tools_is_taken_at_the_top(s: Story) -> None:
     s.expect(roles[:5] == [(Role.USER, False), (Role.ASSISTANT, False), (Role.TOOL, False),
                            (Role.ASSISTANT, True), (Role.USER, False)],
              "the round, a hidden boundary, then the correction")
+
+
+@scenario("A correction taken in after a tool round keeps the round's nudge: an empty reply "
+          "after it is nudged, not retried",
+          invariants=("LOOP-8",), stage="loop_fire")
+def correction_keeps_the_rounds_nudge(s: Story) -> None:
+    """The user corrects the turn while its read runs; the turn takes the correction in
+    before its next call, and that call's reply is empty. The tool round still happened,
+    so the ladder's first rung is the nudge after a tool round (LOOP-8): a correction
+    adds to the turn, it does not begin a new one, and the ladder's counters stay as
+    they were. The nudged reply answers."""
+    s.files({"a.txt": "alpha", "b.txt": "beta"})
+    s.world.tools.slow("read_file", 30.0)
+    s.script(tool_calls(("read_file", {"path": "a.txt"})), EMPTY, text("b.txt says beta."))
+    s.redirect("Actually, read b.txt.", after_s=10.0)
+    result = s.turn("Read a.txt.")
+    s.expect(result is not None and result.final_response == "b.txt says beta.", "answered")
+    s.expect(len(s.world.calls) == 3, "the round, the empty reply, and the nudged answer")
 
 
 # ---- FIN-1: the answer a verification gate held back ----------------------------------------

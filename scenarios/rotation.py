@@ -227,3 +227,43 @@ def engine_compaction_rotates_and_the_next_turn_finds_the_tip(s: Story) -> None:
     s.expect(s.transcript(tip.id)[-1].content == "Then the release.",
              "the next turn ran on the tip")
     s.expect(_live(s) == [tip.id], "one live tip")
+
+
+@scenario("A turn that waited through a rotation keeps its place in the child's line, ahead "
+          "of a turn that first asked there", invariants=("LEASE-3",), stage="lease")
+def waiter_through_a_rotation_is_not_refused(s: Story) -> None:
+    """The holder's turn compacts by rotation, its summary 20 s late, while a turn of
+    another process waits for the lease. Just after the rotation a third process asks,
+    at the child, and then stalls for a minute, so its place in line lapses unused. The
+    rotation carried the waiter's place to the child with the lease, so when the holder
+    releases at 40.2 s the first poll after it takes the free lease: no live holder and no
+    earlier waiter stood in the way (LEASE-3). Left behind on the parent, the waiter would
+    be refused a free lease for a poll, behind the later asker's place."""
+    s.limits(context_window_tokens=2_000, lease_poll_s=1.0, lease_wait_s_max=300.0)
+    filler = "tell me more about the plan " * 5
+    history = [m for k in range(19) for m in (
+        Message(role=Role.USER, content=f"Question {k}: {filler}"),
+        Message(role=Role.ASSISTANT, content=f"Answer {k}: " + "noted. " * 20))]
+    provider = s.script(text("Noted."), text("The review is next."), text("I waited."),
+                        text("I came later."))
+    s.turn("Here is where we are.", history=history)
+    provider.summarizer.delay_s = 20.0
+    holder, waiter, later = s.main_process(), s.process(), s.process()
+    s.delay_reply(2, 20.2)  # the holder's call after the rotation answers at 40.2 s
+    s.start_turn("Question 19, a long one: " + "what about the next step of the plan " * 10,
+                 process=holder)
+    waited = s.start_turn("I waited through it.", process=waiter, after_s=5.7)
+    came = s.start_turn("I came after it.", process=later, after_s=20.2)
+    s.stall(later, 60.0, after_s=39.9)
+    s.run_all()
+    record = s.world.store.snapshot()
+    s.expect(len(record.compactions) == 1 and record.compactions[0].child_id is not None,
+             "the holder's turn rotated the session")
+    grants = [g for g in record.lease_grants if g.session_id == record.compactions[0].child_id]
+    s.expect(len(grants) == 3 and 20.2 < grants[1].acquired_at - grants[0].acquired_at < 21.2,
+             "carried at 20 s, the child's lease went to the waiter at its first poll after "
+             "the release at 40.2 s")
+    s.expect(waited.result is not None and waited.result.final_response == "I waited.",
+             "the waiter answered")
+    s.expect(came.result is not None and came.result.final_response == "I came later.",
+             "the later turn answered after its stall")

@@ -138,6 +138,27 @@ def unstarted_calls_are_reported_not_run(s: Story) -> None:
     s.expect(s.world.tools.snapshot_files()["a.txt"] == "2", "only the first write happened")
 
 
+@scenario("A round whose results the store refuses runs no further call, even when the store "
+          "would have refused those results too",
+          invariants=("TOOL-1",), stage="tool_round")
+def refused_results_stop_the_round(s: Story) -> None:
+    """Each write is a segment of its own. The store refuses the results of the first, and
+    would refuse the next results too. Persist before execute (TOOL-1) is about what runs:
+    once one result could not be stored, no later call runs, so only the first write
+    happened. Both calls are reported in call order, the first as unknown (it ran), the
+    second as never run."""
+    s.files({"a.txt": "1"})
+    s.faults(fail_writes={"tool_results": 2})
+    s.script(tool_calls(("write_file", {"path": "a.txt", "content": "2"}),
+                        ("write_file", {"path": "a.txt", "content": "3"})))
+    s.turn("Write 2 then 3 into a.txt.")
+    s.expect(s.world.tools.snapshot_files()["a.txt"] == "2", "only the first write happened")
+    s.expect(len(s.world.tools.ledger) == 1, "the second call never ran")
+    results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(len(results) == 2 and results[0].startswith("unknown:")
+             and results[1].startswith("not run:"), "the first is unknown, the second not run")
+
+
 @scenario("Malformed tool-call arguments are asked for again, then answered with an error in place",
           invariants=("LOOP-9", "TOOL-2", "TOOL-3"), stage="tool_round")
 def malformed_arguments_are_retried_then_answered(s: Story) -> None:
@@ -204,6 +225,20 @@ def tool_call_row_write_fails(s: Story) -> None:
              "exit reason session_persistence_failed")
     s.expect(s.world.tools.ledger == [], "no tool ran")
     s.expect(s.world.tools.snapshot_files()["notes.txt"] == "x", "the file is untouched")
+
+
+@scenario("A model that only ever calls a missing tool is called three times, not a fourth",
+          invariants=("TOOL-2",), stage="tool_round")
+def missing_tool_forever_ends_at_the_third_round(s: Story) -> None:
+    """The model asks for the same missing tool however often it is asked. Each round is
+    answered in place with an error result, and the third all-invalid round in a row ends
+    the turn (TOOL-2): three model calls, and none after the limit. A provider that answers
+    every request alike lets the story count the calls whatever the engine does."""
+    s.use_provider(FunctionProvider(lambda request: tool_calls(("teleport", {"to": "mars"}))))
+    result = s.turn("Go to Mars.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INVALID_TOOL_CALLS,
+             "ended as invalid_tool_calls")
+    s.expect(len(s.world.calls) == 3, f"three model calls, not {len(s.world.calls)}")
 
 
 @scenario("Calls to missing tools are answered in place, and only three all-invalid rounds in a "
