@@ -121,8 +121,11 @@ def test_a_crash_earns_no_credit_for_the_ids_that_demand_an_ending() -> None:
 def test_a_run_that_breaks_other_ids_too_is_not_alone() -> None:
     """A catch with collateral keeps its credit, but only a run whose sole red ids are the
     sabotage's own counts as the break seen alone (``SabotageVerdict.alone``)."""
-    with_collateral = verify_sabotage(SABOTAGES["tail_splits_tool_group"], REGISTRY, ("memory",))
-    assert with_collateral.caught and with_collateral.collateral == {"CMP-2"}
+    # losing the exit line and the completion is this sabotage itself: LOOP-3, FIN-7 and
+    # DEL-1, which demand both, go red in every run that catches it under FIN-6
+    with_collateral = verify_sabotage(SABOTAGES["failed_release_loses_the_ending"], REGISTRY,
+                                      ("memory",))
+    assert with_collateral.caught and {"DEL-1", "FIN-7", "LOOP-3"} <= with_collateral.collateral
     assert with_collateral.alone == []
     by_itself = verify_sabotage(SABOTAGES["budget_not_reset"], REGISTRY, ("memory",))
     assert by_itself.caught and "caller_history_seeds_a_new_session[memory]" in by_itself.alone
