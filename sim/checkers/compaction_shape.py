@@ -40,7 +40,7 @@ from sim.checkers.compaction_record import (
 )
 from sim.checkers.compaction_split import prunable, split
 from sim.checkers.compaction_streak import blind_passes
-from sim.checkers.loop_fire import held_answer_stood, interrupted
+from sim.checkers.loop_fire import interrupted, stood_row_ids
 from sim.checkers.measure import message_tokens
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
@@ -230,11 +230,9 @@ def unsent_tokens(obs: Observation, view: TurnView) -> int:
     An answer the verification gate held back and the finalizer then delivered (FIN-6)
     was written after preflight measured: its row is left out, as its text rode in the
     request already, in the gate's scaffolding pair."""
-    where = ended_in(view)
-    rows = [m.message for m in obs.record.messages if m.session_id == where]
-    if held_answer_stood(obs, view):
-        answer = [m for m in rows if m.turn_id == view.turn_id][-1]
-        rows = [m for m in rows if m is not answer]
+    where, stood = ended_in(view), stood_row_ids(obs, view)
+    rows = [m.message for m in obs.record.messages
+            if m.session_id == where and m.message.row_id not in stood]
     return record_tokens(obs, where, _as_it_ended(obs, view.turn_id, rows)) + \
         scaffolding_tokens(obs, view.turn_id, AFTER_EVERY_CALL)
 

@@ -164,6 +164,15 @@ def held_answer_stood(obs: Observation, view: TurnView) -> bool:
         and delivers_held(done.final_response, withheld_answers(view, obs))
 
 
+def stood_row_ids(obs: Observation, view: TurnView) -> set[int]:
+    """The row the finalizer wrote for a held answer that stood (``held_answer_stood``): the
+    turn's last row, written after the preflight that refused the turn's request, so no
+    row of the list that preflight measured (the answer rode there in the gate's pair)."""
+    if not held_answer_stood(obs, view) or not view.rows:
+        return set()
+    return {view.rows[-1].row_id or 0}
+
+
 def _held_at_the_end(obs: Observation, view: TurnView) -> str | None:
     """The gate's hold with no request after it: the turn's last call answered in text
     after a landed round that wrote, and the budget or the call cap ended the turn there,
