@@ -168,9 +168,12 @@ def stood_row_ids(obs: Observation, view: TurnView) -> set[int]:
     """The row the finalizer wrote for a held answer that stood (``held_answer_stood``): the
     turn's last row, written after the preflight that refused the turn's request, so no
     row of the list that preflight measured (the answer rode there in the gate's pair)."""
-    if not held_answer_stood(obs, view) or not view.rows:
+    if not held_answer_stood(obs, view) or not view.rows or view.completion is None:
         return set()
-    return {view.rows[-1].row_id or 0}
+    last = view.rows[-1]
+    answer = last.role is Role.ASSISTANT and not last.tool_calls \
+        and last.content == view.completion.final_response
+    return {last.row_id or 0} if answer else set()
 
 
 def _held_at_the_end(obs: Observation, view: TurnView) -> str | None:
