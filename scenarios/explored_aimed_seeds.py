@@ -289,7 +289,7 @@ def waiter_past_a_rotation_reads_the_parent_again(s: Story) -> None:
 
 @scenario("An answer the verification gate held back stands when the request that asks for "
           "the check does not fit the window (explored seed 1095)",
-          invariants=("FIN-6", "FIN-1", "CMP-7"), stage="explore")
+          invariants=("FIN-6", "CMP-7"), stage="explore")
 def held_answer_stands_past_a_full_window(s: Story) -> None:
     """A 250-token window and the verification gate. Erin's turn writes a file and the model
     answers; the gate holds the answer back and asks the model to check its work. The
