@@ -8,7 +8,8 @@ order, each guarded on its own so one failure never costs the user the answer (F
 
 1. Budget fallback (FIN-1): the loop ran out without an answer → the answer the
    verification gate held back, if there is one, else one tool-less grace call asks
-   for a summary.
+   for a summary. A turn that failed for context pressure while the gate held an answer
+   delivers that answer the same way (FIN-6).
 2. Drop scaffolding from the working list (SCAF-1).
 3. Silent-stop guard (FIN-8): no answer, not already failed, tail is a tool result →
    failed with ``pending_tool_result`` and an explanatory answer.
@@ -59,6 +60,7 @@ from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT, scaffold
 
 NO_ANSWER_TEXT = "The turn ended without an answer ({reason}). Nothing was lost; ask again to continue."
 MUTATION_FOOTER = "[These file changes did not apply:"
+HELD_BACK_NOTE = "; the answer held back for verification"  # FIN-1: the exit detail says so
 PENDING_TOOL_RESULT_TEXT = (
     "The turn stopped right after a tool result, before the model answered. "
     "The tool results are recorded; ask again to continue from them."
@@ -128,8 +130,25 @@ def _reuse_withheld(ctx: TurnContext, answer: str) -> None:
     """FIN-1: the verification gate held this answer back, and the budget ran out while the
     model checked its work: the answer it gave stands, with no summary call."""
     ctx.ending.amend_answer(answer)
-    ctx.ending.detail += "; the answer held back for verification"
+    ctx.ending.detail += HELD_BACK_NOTE
     ctx.transcript.append(Message(role=Role.ASSISTANT, content=answer, turn_id=ctx.turn_id))
+
+
+def _held_answer_stands(ctx: TurnContext) -> None:
+    """FIN-6, FIN-1: context pressure ended the turn while the gate held an answer back.
+
+    The model had answered; the gate held the answer back to ask for a check, and the
+    request that asks could not be sent (preflight found it over the window, or compaction
+    could not relieve it). That is no reason to lose the answer the user waits for: it
+    stands exactly as at the budget's end, delivered and not failed, under the exit reason
+    already recorded (the first reason wins; the detail says the answer was held back). A
+    turn that was interrupted, or lost its lease, ended ``interrupted`` and is not touched.
+    """
+    held = ctx.state.withheld_answer
+    if held is None or ctx.ending.reason not in CONTEXT_PRESSURE_EXITS:
+        return
+    ctx.ending.keep_held_answer()
+    _reuse_withheld(ctx, held)
 
 
 def _silent_stop_guard(ctx: TurnContext) -> None:
@@ -263,6 +282,7 @@ async def finalize(ctx: TurnContext) -> TurnResult:
     ctx.enter(Phase.FINALIZE)
     if not ctx.ended:
         await _budget_fallback(ctx)
+    _held_answer_stands(ctx)
     ctx.transcript.drop_scaffolding()
     _silent_stop_guard(ctx)
     _no_answer_guard(ctx)

@@ -10,8 +10,9 @@ closed set: LOOP-3), *what the user is told* (the answer) and *whether it failed
   calls keep the first reason (the first cause is the true one);
 * ``amend_answer`` changes only the text delivered for an exit already recorded (the grace
   summary, the failed-write footer);
-* ``fail_unanswered`` and ``replace`` are the finalizer's two guards, which change the
-  outcome on purpose and say so in their names.
+* ``fail_unanswered`` and ``replace`` are the finalizer's two guards, and
+  ``keep_held_answer`` its rescue of an answer the verification gate held back: they
+  change the outcome on purpose and say so in their names.
 
 Every event a turn emits is one of four typed records defined here: ``TurnStarted``,
 ``ToolProgress``, the ``ExitLine`` (FIN-7, one per turn) and the ``Completion`` (DEL-1,
@@ -116,6 +117,12 @@ class Ending:
         """
         self.reason = ExitReason.INTERRUPTED
         self.detail = f"{self.detail}; grace call interrupted: {detail}" if self.detail else detail
+
+    def keep_held_answer(self) -> None:
+        """FIN-6: a context-pressure failure came while the verification gate held an
+        answer; that answer stands (the finalizer sets it), so the turn did not fail. The
+        reason stays, first-reason-wins; only the failure is overruled, on purpose."""
+        self.failed = False
 
     def replace(self, reason: ExitReason, answer: str, *, failed: bool) -> None:
         """Overrule the recorded exit with a more specific truth (FIN-8's guard only)."""

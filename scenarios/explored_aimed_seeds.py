@@ -285,3 +285,29 @@ def waiter_past_a_rotation_reads_the_parent_again(s: Story) -> None:
                               (1, "Say hello 3.", 28757.1), (0, "Read notes-2.txt.", 28832.2)):
         lanes.message(slot, TG_42, text, after_s=after)
     _calm(s)
+
+
+@scenario("An answer the verification gate held back stands when the request that asks for "
+          "the check does not fit the window (explored seed 1095)",
+          invariants=("FIN-6", "CMP-7"), stage="explore")
+def held_answer_stands_past_a_full_window(s: Story) -> None:
+    """A 250-token window and the verification gate. Erin's turn writes a file and the model
+    answers; the gate holds the answer back and asks the model to check its work. The
+    request that asks, the answer and the nudge riding on the conversation, is 259 tokens:
+    preflight fails the turn closed, and the user was told the conversation is too long,
+    the answer lost (FIN-6). The held answer now stands, as it does when the budget ends
+    while the model checks (FIN-1): delivered, under the exit reason preflight recorded.
+    CMP-7's checker counted 212 tokens for the unsent request, as if it fit, until it
+    learned the gate's two scaffolding messages."""
+    _world(s, 1095, parts=7)
+    s.limits(verify_before_answer=True)
+    s.limits(context_window_tokens=250)
+    s.limits(session_reset_mode="daily", session_idle_minutes=60, session_reset_at_hour=4,
+             group_sessions_per_user=True, thread_sessions_per_user=False,
+             session_prune_after_s=10800.0, stuck_restart_threshold=3)
+    s.bind("p-2", session="s-2")
+    s.bind("op-s-2", session="s-2", role="operator", kind="operator")
+    lanes = LaneWorld(s, [s.main_process()], job_s=400.0)
+    lanes.message(0, DAVE, "Write note 1 to lane-out-1.txt.", after_s=2389.1)
+    lanes.message(0, ERIN, "Write note 404 to lane-out-404.txt.", after_s=5619.3)
+    _calm(s)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast
 from pydantic import ValidationError
 
 from hermes_ref.limits import Limits
-from hermes_ref.models import Event, EventKind, Message, Role, ToolCall
+from hermes_ref.models import Event, EventKind, Message, Role, ToolCall, ToolKind
 from hermes_ref.outcomes import Completion, ExitLine
 from hermes_ref.ports import DurableRecord, LedgerEntry, StoredMessage
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT
@@ -519,6 +519,14 @@ def round_landed(obs: Observation, record: CallRecord) -> bool:
         return False
     answered = {m.tool_call_id for m in obs.rows_of_turn(record.turn_id) if m.role is Role.TOOL}
     return all(c.id in answered for c in record.reply.tool_calls)
+
+
+def wrote_in(obs: Observation, records: Sequence[CallRecord]) -> bool:
+    """A landed tool round of ``records`` ran a writer tool: the turn changed a file, and
+    FIN-1's gate holds the next answer back (``verify_before_answer``)."""
+    return any(c.reply is not None and round_landed(obs, c) and any(
+        t.name in TOOLS_BY_NAME and TOOLS_BY_NAME[t.name].kind is ToolKind.WRITER
+        for t in c.reply.tool_calls) for c in records)
 
 
 def invalid_streak_at_end(obs: Observation, records: list[CallRecord]) -> int:

@@ -41,6 +41,7 @@ from sim.checkers.compaction_record import (
     tokens_of,
     turn_of,
 )
+from sim.checkers.loop_fire import stood_row_ids
 from sim.checkers.measure import message_tokens
 from sim.world import CallRecord
 
@@ -229,7 +230,9 @@ def _closed_after(obs: Observation, view: TurnView, calls: list[CallRecord]) -> 
     last = calls[-1]
     if not refused_at_preflight(view):
         return None
-    later = tuple(m for m in view.rows if (m.row_id or 0) > last.watermark)
+    stood = stood_row_ids(obs, view)  # a held answer's row, written after the refusal (FIN-6)
+    later = tuple(m for m in view.rows if (m.row_id or 0) > last.watermark
+                  and m.row_id not in stood)
     messages = held_after(obs, calls, last, later)
     root = lineage_of(obs).get(last.session_id, last.session_id)
     return Preflight(view, "later", root, None, last, _exit_at(view, last.at), last.seq + 1,

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ScaffoldFlag
 from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
-from hermes_ref.scaffolding import DROPPED_TOOLCALL_NUDGE, EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL
+from hermes_ref.scaffolding import (
+    DROPPED_TOOLCALL_NUDGE,
+    EMPTY_AFTER_TOOLS_NUDGE,
+    EMPTY_SENTINEL,
+    PRE_VERIFY_NUDGE,
+)
 from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
     Observation,
     TurnView,
@@ -32,6 +37,7 @@ from sim.checkers.base import (  # window_tokens: read here by the CMP checkers
     remembered,
     round_landed,
     window_tokens,
+    wrote_in,
 )
 from sim.checkers.lineage import roots
 from sim.checkers.measure import message_tokens, route_window_tokens, wire_tokens
@@ -290,7 +296,17 @@ def scaffolding_after(obs: Observation, calls: list[CallRecord], last: CallRecor
     nudges say whether the nudge is due."""
     prefills = sum(1 for c in calls if c.seq <= last.seq and _ends_on_prefill(c))
     return _after_reply(obs.limits, last, _scaffolding(last), prefills,
-                        _round_not_nudged(obs, calls, last))
+                        _round_not_nudged(obs, calls, last), _gate_holds(obs, calls, last))
+
+
+def _gate_holds(obs: Observation, calls: list[CallRecord], last: CallRecord) -> bool:
+    """FIN-1's gate would hold an answer ``last`` gave: the gate is on, a tool round of the
+    turn changed a file before that reply, and no answer was held earlier in the turn (a
+    held answer's request carries the pre-verify nudge; the gate holds once per turn)."""
+    earlier = [c for c in calls if c.seq < last.seq]
+    held = any(m.scaffold is ScaffoldFlag.PRE_VERIFY for c in [*earlier, last]
+               for m in c.request.messages)
+    return obs.limits.verify_before_answer and not held and wrote_in(obs, earlier)
 
 
 def _round_not_nudged(obs: Observation, calls: list[CallRecord], last: CallRecord) -> bool:
@@ -318,25 +334,28 @@ def _ends_on_prefill(call: CallRecord) -> bool:
 
 
 def _after_reply(limits: Limits, call: CallRecord, carried: list[Message],
-                 prefills: int, nudge_owed: bool) -> list[Message]:
+                 prefills: int, nudge_owed: bool, gate_holds: bool = False) -> list[Message]:
     """The scaffolding of the next request once the reply of ``call`` was handled, in the
     ladder's order: a dropped call's re-prompt (LOOP-7, while re-prompts are left), the
-    nudge after a tool round (once per round, not for inline reasoning), the reasoning as
-    a prefill (while prefills are left; a newer one replaces an older); a retry or a
-    fallback sends the list as it was. Each carries its flag, as the engine's does: it is
-    no message of the conversation (the tail's floor does not count it)."""
+    verification gate's pair after an answer it holds back (FIN-1: the answer, then the
+    pre-verify nudge), the nudge after a tool round (once per round, not for inline
+    reasoning), the reasoning as a prefill (while prefills are left; a newer one replaces
+    an older); a retry or a fallback sends the list as it was. Each carries its flag, as
+    the engine's does: it is no message of the conversation (the tail's floor does not
+    count it)."""
     reply = call.reply
     if reply is None or reply.tool_calls:
         return carried
+    text = visible_text(reply.content)
     if reply.finish_reason == "tool_calls":
         reprompts = sum(1 for m in carried if m.content == DROPPED_TOOLCALL_NUDGE)
         if reprompts >= limits.dropped_toolcall_retries_max:
-            return carried
+            return [*carried, *_held_pair(text)] if text and gate_holds else carried
         flag = ScaffoldFlag.DROPPED_TOOLCALL_NUDGE
         return [*carried, Message(role=Role.ASSISTANT, content=reply.content or "", scaffold=flag),
                 Message(role=Role.USER, content=DROPPED_TOOLCALL_NUDGE, scaffold=flag)]
-    if visible_text(reply.content):
-        return carried
+    if text:
+        return [*carried, *_held_pair(text)] if gate_holds else carried
     if nudge_owed and not inline_thought(reply.content):
         flag = ScaffoldFlag.EMPTY_RECOVERY
         return [*carried, Message(role=Role.ASSISTANT, content=EMPTY_SENTINEL, scaffold=flag),
@@ -348,6 +367,13 @@ def _after_reply(limits: Limits, call: CallRecord, carried: list[Message],
         return [*kept, Message(role=Role.ASSISTANT, content=thought,
                                scaffold=ScaffoldFlag.THINKING_PREFILL)]
     return carried
+
+
+def _held_pair(text: str) -> list[Message]:
+    """The gate's two scaffolding messages after an answer it holds back, as the engine
+    appends them (``loop._withheld_for_verification``)."""
+    return [Message(role=Role.ASSISTANT, content=text, scaffold=ScaffoldFlag.VERIFICATION_STOP),
+            Message(role=Role.USER, content=PRE_VERIFY_NUDGE, scaffold=ScaffoldFlag.PRE_VERIFY)]
 
 
 def engine_of(obs: Observation) -> dict[str, str]:

@@ -40,7 +40,7 @@ from sim.checkers.compaction_record import (
 )
 from sim.checkers.compaction_split import prunable, split
 from sim.checkers.compaction_streak import blind_passes
-from sim.checkers.loop_fire import interrupted
+from sim.checkers.loop_fire import interrupted, stood_row_ids
 from sim.checkers.measure import message_tokens
 from sim.checkers.wire import sent_messages
 from sim.world import CallRecord
@@ -224,6 +224,19 @@ def _as_it_ended(obs: Observation, turn_id: str, rows: list[Message]) -> list[Me
     return [then(m) for m in rows]
 
 
+def unsent_tokens(obs: Observation, view: TurnView) -> int:
+    """The request a turn that failed closed did not send, as preflight measured it: the
+    session's rows as the turn ended them, and the scaffolding its working list held then.
+    An answer the verification gate held back and the finalizer then delivered (FIN-6)
+    was written after preflight measured: its row is left out, as its text rode in the
+    request already, in the gate's scaffolding pair."""
+    where, stood = ended_in(view), stood_row_ids(obs, view)
+    rows = [m.message for m in obs.record.messages
+            if m.session_id == where and m.message.row_id not in stood]
+    return record_tokens(obs, where, _as_it_ended(obs, view.turn_id, rows)) + \
+        scaffolding_tokens(obs, view.turn_id, AFTER_EVERY_CALL)
+
+
 @checker("requests_fit_the_window", ("CMP-7",),
          "every request sent fits the context window; a request the provider refused as too "
          "long is never sent again; a fail-closed exit had a request that did not fit; rows go "
@@ -252,11 +265,7 @@ def requests_fit_the_window(obs: Observation) -> list[Violation]:
             continue
         if view.calls and view.calls[-1].error == "ContextOverflow":
             continue
-        where = ended_in(view)
-        rows = _as_it_ended(obs, view.turn_id,
-                            [m.message for m in obs.record.messages if m.session_id == where])
-        unsent = record_tokens(obs, where, rows) + \
-            scaffolding_tokens(obs, view.turn_id, AFTER_EVERY_CALL)
+        unsent = unsent_tokens(obs, view)
         if unsent <= smallest_window(obs.limits):
             out.append(Violation("requests_fit_the_window", "CMP-7",
                                  f"turn {view.key} failed closed ({line.reason.value}) though its "

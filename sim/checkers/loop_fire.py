@@ -25,9 +25,9 @@ from itertools import pairwise
 from typing import Any
 
 from hermes_ref.closure import NOT_RUN_TEXT
-from hermes_ref.finalizer import MUTATION_FOOTER
+from hermes_ref.finalizer import HELD_BACK_NOTE, MUTATION_FOOTER
 from hermes_ref.limits import Limits
-from hermes_ref.models import ProviderReply, Role, ToolKind
+from hermes_ref.models import ProviderReply, Role
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, ExitLine, ExitReason
 from hermes_ref.scaffolding import (
     DROPPED_TOOLCALL_NUDGE,
@@ -35,7 +35,6 @@ from hermes_ref.scaffolding import (
     EMPTY_SENTINEL,
     PRE_VERIFY_NUDGE,
 )
-from hermes_ref.tool_specs import TOOLS_BY_NAME
 from sim.checkers import lineage
 from sim.checkers.base import (
     Observation,
@@ -52,6 +51,7 @@ from sim.checkers.base import (
     round_landed,
     route_chain,
     window_tokens,
+    wrote_in,
 )
 from sim.checkers.intake import taken_in_text
 from sim.checkers.lease import lost_leases
@@ -149,15 +149,43 @@ def _budget_ended(obs: Observation, view: TurnView) -> bool:
         line.reason is ExitReason.PENDING_TOOL_RESULT and bound_spent(obs, view))
 
 
+PRESSURE_EXITS = (ExitReason.COMPRESSION_TIMEOUT, ExitReason.COMPRESSION_EXHAUSTED)
+
+
+def held_answer_stood(obs: Observation, view: TurnView) -> bool:
+    """FIN-6 at a context-pressure exit: the gate held an answer back, the request that asks
+    for the check could not be sent or relieved, and the held answer stood, as at the
+    budget's end (FIN-1). The record shows all of it: the exit says the answer was held
+    back, the completion delivers, not failed, an answer the turn's calls show held back.
+    Such a turn is the one context-pressure exit that is not a failure."""
+    line, done = view.exit, view.completion
+    return line is not None and line.reason in PRESSURE_EXITS \
+        and line.detail.endswith(HELD_BACK_NOTE) and done is not None and not done.failed \
+        and delivers_held(done.final_response, withheld_answers(view, obs))
+
+
+def stood_row_ids(obs: Observation, view: TurnView) -> set[int]:
+    """The row the finalizer wrote for a held answer that stood (``held_answer_stood``): the
+    turn's last row, written after the preflight that refused the turn's request, so no
+    row of the list that preflight measured (the answer rode there in the gate's pair)."""
+    if not held_answer_stood(obs, view) or not view.rows or view.completion is None:
+        return set()
+    last = view.rows[-1]
+    answer = last.role is Role.ASSISTANT and not last.tool_calls \
+        and last.content == view.completion.final_response
+    return {last.row_id or 0} if answer else set()
+
+
 def _held_at_the_end(obs: Observation, view: TurnView) -> str | None:
     """The gate's hold with no request after it: the turn's last call answered in text
-    after a landed round that wrote, and the budget or the call cap ended the turn there."""
+    after a landed round that wrote, and the budget or the call cap ended the turn there,
+    or context pressure did, refusing the request that would have asked for the check."""
     calls = _budgeted(view)
-    if not obs.limits.verify_before_answer or not calls or not _budget_ended(obs, view):
+    ended = _budget_ended(obs, view) or (view.exit is not None
+                                         and view.exit.reason in PRESSURE_EXITS)
+    if not obs.limits.verify_before_answer or not calls or not ended:
         return None
-    wrote = any(c.reply is not None and round_landed(obs, c) and any(
-        t.name in TOOLS_BY_NAME and TOOLS_BY_NAME[t.name].kind is ToolKind.WRITER
-        for t in c.reply.tool_calls) for c in calls[:-1])
+    wrote = wrote_in(obs, calls[:-1])
     text = _answer_text(calls[-1])
     if text is None or calls[-1] is not view.calls[-1] or not wrote \
             or _reprompt_due(obs.limits, calls[-1]):

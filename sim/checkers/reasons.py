@@ -275,6 +275,7 @@ def reason_problem(obs: Observation, view: TurnView, line: ExitLine) -> str | No
         return "this engine has no path to that exit"
     problem = judge(obs, view, line)
     done = view.completion
-    if problem is None and done is not None and line.reason in FAILED_EXITS and not done.failed:
+    if problem is None and done is not None and line.reason in FAILED_EXITS and not done.failed \
+            and not loop_fire.held_answer_stood(obs, view):  # FIN-6: the held answer stood
         problem = "its completion does not say it failed"
     return problem

@@ -1,6 +1,7 @@
 """Broken finalizers: no tail closure, stored scaffolding, ad-hoc exit reasons, unguarded
 writes, a wrong exit level, a wrong grace call, skipped boundary rows and guards, a
-failed-write footer that is missing or lists writes a later write redid."""
+failed-write footer that is missing or lists writes a later write redid, an answer the
+verification gate held back lost to context pressure."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from hermes_ref.models import Closing, Event, Message
 from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason
 from hermes_ref.phases import Phase
 from hermes_ref.tool_specs import path_argument
-from sim.sabotage.base import one_line_changed, sabotage
+from sim.sabotage.base import edited_in_place, one_line_changed, sabotage
 
 # ---- FIN-3: the final row is never written --------------------------------------------------
 
@@ -303,3 +304,17 @@ def _answer_dropped_on_cleanup_errors() -> list[AbstractContextManager[Any]]:
 sabotage("result_drops_the_answer_after_cleanup_errors", ("FIN-6",),
          "a turn whose cleanup failed hands its caller a result without the answer, though "
          "its completion event carries it")(_answer_dropped_on_cleanup_errors)
+
+
+# ---- FIN-6: context pressure loses the answer the verification gate held back ----------------
+
+
+def _held_answer_lost_at_preflight() -> list[AbstractContextManager[Any]]:
+    return [edited_in_place(finalizer, "_held_answer_stands", "held = ctx.state.withheld_answer",
+                            "held = None  # \"a held answer is the budget's to reuse\"")]
+
+
+sabotage("held_answer_lost_at_preflight", ("FIN-6",),
+         "a turn that fails closed for context pressure while the verification gate holds "
+         "the model's answer delivers the failure's explanation, and the answer is lost")(
+    _held_answer_lost_at_preflight)

@@ -32,7 +32,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     "hermes_ref.errors": {name: _ERROR for name in (
         "ContextOverflow", "ProviderAuthError", "ProviderError", "ProviderServerError",
         "ProviderTimeout", "RateLimited", "StreamCut")},
-    "hermes_ref.finalizer": {"MUTATION_FOOTER": _TEXT},
+    "hermes_ref.finalizer": {name: _TEXT for name in ("HELD_BACK_NOTE", "MUTATION_FOOTER")},
     "hermes_ref.limits": {"Limits": "the turn's configuration; checkers read its numbers"},
     "hermes_ref.models": {
         **{name: _TYPE for name in ("Event", "EventKind", "Message", "ProviderReply", "Role",
