@@ -467,8 +467,8 @@ def generate(seed: int, mix: FaultMix | None = None) -> WorldPlan:
         fallback_window=fallback, context_window=_small_window(seed, kinds, processes),
         verify_before_answer=_verify_gate(seed, kinds, iterations), **watched)
     # drawn last, on streams of their own
-    from sim.explore import cooldown, corrected, edges, late, lineage, shapes, waiter
-    for part in (edges, shapes, late, corrected, lineage, cooldown, waiter):
+    from sim.explore import cooldown, corrected, edges, gated, late, lineage, shapes, waiter
+    for part in (edges, shapes, late, corrected, lineage, cooldown, waiter, gated):
         plan = part.draw(seed, kinds, plan)
     return plan
 

@@ -1,7 +1,7 @@
 """The explorer's aimed parts (``sim.explore.corrected``, ``sim.explore.lineage``,
-``sim.explore.cooldown``, ``sim.explore.waiter``): each drawn last on a stream of its own,
-moving nothing of the other parts; each carried out where it is aimed, found under its
-sabotage, rendered, replayed and kept by the shrinker."""
+``sim.explore.cooldown``, ``sim.explore.waiter``, ``sim.explore.gated``): each drawn last
+on a stream of its own, moving nothing of the other parts; each carried out where it is
+aimed, found under its sabotage, rendered, replayed and kept by the shrinker."""
 
 from __future__ import annotations
 
@@ -388,3 +388,43 @@ def test_messages_held_for_a_pass_or_a_rotation_that_never_comes_arrive_after_th
         assert "one moment" in str(error)
     else:
         raise AssertionError("a message held for two moments was taken")
+
+
+def test_the_gated_part_only_turns_the_gate_on(monkeypatch: Any) -> None:
+    """With the part held back a plan is what the other parts drew; with it, the one-process
+    worlds with a small window and no lanes, tight bound, fallback or gate get the gate,
+    and nothing else of theirs changes."""
+    from sim.explore import gated
+
+    every = [generate(seed) for seed in range(300)]
+    monkeypatch.setattr(gated, "SHARE", 0.0)
+    gated_worlds = 0
+    for seed, plan in enumerate(every):
+        without = generate(seed)
+        if plan == without:
+            continue
+        gated_worlds += 1
+        assert plan.verify_before_answer and not without.verify_before_answer, seed
+        assert plan.context_window is not None and plan.processes == 1 and plan.lanes is None
+        assert plan.model_copy(update={"verify_before_answer": False}) == without, seed
+    assert gated_worlds >= 5, gated_worlds
+
+
+def test_the_gated_world_runs_and_finds_its_sabotage() -> None:
+    """Seed 183: a turn writes a file, its answer is held back for a check, and the request
+    that asks for the check does not fit the window. On the intact engine the answer stands;
+    the sabotaged finalizer loses it (FIN-6), and without the gate the world passes under
+    the sabotage."""
+    import scenarios  # noqa: F401
+
+    plan = generate(183)
+    assert plan.verify_before_answer and plan.context_window is not None
+    report = run_plan(plan)
+    assert report.verdict.value == "passed", report.violations
+    # the turn failed closed for context pressure and still ended on the answer's row
+    assert "reason=context_compression_exhausted calls=3 budget=3/90 last=assistant" \
+        in report.timeline
+    with SABOTAGES["held_answer_lost_at_preflight"].applied():
+        assert run_plan(plan, trace=False).invariants == ["FIN-6"]
+        ungated = plan.model_copy(update={"verify_before_answer": False})
+        assert run_plan(ungated, trace=False).verdict.value == "passed"

@@ -1,0 +1,44 @@
+"""The verification gate beside a small context window, one part drawn from a sub-stream of
+its own ("gated").
+
+A world drawn with the gate and a 250-token window (seed 1095) found an engine defect
+(FIN-6): a turn wrote a file, the model answered, the gate held the answer back while the
+model checked its work (FIN-1's gate), and the request that asked for the check, the held
+answer and the nudge riding in it, did not fit the window. Preflight failed the turn
+closed (CMP-7) and the answer the model had given was lost: the user was told the
+conversation was too long. The fix lets the held answer stand on a context-pressure exit,
+as it stands when the budget ends (``hermes_ref.finalizer._held_answer_stands``); CMP-7's
+checker now counts the gate's two messages in the refused request. The default plan kept
+the two apart (the edges draw the gate only with a tight budget, which never comes with a
+small window, and the parts that draw windows skip gated worlds), so a blind sweep could
+not meet the moment.
+
+This part draws it: in ``SHARE`` of the worlds the context part gave a small window (one
+process), with no chat lanes (the lane parts' worlds are kept as they are), no tight
+budget or call cap, no fallback route and no gate yet, it turns the gate on
+(``WorldPlan.verify_before_answer``). The first answer after a file change then waits for
+a check, and in a window of 250-400 tokens the request that asks for it often does not
+fit. It is drawn after every other part, and a world that does not draw it keeps its plan
+and its record byte for byte.
+"""
+
+from __future__ import annotations
+
+import random
+
+from sim.explore.plan import FaultKind, WorldPlan
+
+SHARE = 1.0  # of the worlds it takes (a share kept to tune by: every one, now)
+
+
+def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
+    """``plan`` with the verification gate on, in ``SHARE`` of the one-process worlds with a
+    small window and nothing that keeps the gate away (see the module docstring)."""
+    if FaultKind.SMALL_WINDOW not in kinds or plan.context_window is None \
+            or plan.processes > 1 or plan.lanes is not None or plan.verify_before_answer \
+            or plan.iteration_budget is not None or plan.max_iterations is not None \
+            or plan.fallback_window is not None:
+        return plan
+    if random.Random(f"{seed}:gated").random() >= SHARE:
+        return plan
+    return plan.model_copy(update={"verify_before_answer": True})
