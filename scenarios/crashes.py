@@ -154,3 +154,29 @@ def crash_between_segments(s: Story) -> None:
     s.expect(len(results) == 2 and "draft" in results[0] and results[1] == RECOVERED_CALL_TEXT,
              "the read kept its result; the write, never run, is reported unknown")
     s.expect([e.name for e in s.world.tools.ledger] == ["read_file"], "the write never ran")
+
+
+@scenario("Recovery closes the cut-off segment of a crashed round in the next turn's "
+          "prologue, before anything else: a second crash right after leaves it closed",
+          invariants=("TOOL-3",), stage="crash")
+def cut_off_segment_is_closed_before_the_next_user_row(s: Story) -> None:
+    """The process dies between the segments of a round: the read's result is durable, the
+    write never started. The next process repairs the tail in its turn's prologue, before
+    it writes its own user row, so the write gets its unknown result there (TOOL-3: every
+    call exactly one result). A call row with some results is not a finished round: the
+    calls of its later segments are as open as any. The second process dies too, right
+    after its user row and before any model call, so the record alone shows the repair:
+    no request ever carried the gap."""
+    s.files({"notes.txt": "draft"})
+    s.faults(crash="after:tool_results")
+    s.script(tool_calls(("read_file", {"path": "notes.txt"}),
+                        ("write_file", {"path": "notes.txt", "content": "final"})))
+    s.expect(s.turn("Read my notes, then save the final version.") is None,
+             "the process died after the read's result was recorded")
+    s.restart()
+    s.faults(crash="after:user")
+    s.expect(s.turn("Are you still there?") is None, "the second process died after its user row")
+    s.expect(len(s.world.calls) == 1, "no model call after the first crash")
+    results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(len(results) == 2 and "draft" in results[0] and results[1] == RECOVERED_CALL_TEXT,
+             "the read kept its result; the write, never run, is reported unknown")
