@@ -166,17 +166,19 @@ def cut_off_segment_is_closed_before_the_next_user_row(s: Story) -> None:
     call exactly one result). A call row with some results is not a finished round: the
     calls of its later segments are as open as any. The second process dies too, right
     after its user row and before any model call, so the record alone shows the repair:
-    no request ever carried the gap."""
+    no request ever carried the gap. (A first, plain turn ends as turns do, so the story
+    also has an ending to report.)"""
     s.files({"notes.txt": "draft"})
+    s.script(text("Ready."), tool_calls(("read_file", {"path": "notes.txt"}),
+                                        ("write_file", {"path": "notes.txt", "content": "final"})))
+    s.turn("Are you ready?")
     s.faults(crash="after:tool_results")
-    s.script(tool_calls(("read_file", {"path": "notes.txt"}),
-                        ("write_file", {"path": "notes.txt", "content": "final"})))
     s.expect(s.turn("Read my notes, then save the final version.") is None,
              "the process died after the read's result was recorded")
     s.restart()
     s.faults(crash="after:user")
     s.expect(s.turn("Are you still there?") is None, "the second process died after its user row")
-    s.expect(len(s.world.calls) == 1, "no model call after the first crash")
+    s.expect(len(s.world.calls) == 2, "no model call after the first crash")
     results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
     s.expect(len(results) == 2 and "draft" in results[0] and results[1] == RECOVERED_CALL_TEXT,
              "the read kept its result; the write, never run, is reported unknown")
