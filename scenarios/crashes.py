@@ -49,6 +49,33 @@ def crash_after_tool_call_row(s: Story) -> None:
     s.expect(s.world.tools.snapshot_files()["notes.txt"] == "draft", "the file was not written")
 
 
+@scenario("A crash after a call row that names a missing tool commits: the row keeps that "
+          "call, and recovery reports both calls unknown",
+          invariants=("TOOL-2",), stage="crash")
+def crash_after_a_call_row_with_a_missing_tool(s: Story) -> None:
+    """The reply calls a real tool and one that does not exist, and the process dies as
+    soon as the call row is durable, before either call is answered. The row must keep
+    both calls as the model made them (TOOL-2): the next process sees only the record,
+    and it reports every recorded call without a result as unknown. A row that left the
+    missing tool's call out would hide, from the record and from the model, that the
+    call was ever made. The crash comes before any result is written, so no orphaned
+    result shows the gap (TOOL-3): only the row itself does."""
+    s.faults(crash="after:tool_calls")
+    s.script(tool_calls(("read_file", {"path": "a.txt"}), ("teleport", {"to": "mars"})))
+    first = s.turn("Read a.txt and teleport.")
+    s.expect(first is None, "the process died after the call row")
+    s.restart()
+    s.faults()
+    s.script(text("I am here."))
+    s.turn("Are you still there?")
+    calls = [c.name for r in s.transcript() for c in r.tool_calls]
+    s.expect(calls == ["read_file", "teleport"], f"the call row keeps both calls: {calls}")
+    unknown = [r.tool_call_id for r in s.transcript() if r.role is Role.TOOL
+               and r.content == RECOVERED_CALL_TEXT]
+    s.expect(unknown == ["call_1", "call_2"], f"both reported unknown: {unknown}")
+    s.expect(s.world.tools.ledger == [], "neither call ran")
+
+
 @scenario("A crash after the tool ran but before its result commits reports it unknown, once",
           invariants=("TOOL-1", "TOOL-3", "TOOL-10", "FIN-3"), stage="crash")
 def crash_after_tool_ran(s: Story) -> None:
@@ -127,3 +154,31 @@ def crash_between_segments(s: Story) -> None:
     s.expect(len(results) == 2 and "draft" in results[0] and results[1] == RECOVERED_CALL_TEXT,
              "the read kept its result; the write, never run, is reported unknown")
     s.expect([e.name for e in s.world.tools.ledger] == ["read_file"], "the write never ran")
+
+
+@scenario("Recovery closes the cut-off segment of a crashed round in the next turn's "
+          "prologue, before anything else: a second crash right after leaves it closed",
+          invariants=("TOOL-3",), stage="crash")
+def cut_off_segment_is_closed_before_the_next_user_row(s: Story) -> None:
+    """The process dies between the segments of a round: the read's result is durable, the
+    write never started. The next process repairs the tail in its turn's prologue, before
+    it writes its own user row, so the write gets its unknown result there (TOOL-3: every
+    call exactly one result). A call row with some results is not a finished round: the
+    calls of its later segments are as open as any. The second process dies too, right
+    after its user row and before any model call, so the record alone shows the repair:
+    no request ever carried the gap. (A first, plain turn ends as turns do, so the story
+    also has an ending to report.)"""
+    s.files({"notes.txt": "draft"})
+    s.script(text("Ready."), tool_calls(("read_file", {"path": "notes.txt"}),
+                                        ("write_file", {"path": "notes.txt", "content": "final"})))
+    s.turn("Are you ready?")
+    s.faults(crash="after:tool_results")
+    s.expect(s.turn("Read my notes, then save the final version.") is None,
+             "the process died after the read's result was recorded")
+    s.restart()
+    s.faults(crash="after:user")
+    s.expect(s.turn("Are you still there?") is None, "the second process died after its user row")
+    s.expect(len(s.world.calls) == 2, "no model call after the first crash")
+    results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
+    s.expect(len(results) == 2 and "draft" in results[0] and results[1] == RECOVERED_CALL_TEXT,
+             "the read kept its result; the write, never run, is reported unknown")

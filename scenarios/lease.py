@@ -294,3 +294,25 @@ def lease_lost_after_a_tool_round(s: Story) -> None:
     s.expect(result is not None and result.final_response != "It says: buy milk.",
              "the reply that arrived after the interrupt was not delivered")
     s.expect(s.transcript()[-1].role.value == "assistant", "a boundary row closes the tail")
+
+
+@scenario("A holder that wakes from a stall past its lease's expiry stops at the refresh that "
+          "fails, not at the write that would be fenced off later", invariants=("LEASE-4",),
+          stage="lease")
+def woken_holder_stops_at_its_failed_refresh(s: Story) -> None:
+    """The process freezes 10 s into a long model call and wakes at 410 s, past its
+    lease's 300 s expiry. The first thing it does awake is the refresh that was due at
+    60 s, and the store refuses it: the turn stops there (LEASE-4), though the reply is
+    still 90 s away and nothing has been fenced off yet. The stall explains the missed
+    refreshes (LEASE-2 excuses a gap its process spent frozen); only going on after the
+    refused refresh is the engine's."""
+    s.script(text("An answer too late to deliver."))
+    s.delay_reply(1, 500.0)
+    s.stall(s.main_process(), 400.0, after_s=10.0)
+    result = s.turn("Summarise the report.")
+    s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED
+             and not result.completed, "interrupted: the lease was gone when the process woke")
+    snap = s.world.store.snapshot()
+    start = snap.lease_grants[0].acquired_at
+    exits = [e.at - start for e in snap.events if e.kind is EventKind.TURN_EXIT and e.at]
+    s.expect(exits == [410.0], f"stopped on waking at 410 s, not when the reply came: {exits}")

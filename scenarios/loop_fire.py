@@ -303,6 +303,24 @@ def local_processing_bug_stops_at_once(s: Story) -> None:
     s.expect(len(s.world.calls) == 1 and not s.world.tools.ledger, "no retry, nothing ran")
 
 
+@scenario("A reply the engine cannot process ends the turn even when a retry would have "
+          "been answered: it is no malformed reply to ask for again",
+          invariants=("LOOP-5",), stage="loop_fire")
+def local_processing_bug_is_not_retried_into_an_answer(s: Story) -> None:
+    """The model's first reply nests its arguments past the parser's limit; asked again,
+    it would answer in plain text. A local bug is not the model's malformed JSON: the
+    turn ends at once as a local processing error, and the answer a retry would have
+    got is never asked for. (Retried, the turn would end well and look healthy, which is
+    why LOOP-5 judges the retry itself, not the ending.)"""
+    deep = tool_calls(("read_file", "[" * 50_000 + "]" * 50_000))
+    replies = iter([deep, text("It is a short file.")])
+    s.use_provider(FunctionProvider(lambda request: next(replies)))
+    result = s.turn("Read it.")
+    s.expect(result is not None and result.exit_reason is ExitReason.LOCAL_PROCESSING_ERROR,
+             "ended as a local processing error")
+    s.expect(len(s.world.calls) == 1, "the answer a retry would have got was never asked for")
+
+
 @scenario("Failed calls of one turn stop at the outer error cap whatever retries are left",
           invariants=("LOOP-5", "LOOP-3"), stage="loop_fire")
 def outer_error_cap_ends_the_turn(s: Story) -> None:

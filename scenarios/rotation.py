@@ -267,3 +267,32 @@ def waiter_through_a_rotation_is_not_refused(s: Story) -> None:
              "the waiter answered")
     s.expect(came.result is not None and came.result.final_response == "I came later.",
              "the later turn answered after its stall")
+
+
+@scenario("A turn asked for a rotated session takes its lineage's lease, a dead holder's "
+          "included, never a second lease on the parent", invariants=("LEASE-1",),
+          stage="compaction")
+def dead_holders_tip_lease_is_taken_not_the_parents(s: Story) -> None:
+    """The first process rotates the session and dies during the model call after it,
+    still holding the lease the rotation carried to the child. A second process, asked
+    for the parent a moment later, must take that same lease: the lineage's one lease,
+    free to take because its holder is dead (LEASE-3), now on the tip. A fresh lease on
+    the ended parent would make two live leases in one lineage (LEASE-1 per lineage
+    root). The second process dies too, before it writes anything, so the grants alone
+    tell which lease it took."""
+    s.script(text("one"), text("two"))
+    s.turn("first")
+    other = s.process()
+    s.delay_reply(2, 60.0)  # the rotating turn's model call outlives its process
+    s.faults(crash="before:recovery")  # the second turn dies as soon as it holds the lease
+    start_compaction_turn(s, "from one", keep_last(2))
+    s.kill(s.main_process(), after_s=0.5)
+    s.start_turn("from two", process=other, after_s=1.0)
+    run_all(s)
+    tip = _tip(s)
+    grants = s.world.store.snapshot().lease_grants
+    carried, taken = grants[-2], grants[-1]
+    s.expect((carried.session_id, carried.token, carried.end_reason) == (tip.id, 2, "holder_dead"),
+             "the rotation carried token 2 to the tip, where its dead holder lost it")
+    s.expect((taken.session_id, taken.token) == (tip.id, 3),
+             "the second turn took the lineage's lease on the tip, with a new token")

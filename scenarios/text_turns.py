@@ -35,6 +35,25 @@ def second_turn_replays_stored_history(s: Story) -> None:
              "the injected context lives only in the api_content sidecar")
 
 
+@scenario("A blank message's injected context is replayed from its sidecar in later turns",
+          invariants=("WIRE-1",), stage="text")
+def blank_message_replays_its_sidecar(s: Story) -> None:
+    """The user's message has no words (a blank line a platform passed on), but the turn
+    was given memory to inject. The row stores the blank text and keeps the injection in
+    its ``api_content`` sidecar; every later request sends the sidecar's bytes for that
+    row, so the model sees in turn two the very context it answered in turn one (WIRE-1),
+    and the cached prefix still repeats. Nothing in the bare text would show the loss."""
+    s.script(text("Noted."), text("Short answers, as you like."))
+    s.turn(" ", injected="memory: the user likes short answers")
+    s.turn("How do I like my answers?")
+    first = s.transcript()[0]
+    s.expect(first.content == " " and "short answers" in (first.api_content or ""),
+             "the row keeps the blank text, the injection in its sidecar")
+    sent = [m.get("content") for m in s.world.calls[-1].sent["messages"]
+            if m.get("role") == "user"]
+    s.expect(sent[:1] == [first.api_content], "the second turn replays the sidecar's bytes")
+
+
 @scenario("A rate limit and a server error are retried without spending budget",
           invariants=("LOOP-2", "LOOP-3", "LOOP-5", "CTX-8"), stage="text")
 def transient_errors_are_retried(s: Story) -> None:
