@@ -311,3 +311,33 @@ def held_answer_stands_past_a_full_window(s: Story) -> None:
     lanes.message(0, DAVE, "Write note 1 to lane-out-1.txt.", after_s=2389.1)
     lanes.message(0, ERIN, "Write note 404 to lane-out-404.txt.", after_s=5619.3)
     _calm(s)
+
+
+@scenario("After a compaction made while the verification gate held an answer, the idle floor "
+          "rises by the request the engine measured, the gate's messages included "
+          "(explored seed 27265)", invariants=("CTX-5",), stage="explore")
+def idle_floor_counts_the_gates_messages(s: Story) -> None:
+    """A 500-token window and the verification gate. A turn writes a file, the model answers,
+    and the gate holds the answer back and asks for a check; the request that asks is over
+    the threshold, and preflight compacts by rotation with the held answer and the nudge
+    still in the working list. The engine raises the idle floor by what that request
+    measured, scaffolding included, as it judges the pass by it (CMP-4). A turn reads a
+    note; nine minutes after it a short turn begins past the idle gap, under that floor,
+    and rightly does not compact. CTX-5's checker raised the floor by the stored rows alone, read the turn as
+    above it, and called the silence a missed idle compaction; it now reads the floor as
+    it reads the pass's verdict, with the scaffolding the next request carried."""
+    _world(s, 27265, parts=8)
+    s.limits(verify_before_answer=True)
+    s.limits(context_window_tokens=500)
+    s.limits(idle_compact_after_s=300.0)
+    s.bind("p-3", session="s-3")
+    s.bind("op-s-3", session="s-3", role="operator", kind="operator")
+    one = s.main_process()
+    for request, text, after in (
+            ("r-511caf", "Go through part-1.txt to part-8.txt in order.", 6.0),
+            ("r-7ec9f8", "Write note 2 to s-3-out-2.txt.", 15.0),
+            ("r-49be77", "Read notes-1.txt.", 75.0), ("r-2f383a", "Say hello 43.", 655.0)):
+        s.start_submit(one, "p-3", request, {"text": text}, session="s-3", after_s=after)
+    for after in (12.0, 32.0, 95.0, 656.0):
+        s.start_drain(one, "s-3", after_s=after)
+    _calm(s)

@@ -247,8 +247,19 @@ def idle_due(obs: Observation, call: CallRecord) -> bool | None:
               and lineage.get(p.done.session_id, p.done.session_id) == root and p.turn != call.turn_id
               and same_engine(obs, p.turn, call.turn_id)]
     if before:  # the floor rises by what the last compaction left, a process's memory as for CMP-4
-        floor += before[-1].tokens_after
+        floor += left_by(obs, before[-1])
     return gap >= limits.idle_compact_after_s and pre_tokens(obs, call) > floor
+
+
+def left_by(obs: Observation, step: Pass) -> int:
+    """The request ``step`` left, as its engine measured it for the idle floor (CTX-5) and
+    the anti-thrash verdict (CMP-4) alike: the rows it wrote and the scaffolding the turn's
+    working list still held (a retry's nudge, the verification gate's held answer and its
+    request to check), which the record never shows (``compaction_streak.tokens_after``)."""
+    from sim.checkers.compaction_streak import tokens_after  # it reads the passes made here
+
+    views = obs.reading("views by turn", lambda: {v.turn_id: v for v in obs.turns.values()})
+    return tokens_after(obs, views.get(step.turn or ""), step)
 
 
 def idle_pass(obs: Observation, call: CallRecord) -> bool:

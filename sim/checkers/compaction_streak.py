@@ -150,7 +150,7 @@ def _read(obs: Observation) -> Reading:
     views = {v.turn_id: v for v in obs.turns.values()}
     out = sorted((Verdict(lineage.get(p.done.session_id, p.done.session_id), p.turn,
                           (p.done.first_row_id, 0, 0, 0),
-                          _tokens_after(obs, views.get(p.turn or ""), p)
+                          tokens_after(obs, views.get(p.turn or ""), p)
                           >= threshold_tokens(_route_of(obs, views.get(p.turn or ""), p)))
                   for p in passes(obs)), key=lambda v: v.order)
     early: list[tuple[Preflight, int]] = []
@@ -178,7 +178,7 @@ def _read(obs: Observation) -> Reading:
     return Reading(out, early, blind)
 
 
-def _tokens_after(obs: Observation, view: TurnView | None, step: Pass) -> int:
+def tokens_after(obs: Observation, view: TurnView | None, step: Pass) -> int:
     """The request a committed pass left, as the engine judges it: the rows it wrote, and
     the scaffolding the turn's working list still held (a nudge goes on the wire but is
     never stored), as the turn's next request carried it. Without a next request (the
