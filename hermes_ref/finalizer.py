@@ -143,6 +143,9 @@ def _held_answer_stands(ctx: TurnContext) -> None:
     stands exactly as at the budget's end, delivered and not failed, under the exit reason
     already recorded (the first reason wins; the detail says the answer was held back). A
     turn that was interrupted, or lost its lease, ended ``interrupted`` and is not touched.
+    Other failures of the check (a provider that refuses it, an empty-reply ladder run
+    out) still fail the turn without the held answer: this covers the one failure the
+    turn's own size causes, and docs/lifecycle.md keeps the others as an open question.
     """
     held = ctx.state.withheld_answer
     if held is None or ctx.ending.reason not in CONTEXT_PRESSURE_EXITS:

@@ -311,6 +311,8 @@ def held_answer_stands_past_a_full_window(s: Story) -> None:
     lanes.message(0, DAVE, "Write note 1 to lane-out-1.txt.", after_s=2389.1)
     lanes.message(0, ERIN, "Write note 404 to lane-out-404.txt.", after_s=5619.3)
     _calm(s)
+    s.expect(any(r.answer == "Done: Write note 404 to lane-out-404.txt." for r in s.world.runs),
+             "the answer the gate held back was delivered")
 
 
 @scenario("After a compaction made while the verification gate held an answer, the idle floor "
@@ -323,9 +325,10 @@ def idle_floor_counts_the_gates_messages(s: Story) -> None:
     still in the working list. The engine raises the idle floor by what that request
     measured, scaffolding included, as it judges the pass by it (CMP-4). A turn reads a
     note; nine minutes after it a short turn begins past the idle gap, under that floor,
-    and rightly does not compact. CTX-5's checker raised the floor by the stored rows alone, read the turn as
-    above it, and called the silence a missed idle compaction; it now reads the floor as
-    it reads the pass's verdict, with the scaffolding the next request carried."""
+    and rightly does not compact. CTX-5's checker raised the floor by the stored rows
+    alone, read the turn as above it, and called the silence a missed idle compaction; it
+    now reads the floor as it reads the pass's verdict, with the scaffolding the next
+    request carried."""
     _world(s, 27265, parts=8)
     s.limits(verify_before_answer=True)
     s.limits(context_window_tokens=500)
@@ -341,3 +344,5 @@ def idle_floor_counts_the_gates_messages(s: Story) -> None:
     for after in (12.0, 32.0, 95.0, 656.0):
         s.start_drain(one, "s-3", after_s=after)
     _calm(s)
+    s.expect(len(s.world.summary_calls) == 1,
+             "one compaction, made while the gate held the answer; none at the idle turn")

@@ -485,6 +485,28 @@ def withheld_answer_is_reused_when_the_budget_ends(s: Story) -> None:
              "the model was asked to verify")
 
 
+@scenario("An answer held back for verification stands when the check's tool round fills "
+          "the window and preflight fails the turn closed",
+          invariants=("FIN-6", "FIN-1"), stage="loop_fire")
+def held_answer_stands_after_the_check_fills_the_window(s: Story) -> None:
+    """The model writes a file and answers; the gate holds the answer back and asks for a
+    check. The model checks with a read whose result is too big for the window, and
+    preflight can make the next request fit by no compaction: the turn fails closed
+    (CMP-7). The answer the model gave before the check is still the answer the user
+    waits for (FIN-6): it is delivered, not failed, under the reason preflight recorded."""
+    s.files({"log.txt": " ".join(f"word{k}" for k in range(600))})
+    s.limits(verify_before_answer=True, context_window_tokens=600)
+    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
+             tool_calls(("read_file", {"path": "log.txt"})))
+    result = s.turn("Save 42 to out.txt.")
+    s.expect(s.world.calls[-1].request.messages[-1].content == PRE_VERIFY_NUDGE,
+             "the last request sent asked the model to verify")
+    s.expect(result is not None and result.exit_reason is ExitReason.COMPRESSION_EXHAUSTED,
+             "preflight failed the turn closed after the check's read")
+    s.expect(result is not None and result.final_response == "Saved 42." and result.completed,
+             "the held-back answer was delivered")
+
+
 @scenario("An answer given after verifying is the one delivered",
           invariants=("FIN-1", "LOOP-3", "SCAF-1"), stage="loop_fire")
 def verified_answer_is_delivered(s: Story) -> None:

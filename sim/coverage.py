@@ -20,9 +20,11 @@ a run in which the engine raised credits none of the ids that demand a turn's en
 
 A catching run may break other ids as well (a turn that ends with the wrong reason also
 logs the wrong exit line). Such collateral does not withhold the credit, but the run
-proves less than one where the sabotage's own ids are the only ones that went red: the
-break shows by itself there. Those runs are kept apart (``SabotageVerdict.alone``), and
-``verify`` says of each sabotage that has none that it is never seen alone.
+proves less than one that ran to its end (no engine raise, no failed expectation, which
+would cut the story short before any later collateral) with the sabotage's own ids the
+only ones that went red: the break shows by itself there. Those runs are kept apart
+(``SabotageVerdict.alone``), and ``verify`` says of each sabotage that has none that it
+is never seen alone.
 
 Anything less is ``partial``; no scenario, no checker and no sabotage is ``missing``. The
 verdicts come from running things, never from a table someone keeps by hand.
@@ -141,9 +143,9 @@ def _judge_run(verdict: SabotageVerdict, spec: ScenarioSpec, kind: StoreKind,
     for invariant, violation in hits:
         verdict.catches.append(Catch(verdict.name, invariant, spec.name, kind, violation.checker,
                                      violation.message))
-    if hits and not outcome.raised \
+    if hits and outcome.error is None \
             and {v.invariant for v in outcome.findings} <= set(verdict.invariants):
-        verdict.alone.append(where)  # the break shows by itself: no other id went red
+        verdict.alone.append(where)  # the story ran to its end, and no other id went red
     if not hits and not verdict.evidence:
         first = outcome.violations[0] if outcome.violations else (outcome.error or "").split("\n")[0]
         verdict.evidence = f"{where} went red, but not under {'/'.join(verdict.invariants)}: {first}"

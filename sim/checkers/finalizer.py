@@ -198,6 +198,27 @@ def answer_delivered(obs: Observation) -> list[Violation]:
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} completed with a different answer than the "
                                  "model gave"))
+    out.extend(_held_answers_kept(obs, lost))
+    return out
+
+
+def _held_answers_kept(obs: Observation, lost: set[tuple[str, str | None]]) -> list[Violation]:
+    """The answer the gate held back is the model's answer too: a turn that context
+    pressure ended before the model answered again delivers it, not failed, even when the
+    model had gone on to check its work with a tool round first (its last call is then no
+    answer, and the reading above passes it by). Which texts were held is read from the
+    provider's log (``loop_fire.withheld_answers``)."""
+    out = []
+    for view in obs.ended_turns():
+        line, done = view.exit, view.completion
+        if line is None or line.reason not in PRESSURE_FAILURES or done is None \
+                or (view.session_id, view.turn_id) in lost:
+            continue
+        held = loop_fire.withheld_answers(view, obs)
+        if held and (done.failed or not loop_fire.delivers_held(done.final_response, held)):
+            out.append(Violation("answer_delivered", "FIN-6",
+                                 f"turn {view.key} ended {line.reason.value} while the gate "
+                                 f"held the answer {held[-1]!r:.40}, and lost it"))
     return out
 
 

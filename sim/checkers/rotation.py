@@ -43,6 +43,7 @@ from hermes_ref.ports import CompactionRow, DurableRecord, StoredMessage
 from hermes_ref.rotation import COMPRESSION, ROTATED
 from sim.checkers.base import EPSILON_S, Observation, Violation, as_written, checker
 from sim.checkers.lineage import copied_row_ids, roots
+from sim.checkers.loop_fire import held_answer_stood
 from sim.checkers.rules import holder_fields
 from sim.world import TurnRun
 
@@ -194,8 +195,9 @@ def _compacting_turns_go_on(obs: Observation, copied: frozenset[int]) -> list[Vi
     rows, where they live (a lost lease excuses it: then nothing may be written)."""
     record = obs.record
     ran = {run.turn_id: run for run in obs.runs or () if run.turn_id is not None}
-    failed_closed = {v.turn_id for v in obs.turns.values()
-                     if v.exit is not None and v.exit.reason in CONTEXT_PRESSURE_EXITS}
+    failed_closed = {v.turn_id for v in obs.turns.values()  # a held answer that stood is
+                     if v.exit is not None and v.exit.reason in CONTEXT_PRESSURE_EXITS
+                     and not held_answer_stood(obs, v)}  # a row written after it (FIN-6)
     out: list[Violation] = []
     for done in record.compactions:
         turn = holder_fields(done.holder).get("turn")

@@ -246,12 +246,14 @@ def test_the_odder_parts_have_streams_of_their_own() -> None:
 
 def test_the_verification_gate_is_drawn_only_when_named() -> None:
     """The verification gate with the whole budget is opt-in: ``all`` leaves it out,
-    ``all,verify_gate`` draws it (``edges``' budgets draw it with a tight budget)."""
+    ``all,verify_gate`` draws it (``edges``' budgets draw it with a tight budget, and the
+    ``gated`` part beside a small window)."""
     assert FaultKind.VERIFY_GATE not in FaultMix.parse("all").kinds
     named = FaultMix.parse("all,verify_gate")
     assert named.kinds == set(FaultKind)
     plans = [generate(seed) for seed in range(40)]  # with the whole budget: only when named
-    assert not any(p.verify_before_answer and p.iteration_budget is None for p in plans)
+    assert not any(p.verify_before_answer and p.iteration_budget is None
+                   and p.context_window is None for p in plans)
     assert any(generate(seed, named).verify_before_answer for seed in range(40))
     assert any(generate(seed).context_window for seed in range(40))
 
