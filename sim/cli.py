@@ -143,6 +143,7 @@ def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
                     "scenarios": v.scenarios, "failed": v.failed, "skipped": v.skipped,
                     "catches": [c.as_json() for c in v.catches],
                     "also_violated": sorted(v.collateral), "alone": v.alone,
+                    "alone_to_the_end": v.whole,
                     "evidence": v.evidence}
                    for v in verdicts], out, indent=2)
         out.write("\n")
@@ -151,9 +152,10 @@ def cmd_invariants_verify(args: argparse.Namespace, out: TextIO) -> int:
             _report_verdict(out, v)
     missed = [v.name for v in verdicts if not v.caught]
     caught = len(verdicts) - len(missed)
-    alone = sum(1 for v in verdicts if v.alone)
+    alone, whole = sum(1 for v in verdicts if v.alone), sum(1 for v in verdicts if v.whole)
     (sys.stderr if args.json else out).write(
-        f"{alone} of {len(verdicts)} go red alone (only their own ids) in some run\n")
+        f"{alone} of {len(verdicts)} go red alone (only their own ids) in some run, "
+        f"{whole} in a story that ran to its end\n")
     # with --json, stdout is one JSON document; the count goes to stderr
     (sys.stderr if args.json else out).write(f"{caught} passed, {len(missed)} failed\n")
     return 1 if missed else 0

@@ -20,11 +20,13 @@ a run in which the engine raised credits none of the ids that demand a turn's en
 
 A catching run may break other ids as well (a turn that ends with the wrong reason also
 logs the wrong exit line). Such collateral does not withhold the credit, but the run
-proves less than one that ran to its end (no engine raise, no failed expectation, which
-would cut the story short before any later collateral) with the sabotage's own ids the
-only ones that went red: the break shows by itself there. Those runs are kept apart
+proves less than one where the sabotage's own ids are the only ones that went red (and
+the engine did not raise): the break shows by itself there. Those runs are kept apart
 (``SabotageVerdict.alone``), and ``verify`` says of each sabotage that has none that it
-is never seen alone.
+is never seen alone. Most stories expect the rule's behaviour too, so a sabotage that
+breaks the rule usually also fails an expectation, which stops the story there; a
+collateral id that only later steps would show cannot appear then. The alone runs whose
+story ran to its end are counted apart (``SabotageVerdict.whole``).
 
 Anything less is ``partial``; no scenario, no checker and no sabotage is ``missing``. The
 verdicts come from running things, never from a table someone keeps by hand.
@@ -76,6 +78,7 @@ class SabotageVerdict:
     skipped: list[str] = field(default_factory=list)     # runs already red without the sabotage
     collateral: set[str] = field(default_factory=set)    # other ids its red runs violated
     alone: list[str] = field(default_factory=list)       # caught runs that broke its ids only
+    whole: list[str] = field(default_factory=list)       # those of them whose story ran to its end
     evidence: str = ""                                   # why a red run did not count, if none did
 
     @property
@@ -143,9 +146,11 @@ def _judge_run(verdict: SabotageVerdict, spec: ScenarioSpec, kind: StoreKind,
     for invariant, violation in hits:
         verdict.catches.append(Catch(verdict.name, invariant, spec.name, kind, violation.checker,
                                      violation.message))
-    if hits and outcome.error is None \
+    if hits and not outcome.raised \
             and {v.invariant for v in outcome.findings} <= set(verdict.invariants):
-        verdict.alone.append(where)  # the story ran to its end, and no other id went red
+        verdict.alone.append(where)  # no other id went red
+        if outcome.error is None:  # nor did the story stop early, at a failed expectation
+            verdict.whole.append(where)
     if not hits and not verdict.evidence:
         first = outcome.violations[0] if outcome.violations else (outcome.error or "").split("\n")[0]
         verdict.evidence = f"{where} went red, but not under {'/'.join(verdict.invariants)}: {first}"

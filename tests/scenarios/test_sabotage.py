@@ -129,3 +129,11 @@ def test_a_run_that_breaks_other_ids_too_is_not_alone() -> None:
     assert with_collateral.alone == []
     by_itself = verify_sabotage(SABOTAGES["budget_not_reset"], REGISTRY, ("memory",))
     assert by_itself.caught and "caller_history_seeds_a_new_session[memory]" in by_itself.alone
+
+
+def test_an_alone_run_that_stopped_at_an_expectation_is_not_whole() -> None:
+    """The story a split tool group is shown alone in expects the pair kept, so under the
+    sabotage it stops there: alone, but not a story that ran to its end."""
+    verdict = verify_sabotage(SABOTAGES["tail_splits_tool_group"], REGISTRY, ("memory",))
+    where = "tail_budget_spent_inside_a_tool_group[memory]"
+    assert where in verdict.alone and where not in verdict.whole
