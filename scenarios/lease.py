@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hermes_ref.errors import RateLimited
 from hermes_ref.models import EventKind, ProviderReply
-from hermes_ref.outcomes import ExitLine, ExitReason
+from hermes_ref.outcomes import ExitLine, ExitReason, TurnResult
 from hermes_ref.wire import ProviderRequest
 from sim.harness import Story, scenario
 from sim.provider import FunctionProvider, text, tool_calls
@@ -261,6 +261,16 @@ def lease_lost_during_a_tool_batch(s: Story) -> None:
     s.expect(len(s.world.calls) == 1, "the model was not called again after the interrupt")
 
 
+def _lose_the_lease_after_a_tool_round(s: Story) -> TurnResult | None:
+    """A turn reads a note; every refresh fails, and the model call after the read answers
+    only at 90 s, past the first failed refresh at 60 s."""
+    s.files({"notes.txt": "buy milk"})
+    s.faults(fail_writes={"refresh": 10})
+    s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("It says: buy milk."))
+    s.delay_reply(2, 90.0)
+    return s.turn("What is in my notes?")
+
+
 @scenario("A lease lost while a whole reply is awaited after a tool round ends the turn "
           "interrupted, not as a silent stop",
           invariants=("LOOP-3",), stage="lease")
@@ -272,11 +282,7 @@ def lease_lost_awaiting_a_whole_reply(s: Story) -> None:
     ``pending_tool_result`` would be a false account of it too. With no stream, no deltas
     of that reply are owed to the log (DEL-1 has nothing to say)."""
     s.limits(stream_replies=False)
-    s.files({"notes.txt": "buy milk"})
-    s.faults(fail_writes={"refresh": 10})
-    s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("It says: buy milk."))
-    s.delay_reply(2, 90.0)
-    result = s.turn("What is in my notes?")
+    result = _lose_the_lease_after_a_tool_round(s)
     s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED,
              "interrupted, though only a boundary row follows the tool result")
 
@@ -284,11 +290,7 @@ def lease_lost_awaiting_a_whole_reply(s: Story) -> None:
 @scenario("A lease lost during the model call after a tool round ends the turn interrupted",
           invariants=("LEASE-4", "LOOP-3", "FIN-8", "FIN-5"), stage="lease")
 def lease_lost_after_a_tool_round(s: Story) -> None:
-    s.files({"notes.txt": "buy milk"})
-    s.faults(fail_writes={"refresh": 10})
-    s.script(tool_calls(("read_file", {"path": "notes.txt"})), text("It says: buy milk."))
-    s.delay_reply(2, 90.0)
-    result = s.turn("What is in my notes?")
+    result = _lose_the_lease_after_a_tool_round(s)
     s.expect(result is not None and result.exit_reason is ExitReason.INTERRUPTED,
              "interrupted: not pending_tool_result, the turn did not stop quietly")
     s.expect(result is not None and result.final_response != "It says: buy milk.",

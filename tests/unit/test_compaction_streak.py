@@ -21,8 +21,8 @@ from sim.checkers.compaction_places import finds_nothing, working_list
 from sim.checkers.compaction_streak import verdicts
 from sim.explore.plan import generate
 from sim.explore.run import run_plan
-from sim.harness import Story
 from sim.world import CallRecord
+from tests.unit.observing import judged_observations
 
 # seeds whose engines run every kind of pass the record leaves no row of: an idle pass and
 # the threshold pass after it (3, 2966), a turn's first preflight failing closed (0, 262:
@@ -50,16 +50,7 @@ def _engine_and_checker(seed: int) -> tuple[dict[str, list[tuple[bool, bool]]],
                                         ctx.cache.compression.ineffective == streak + 1))
         return out
 
-    seen: list[Observation] = []
-    observe = Story._observe
-
-    def kept(story: Story) -> Any:
-        obs = observe(story)
-        seen.append(obs)
-        return obs
-
-    with mock.patch.object(compaction, "run_pass", watched), \
-            mock.patch.object(Story, "_observe", kept):
+    with mock.patch.object(compaction, "run_pass", watched), judged_observations() as seen:
         run_plan(generate(seed), trace=False)
     checker: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     for verdict in verdicts(seen[-1]):

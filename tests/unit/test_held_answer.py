@@ -5,8 +5,6 @@ ends the turn, and CMP-7's checker counts the gate's scaffolding in the request 
 from __future__ import annotations
 
 import re
-from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -21,7 +19,8 @@ from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
 from sim.checkers.base import Observation
 from sim.checkers.compaction_record import scaffolding_after
 from sim.checkers.compaction_shape import unsent_tokens
-from sim.harness import Story, run_scenario
+from sim.harness import run_scenario
+from tests.unit.observing import judged_observations
 from tests.unit.test_mutants_rig import Rig, context
 
 USER = Message(role=Role.USER, content="Write note 4 to out.txt.", row_id=1, turn_id="t")
@@ -90,16 +89,8 @@ def test_a_pressure_exit_with_nothing_held_still_fails() -> None:
 
 def _seed_1095() -> Observation:
     """The story of seed 1095 run on the memory store, and the observation judged last."""
-    seen: list[Observation] = []
-    observe = Story._observe
-
-    def kept(story: Story) -> Any:
-        obs = observe(story)
-        seen.append(obs)
-        return obs
-
     spec = scenarios.load_all()["held_answer_stands_past_a_full_window"]
-    with mock.patch.object(Story, "_observe", kept):
+    with judged_observations() as seen:
         outcome = run_scenario(spec, trace=False)
     assert outcome.passed, outcome.violations
     return seen[-1]
