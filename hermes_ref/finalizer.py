@@ -8,8 +8,9 @@ order, each guarded on its own so one failure never costs the user the answer (F
 
 1. Budget fallback (FIN-1): the loop ran out without an answer → the answer the
    verification gate held back, if there is one, else one tool-less grace call asks
-   for a summary. A turn that failed for context pressure while the gate held an answer
-   delivers that answer the same way (FIN-6).
+   for a summary. A turn whose check failed while the gate held an answer (context
+   pressure, a provider that refused the check, the empty ladder run out...) delivers
+   that answer the same way (FIN-6).
 2. Drop scaffolding from the working list (SCAF-1).
 3. Silent-stop guard (FIN-8): no answer, not already failed, tail is a tool result →
    failed with ``pending_tool_result`` and an explanatory answer.
@@ -54,7 +55,14 @@ from hermes_ref.effects import (
 from hermes_ref.errors import InvariantBroken, PersistenceError, TurnInterrupted
 from hermes_ref.loop import build_request, call_with_retries
 from hermes_ref.models import Closing, Event, Message, ProviderReply, Role, ScaffoldFlag
-from hermes_ref.outcomes import CONTEXT_PRESSURE_EXITS, Completion, ExitLine, ExitReason, TurnResult
+from hermes_ref.outcomes import (
+    CHECK_FAILURE_EXITS,
+    CONTEXT_PRESSURE_EXITS,
+    Completion,
+    ExitLine,
+    ExitReason,
+    TurnResult,
+)
 from hermes_ref.phases import Phase
 from hermes_ref.scaffolding import GRACE_SUMMARY_PROMPT, scaffold
 
@@ -135,20 +143,21 @@ def _reuse_withheld(ctx: TurnContext, answer: str) -> None:
 
 
 def _held_answer_stands(ctx: TurnContext) -> None:
-    """FIN-6, FIN-1: context pressure ended the turn while the gate held an answer back.
+    """FIN-6, FIN-1: the check failed while the gate held an answer back.
 
     The model had answered; the gate held the answer back to ask for a check, and the
-    request that asks could not be sent (preflight found it over the window, or compaction
-    could not relieve it). That is no reason to lose the answer the user waits for: it
-    stands exactly as at the budget's end, delivered and not failed, under the exit reason
-    already recorded (the first reason wins; the detail says the answer was held back). A
-    turn that was interrupted, or lost its lease, ended ``interrupted`` and is not touched.
-    Other failures of the check (a provider that refuses it, an empty-reply ladder run
-    out) still fail the turn without the held answer: this covers the one failure the
-    turn's own size causes, and docs/lifecycle.md keeps the others as an open question.
+    check failed: the request that asks could not be sent (preflight found it over the
+    window, or compaction could not relieve it), the provider refused it or kept failing,
+    or the model's replies to it were no use (empty to the end of the ladder, impossible to
+    process, a tool call cut off, rounds of tools that do not exist). None of that is a
+    reason to lose the answer the user waits for: it stands exactly as at the budget's
+    end, delivered and not failed, under the exit reason already recorded (the first
+    reason wins; the detail says the answer was held back), in place of the failure's own
+    text. A turn that was interrupted, or lost its lease, ended ``interrupted`` and is not
+    touched; nor is one whose write failed (``outcomes.CHECK_FAILURE_EXITS`` says why).
     """
     held = ctx.state.withheld_answer
-    if held is None or ctx.ending.reason not in CONTEXT_PRESSURE_EXITS:
+    if held is None or ctx.ending.reason not in CHECK_FAILURE_EXITS:
         return
     ctx.ending.keep_held_answer()
     _reuse_withheld(ctx, held)

@@ -65,6 +65,21 @@ FAILED_EXITS = frozenset({
 # Failures caused by context pressure: FIN-5 adds no boundary row after these.
 CONTEXT_PRESSURE_EXITS = frozenset({ExitReason.COMPRESSION_TIMEOUT, ExitReason.COMPRESSION_EXHAUSTED})
 
+# Failures of the check the verification gate asks for (FIN-1's gate), after which the
+# answer it held back still stands (FIN-6): the request could not be sent or relieved,
+# the provider refused it or failed past its retries, or the model's replies to it were no
+# use (the empty ladder ran out, a reply that cannot be processed, a tool call cut off,
+# rounds of tools that do not exist). Each ends before a call is left open. A lost lease
+# or an interrupt is not here (the turn ends ``interrupted``), nor a failed write: its
+# rows may leave calls open that only the failure boundary (FIN-5) closes.
+CHECK_FAILURE_EXITS = CONTEXT_PRESSURE_EXITS | frozenset({
+    ExitReason.TERMINAL_PROVIDER_ERROR,
+    ExitReason.EMPTY_RESPONSE_EXHAUSTED,
+    ExitReason.LOCAL_PROCESSING_ERROR,
+    ExitReason.TRUNCATED_TOOL_CALL,
+    ExitReason.INVALID_TOOL_CALLS,
+})
+
 # Reasons LOOP-3 names whose paths are not built yet (guardrails): no engine path records
 # them, and a test keeps this list true.
 EXITS_NOT_YET_PRODUCED = frozenset({
@@ -119,9 +134,10 @@ class Ending:
         self.detail = f"{self.detail}; grace call interrupted: {detail}" if self.detail else detail
 
     def keep_held_answer(self) -> None:
-        """FIN-6: a context-pressure failure came while the verification gate held an
-        answer; that answer stands (the finalizer sets it), so the turn did not fail. The
-        reason stays, first-reason-wins; only the failure is overruled, on purpose."""
+        """FIN-6: the check the verification gate asked for failed (``CHECK_FAILURE_EXITS``)
+        while the gate held an answer; that answer stands (the finalizer sets it), so the
+        turn did not fail. The reason stays, first-reason-wins; only the failure is
+        overruled, on purpose."""
         self.failed = False
 
     def replace(self, reason: ExitReason, answer: str, *, failed: bool) -> None:

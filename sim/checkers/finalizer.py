@@ -203,15 +203,16 @@ def answer_delivered(obs: Observation) -> list[Violation]:
 
 
 def _held_answers_kept(obs: Observation, lost: set[tuple[str, str | None]]) -> list[Violation]:
-    """The answer the gate held back is the model's answer too: a turn that context
-    pressure ended before the model answered again delivers it, not failed, even when the
-    model had gone on to check its work with a tool round first (its last call is then no
-    answer, and the reading above passes it by). Which texts were held is read from the
-    provider's log (``loop_fire.withheld_answers``)."""
+    """The answer the gate held back is the model's answer too: a turn whose check failed
+    before the model answered again (context pressure refused the request, the provider
+    refused it, the empty ladder ran out...: ``loop_fire.CHECK_FAILURES``) delivers it, not
+    failed, even when the model had gone on to check its work with a tool round first (its
+    last call is then no answer, and the reading above passes it by). Which texts were
+    held is read from the provider's log (``loop_fire.withheld_answers``)."""
     out = []
     for view in obs.ended_turns():
         line, done = view.exit, view.completion
-        if line is None or line.reason not in PRESSURE_FAILURES or done is None \
+        if line is None or line.reason not in loop_fire.CHECK_FAILURES or done is None \
                 or (view.session_id, view.turn_id) in lost:
             continue
         held = loop_fire.withheld_answers(view, obs)

@@ -151,15 +151,26 @@ def _budget_ended(obs: Observation, view: TurnView) -> bool:
 
 PRESSURE_EXITS = (ExitReason.COMPRESSION_TIMEOUT, ExitReason.COMPRESSION_EXHAUSTED)
 
+# The failures of the check the gate asked for, after which the answer it held back must
+# still stand (FIN-6): the request could not be sent or relieved (context pressure), the
+# provider refused it or failed past its retries, the model's replies to it ran the empty
+# ladder out, could not be processed, cut a tool call off, or named tools that do not
+# exist round after round. Not an interrupt or a lost lease (the turn ends
+# ``interrupted``: LEASE-4 overrules), nor a failed write, which is the store's failure.
+CHECK_FAILURES = frozenset({*PRESSURE_EXITS, ExitReason.TERMINAL_PROVIDER_ERROR,
+                            ExitReason.EMPTY_RESPONSE_EXHAUSTED,
+                            ExitReason.LOCAL_PROCESSING_ERROR, ExitReason.TRUNCATED_TOOL_CALL,
+                            ExitReason.INVALID_TOOL_CALLS})
+
 
 def held_answer_stood(obs: Observation, view: TurnView) -> bool:
-    """FIN-6 at a context-pressure exit: the gate held an answer back, the request that asks
-    for the check could not be sent or relieved, and the held answer stood, as at the
-    budget's end (FIN-1). The record shows all of it: the exit says the answer was held
-    back, the completion delivers, not failed, an answer the turn's calls show held back.
-    Such a turn is the one context-pressure exit that is not a failure."""
+    """FIN-6 when the check failed: the gate held an answer back, the check it asked for
+    failed (``CHECK_FAILURES``), and the held answer stood, as at the budget's end (FIN-1).
+    The record shows all of it: the exit says the answer was held back, the completion
+    delivers, not failed, an answer the turn's calls show held back. Such a turn is the
+    one exit of those reasons that is not a failure."""
     line, done = view.exit, view.completion
-    return line is not None and line.reason in PRESSURE_EXITS \
+    return line is not None and line.reason in CHECK_FAILURES \
         and line.detail.endswith(HELD_BACK_NOTE) and done is not None and not done.failed \
         and delivers_held(done.final_response, withheld_answers(view, obs))
 
@@ -343,6 +354,16 @@ SENDING_RUNGS = frozenset({"nudge", "prefill", "fallback"})
 _NEXT_CALL = frozenset({"fallback", "nudge", "prefill", "retry", PREFILL_OR_RETRY, "unexplained"})
 
 
+def _held_over_the_sentinel(view: TurnView) -> bool:
+    """The ladder ran out while the gate held an answer back: the sentinel ended the turn,
+    and the held answer stood in its place (FIN-6), not failed, the detail saying so. The
+    empty replies answered the request that asked for the check, so the hold is read from
+    that request (``withheld_answers``)."""
+    line, done = view.exit, view.completion
+    return line is not None and line.detail.endswith(HELD_BACK_NOTE) and done is not None \
+        and not done.failed and delivers_held(done.final_response, withheld_answers(view))
+
+
 def _no_rung_could_follow(line: ExitLine, at_bound: bool) -> bool:
     """The turn was out of budget before the next rung, or stopped from outside. A budget
     exit that rests on a tool result is named ``pending_tool_result`` (FIN-8 overrules the
@@ -374,7 +395,8 @@ def _observed(view: TurnView, calls: list[CallRecord], index: int,
                 return "streamed"
             if answer == _prior_text(calls, index, landed):
                 return "prior_text"
-        if line.reason is ExitReason.EMPTY_RESPONSE_EXHAUSTED and answer == EMPTY_SENTINEL:
+        if line.reason is ExitReason.EMPTY_RESPONSE_EXHAUSTED and (
+                answer == EMPTY_SENTINEL or _held_over_the_sentinel(view)):
             return "sentinel"
         return "unexplained"
     if model_of(nxt) != model_of(call):
