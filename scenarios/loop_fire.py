@@ -13,7 +13,7 @@ from hermes_ref.errors import ProviderAuthError, ProviderRejected, ProviderServe
 from hermes_ref.ladder import RUNGS
 from hermes_ref.limits import ProviderRoute
 from hermes_ref.models import ProviderReply, Role
-from hermes_ref.outcomes import ExitReason
+from hermes_ref.outcomes import ExitReason, TurnResult
 from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
 from sim.harness import Story, scenario
 from sim.provider import FunctionProvider, text, tool_calls
@@ -505,6 +505,56 @@ def held_answer_stands_after_the_check_fills_the_window(s: Story) -> None:
              "preflight failed the turn closed after the check's read")
     s.expect(result is not None and result.final_response == "Saved 42." and result.completed,
              "the held-back answer was delivered")
+
+
+def _held_then(s: Story, *check: object) -> None:
+    """The model writes a file and answers "Saved 42."; the gate holds the answer back and
+    asks for a check, which ``check`` (the provider's next replies) then fails."""
+    s.limits(verify_before_answer=True)
+    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
+             *check)
+
+
+def _held_answer_stood(s: Story, result: TurnResult | None, reason: ExitReason) -> None:
+    s.expect(result is not None and result.exit_reason is reason,
+             f"the check failed the turn: {reason.value}")
+    s.expect(result is not None and result.final_response == "Saved 42." and result.completed,
+             "the held-back answer was delivered, not the failure's text")
+    rows = s.transcript()
+    s.expect(bool(rows) and rows[-1].content == "Saved 42.", "the answer is the durable tail")
+
+
+@scenario("An answer held back for verification stands when the provider refuses the "
+          "request that asks for the check", invariants=("FIN-6", "FIN-1"), stage="loop_fire")
+def held_answer_stands_when_the_check_is_refused(s: Story) -> None:
+    """A refusal (a 400) is terminal: no retry, no fallback. The check never happened, but
+    the model had answered, and that answer is what the user waits for (FIN-6). Before, the
+    turn failed and said "Nothing was lost", having lost the answer."""
+    _held_then(s, ProviderRejected("unknown parameter", status=400))
+    result = s.turn("Save 42 to out.txt.")
+    s.expect(s.world.calls[-1].request.messages[-1].content == PRE_VERIFY_NUDGE,
+             "the refused request was the one that asked the model to verify")
+    _held_answer_stood(s, result, ExitReason.TERMINAL_PROVIDER_ERROR)
+
+
+@scenario("An answer held back for verification stands when the model's replies to the "
+          "check run the empty ladder out", invariants=("FIN-6", "FIN-1"), stage="loop_fire")
+def held_answer_stands_past_an_empty_ladder(s: Story) -> None:
+    """Asked to check its work, the model says nothing, again and again, until the ladder
+    ends the turn on its sentinel (LOOP-8). The sentinel is scaffolding; the answer the
+    model gave before the check is delivered instead."""
+    _held_then(s, *(EMPTY for _ in range(5)))
+    _held_answer_stood(s, s.turn("Save 42 to out.txt."), ExitReason.EMPTY_RESPONSE_EXHAUSTED)
+
+
+@scenario("An answer held back for verification stands when the model checks with tools that "
+          "do not exist, round after round", invariants=("FIN-6", "FIN-1"), stage="loop_fire")
+def held_answer_stands_past_rounds_of_missing_tools(s: Story) -> None:
+    """Each checking round names a tool the engine does not have; each is answered with an
+    error in place (TOOL-2), and the third ends the turn (``invalid_tool_calls``). The
+    rounds are stored and closed; the held answer follows them as the turn's last row."""
+    _held_then(s, *(tool_calls(("verify_file", {"path": "out.txt"})) for _ in range(3)))
+    _held_answer_stood(s, s.turn("Save 42 to out.txt."), ExitReason.INVALID_TOOL_CALLS)
 
 
 @scenario("An answer given after verifying is the one delivered",

@@ -1,6 +1,7 @@
-"""FIN-6 at the verification gate: an answer the gate held back stands when context pressure
-ends the turn, and CMP-7's checker counts the gate's scaffolding in the request it refused
-(explored seed 1095, ``held_answer_stands_past_a_full_window``)."""
+"""FIN-6 at the verification gate: an answer the gate held back stands when the check it
+asked for fails (context pressure, a refusal, the empty ladder run out...), and CMP-7's
+checker counts the gate's scaffolding in the request it refused (explored seed 1095,
+``held_answer_stands_past_a_full_window``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hermes_ref.limits import Limits
 from hermes_ref.models import Message, Role, ScaffoldFlag, ToolCall
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
-from hermes_ref.scaffolding import PRE_VERIFY_NUDGE
+from hermes_ref.scaffolding import EMPTY_SENTINEL, PRE_VERIFY_NUDGE
 from sim.checkers.base import Observation
 from sim.checkers.compaction_record import scaffolding_after
 from sim.checkers.compaction_shape import unsent_tokens
@@ -77,6 +78,38 @@ def test_a_turn_that_lost_its_lease_delivers_nothing_though_an_answer_was_held()
     result = Rig().run(finalizer.finalize(ctx))
     assert result.exit_reason is ExitReason.INTERRUPTED
     assert result.failed and result.final_response != ANSWER
+
+
+@pytest.mark.parametrize("reason, text", [
+    (ExitReason.TERMINAL_PROVIDER_ERROR, None),
+    (ExitReason.EMPTY_RESPONSE_EXHAUSTED, EMPTY_SENTINEL),
+    (ExitReason.LOCAL_PROCESSING_ERROR, loop.LOCAL_ERROR_TEXT),
+    (ExitReason.TRUNCATED_TOOL_CALL, loop.TRUNCATED_TEXT),
+    (ExitReason.INVALID_TOOL_CALLS, None),
+])
+def test_the_held_answer_stands_when_the_check_fails(reason: ExitReason,
+                                                     text: str | None) -> None:
+    """The provider refused the check or the model's replies to it were no use: the held
+    answer replaces the failure's own text (the sentinel, say), delivered and not failed,
+    under the reason the failure recorded."""
+    ctx = _held()
+    ctx.finish(reason, "the check failed", answer=text, failed=True)
+    rig = Rig()
+    result = rig.run(finalizer.finalize(ctx))
+    assert (result.completed, result.failed, result.final_response) == (True, False, ANSWER)
+    assert result.exit_reason is reason
+    assert result.exit_detail == "the check failed" + finalizer.HELD_BACK_NOTE
+    assert [(m.role, m.content) for m in rig.written()] == [(Role.ASSISTANT, ANSWER)]
+
+
+def test_a_failed_write_does_not_deliver_the_held_answer() -> None:
+    """A write that failed is the store's failure, not the check's: its rows may leave a
+    call open that only the failure boundary closes, so the turn fails as it would have."""
+    ctx = _held()
+    ctx.finish(ExitReason.PERSISTENCE_FAILED, "the store failed", answer="", failed=True)
+    result = Rig().run(finalizer.finalize(ctx))
+    assert result.failed and result.exit_reason is ExitReason.PERSISTENCE_FAILED
+    assert result.final_response != ANSWER
 
 
 def test_a_pressure_exit_with_nothing_held_still_fails() -> None:
