@@ -318,3 +318,18 @@ sabotage("held_answer_lost_at_preflight", ("FIN-6",),
          "a turn that fails closed for context pressure while the verification gate holds "
          "the model's answer delivers the failure's explanation, and the answer is lost")(
     _held_answer_lost_at_preflight)
+
+
+# ---- FIN-6: a check the provider or the model fails loses the held answer --------------------
+
+
+def _held_answer_lost_to_a_failed_check() -> list[AbstractContextManager[Any]]:
+    return [edited_in_place(finalizer, "_held_answer_stands",
+                            "ctx.ending.reason not in CHECK_FAILURE_EXITS",
+                            "ctx.ending.reason not in CONTEXT_PRESSURE_EXITS")]  # only the window
+
+
+sabotage("held_answer_lost_to_a_failed_check", ("FIN-6",),
+         "a turn whose check the provider refuses, or whose replies to it run the empty ladder "
+         "out, delivers the failure's explanation while the verification gate holds the "
+         "model's answer, and the answer is lost")(_held_answer_lost_to_a_failed_check)
