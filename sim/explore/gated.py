@@ -18,8 +18,20 @@ process), with no chat lanes (the lane parts' worlds are kept as they are), no t
 budget or call cap, no fallback route and no gate yet, it turns the gate on
 (``WorldPlan.verify_before_answer``). The first answer after a file change then waits for
 a check, and in a window of 250-400 tokens the request that asks for it often does not
-fit. It is drawn after every other part, and a world that does not draw it keeps its plan
-and its record byte for byte.
+fit.
+
+The window is one way the check fails; the provider is another. The held answer was lost
+as well when the provider refused the request that asks for the check, when the model's
+replies to it ran the empty ladder out, or named tools that do not exist (FIN-6, found at
+seeds 2269 and 2772 once the checker read every such failure). Blind seeds meet that
+seldom: a reply fault must fall on the one request the gate adds. So in ``CHECK_SHARE`` of
+every world with the gate on (this part's, and the edges' budget worlds), drawn from a
+sub-stream of its own ("check"), the provider refuses each request that asks for the
+check with a 400 (``WorldPlan.refuse_the_check``, carried out by ``ExploreModel``): a
+terminal error, after which the held answer must stand.
+
+It is drawn after every other part, and a world that does not draw it keeps its plan and
+its record byte for byte.
 """
 
 from __future__ import annotations
@@ -29,11 +41,21 @@ import random
 from sim.explore.plan import FaultKind, WorldPlan
 
 SHARE = 1.0  # of the worlds it takes (a share kept to tune by: every one, now)
+CHECK_SHARE = 0.5  # of the worlds with the gate on: the check refused
 
 
 def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     """``plan`` with the verification gate on, in ``SHARE`` of the one-process worlds with a
-    small window and nothing that keeps the gate away (see the module docstring)."""
+    small window and nothing that keeps the gate away, and the check refused in
+    ``CHECK_SHARE`` of the worlds with the gate (see the module docstring)."""
+    plan = _gate(seed, kinds, plan)
+    if not plan.verify_before_answer or FaultKind.CHECK_REFUSED not in kinds \
+            or random.Random(f"{seed}:check").random() >= CHECK_SHARE:
+        return plan
+    return plan.model_copy(update={"refuse_the_check": True})
+
+
+def _gate(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     if FaultKind.SMALL_WINDOW not in kinds or plan.context_window is None \
             or plan.processes > 1 or plan.lanes is not None or plan.verify_before_answer \
             or plan.iteration_budget is not None or plan.max_iterations is not None \

@@ -14,7 +14,9 @@ the parser's limit, ten reads in one round, a round of ``execute_code`` (refunde
 of a huge log (spilled; with ``huge_reads_share_id`` every such read under the first
 one's call id, as a provider that numbers calls per request sends it), a 400 saying the
 context is too long, or an outage (a 503 to the request and to every retry of it, so the
-turn falls back). An outage may also be aimed at the plan's n-th grace call
+turn falls back). In a world that refuses the check (``sim/explore/gated.py``) each
+request that asks the model to verify its work, after the gate held an answer back, gets a
+400. An outage may also be aimed at the plan's n-th grace call
 (``grace_outages``, counted by grace request, a retry not counted again), the one other
 call a turn's budget leaves; no other fault strikes a grace call or a compaction's
 summary. A slow reply thinks aloud first (an inline think block), so a correction that cuts it has
@@ -31,8 +33,14 @@ from __future__ import annotations
 
 import re
 
-from hermes_ref.errors import ContextOverflow, ProviderAuthError, ProviderServerError, RateLimited
-from hermes_ref.models import ProviderReply, Role
+from hermes_ref.errors import (
+    ContextOverflow,
+    ProviderAuthError,
+    ProviderRejected,
+    ProviderServerError,
+    RateLimited,
+)
+from hermes_ref.models import ProviderReply, Role, ScaffoldFlag
 from hermes_ref.wire import ProviderRequest
 from sim.choices import Chooser
 from sim.explore import edges
@@ -56,7 +64,7 @@ class ExploreModel(_FakeBase):
     def __init__(self, replies: tuple[ReplyFault, ...] = (), ids: Chooser | None = None,
                  grace_outages: tuple[int, ...] = (), huge_reads_share_id: bool = False,
                  history_to_compact: int = HISTORY_TO_COMPACT,
-                 empty_after_correction: bool = False) -> None:
+                 empty_after_correction: bool = False, refuse_the_check: bool = False) -> None:
         super().__init__()
         self._history_to_compact = history_to_compact  # where the 503s around an overflow wait
         self._huge_id: str | None = None  # the one id of every huge read, when they share it
@@ -73,6 +81,7 @@ class ExploreModel(_FakeBase):
         self._shaping: dict[str, list[_Shaping]] = {}  # a turn's reply shapes under way
         # the corrections answered with nothing (``sim/explore/corrected.py``), when on
         self._corrections: set[tuple[str, int]] | None = set() if empty_after_correction else None
+        self._refuse_the_check = refuse_the_check  # ``sim/explore/gated.py``
 
     def _reply(self, request: ProviderRequest) -> ProviderReply:
         self.calls += 1
@@ -94,6 +103,9 @@ class ExploreModel(_FakeBase):
             self._corrections.add(corrected)  # once per correction, then answered as ever
             self.fired.append(ReplyFault(call=self.calls, kind=FaultKind.EMPTY_AFTER_CORRECTION))
             return ProviderReply(content="", finish_reason="stop")
+        if not self.calm and self._refuse_the_check and _asks_for_the_check(request):
+            self.fired.append(ReplyFault(call=self.calls, kind=FaultKind.CHECK_REFUSED))
+            raise ProviderRejected(f"400 at call {self.calls}: the check is refused", status=400)
         if refused and self._outage is not None:
             fault = self._outage[1]  # a retry of the request an outage refused: refused again,
             # whatever the plan holds for this call (an outage is one kind of failure)
@@ -264,6 +276,12 @@ def _corrected_after_tools(request: ProviderRequest) -> tuple[str, int] | None:
     if len(rows) < 2 or not any(m.role is Role.TOOL for m in messages[rows[0]:rows[-1]]):
         return None
     return last.turn_id, len(rows)
+
+
+def _asks_for_the_check(request: ProviderRequest) -> bool:
+    """The request ends on the nudge FIN-1's gate adds after the answer it holds back."""
+    last = request.messages[-1] if request.messages else None
+    return last is not None and last.scaffold is ScaffoldFlag.PRE_VERIFY
 
 
 def _asked(request: ProviderRequest) -> tuple[tuple[str, str], ...]:

@@ -73,6 +73,9 @@ class FaultKind(StrEnum):
     # the model answers nothing to the first request after a correction taken in after a
     # tool round, drawn only in ``sim/explore/corrected.py``
     EMPTY_AFTER_CORRECTION = "empty_after_correction"
+    # the provider refuses each request that asks the model to check its work (FIN-1's gate),
+    # drawn only in ``sim/explore/gated.py``
+    CHECK_REFUSED = "check_refused"
     # a lane's message arrives as its session rotates, drawn only in ``sim/explore/lineage.py``
     LANE_AT_ROTATION = "lane_at_rotation"
     # the summary asked as a late one arrives fails, and its lane's user comes back near the
@@ -258,6 +261,9 @@ class WorldPlan(Frozen):
     empty_after_correction: bool = False
     # a summary asked in the instant a late one arrived fails (``sim/explore/cooldown.py``: CMP-4)
     summary_stumbles: bool = False
+    # the provider refuses (a 400) each request that asks the model to verify its work after
+    # the gate held an answer back (``sim/explore/gated.py``: FIN-6)
+    refuse_the_check: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> WorldPlan:
@@ -275,6 +281,9 @@ class WorldPlan(Frozen):
         unknown = sorted(s for s in self.members.values() if s not in self.sessions)
         if unknown:
             raise ValueError(f"members are bound to unknown session(s) {', '.join(unknown)}")
+        if self.refuse_the_check and not self.verify_before_answer:
+            raise ValueError("refuse_the_check needs verify_before_answer: only the gate asks "
+                             "for a check")
         if self.summary_stumbles and self.summary_delay_s is None:
             raise ValueError("summary_stumbles needs summary_delay_s: a summarizer stumbles "
                              "only after a late summary")
@@ -298,6 +307,8 @@ class WorldPlan(Frozen):
             kinds.add(FaultKind.FROZEN_LATE_START)
         if self.empty_after_correction:
             kinds.add(FaultKind.EMPTY_AFTER_CORRECTION)
+        if self.refuse_the_check:
+            kinds.add(FaultKind.CHECK_REFUSED)
         if self.fallback_window is not None:
             kinds.add(FaultKind.FALLBACK)
         if self.context_window is not None:
@@ -337,6 +348,7 @@ class WorldPlan(Frozen):
                   + len(self.summary_failures) + len(self.summary_timeouts)
                   + len(self.grace_outages)
                   + (self.lock_stall_s is not None) + self.empty_after_correction
+                  + self.refuse_the_check
                   + self.summary_stumbles
                   + sum(1 for s in self.steps if s.op in TIMED_FAULTS)
                   + sum(1 for c in self.clients if c.disconnect_after is not None))

@@ -75,7 +75,8 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
             f"model = ExploreModel(({_replies(plan)}), ids=s.world.chooser"
             + (f", grace_outages={plan.grace_outages!r}" if plan.grace_outages else "")
             + (", huge_reads_share_id=True" if plan.huge_reads_share_id else "")
-            + (", empty_after_correction=True" if plan.empty_after_correction else "") + ")",
+            + (", empty_after_correction=True" if plan.empty_after_correction else "")
+            + (", refuse_the_check=True" if plan.refuse_the_check else "") + ")",
             "s.use_provider(model)"]
     if plan.files:
         body.append(f"s.files({dict(plan.files)!r})")

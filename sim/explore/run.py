@@ -134,7 +134,8 @@ def _run(plan: WorldPlan, store_kind: str, trace: bool, workdir: Path,
     story.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed
     model = ExploreModel(plan.replies, ids=story.world.chooser, grace_outages=plan.grace_outages,
                          huge_reads_share_id=plan.huge_reads_share_id,
-                         empty_after_correction=plan.empty_after_correction)
+                         empty_after_correction=plan.empty_after_correction,
+                         refuse_the_check=plan.refuse_the_check)
     fired: set[FaultKind] = set()
     points: set[str] = set()
     error: str | None = None

@@ -208,10 +208,11 @@ def _calmer_tools(state: _State) -> None:
 
 def _unaimed(state: _State) -> None:
     """The aimed parts' moments off: no empty reply after a correction
-    (``sim/explore/corrected.py``), no summary failing after a late one
+    (``sim/explore/corrected.py``), no check refused (``sim/explore/gated.py``), no
+    summary failing after a late one
     (``sim/explore/cooldown.py``), each held lane message arriving at its time instead
     (``sim/explore/lineage.py``, ``cooldown.py``, ``waiter.py``)."""
-    for option in ("empty_after_correction", "summary_stumbles"):
+    for option in ("empty_after_correction", "refuse_the_check", "summary_stumbles"):
         if getattr(state.plan, option):
             state.attempt(state.plan.model_copy(update={option: False}))
     lanes = state.plan.lanes

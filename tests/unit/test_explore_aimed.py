@@ -1,7 +1,8 @@
 """The explorer's aimed parts (``sim.explore.corrected``, ``sim.explore.lineage``,
-``sim.explore.cooldown``, ``sim.explore.waiter``, ``sim.explore.gated``): each drawn last
-on a stream of its own, moving nothing of the other parts; each carried out where it is
-aimed, found under its sabotage, rendered, replayed and kept by the shrinker."""
+``sim.explore.cooldown``, ``sim.explore.waiter``, ``sim.explore.gated`` with its refused
+check): each drawn last on a stream of its own, moving nothing of the other parts; each
+carried out where it is aimed, found under its sabotage, rendered, replayed and kept by
+the shrinker."""
 
 from __future__ import annotations
 
@@ -406,7 +407,8 @@ def test_the_gated_part_only_turns_the_gate_on(monkeypatch: Any) -> None:
         gated_worlds += 1
         assert plan.verify_before_answer and not without.verify_before_answer, seed
         assert plan.context_window is not None and plan.processes == 1 and plan.lanes is None
-        assert plan.model_copy(update={"verify_before_answer": False}) == without, seed
+        assert plan.model_copy(update={"verify_before_answer": False,
+                                       "refuse_the_check": False}) == without, seed
     assert gated_worlds >= 5, gated_worlds
 
 
@@ -428,3 +430,61 @@ def test_the_gated_world_runs_and_finds_its_sabotage() -> None:
         assert run_plan(plan, trace=False).invariants == ["FIN-6"]
         ungated = plan.model_copy(update={"verify_before_answer": False})
         assert run_plan(ungated, trace=False).verdict.value == "passed"
+
+
+# the world of seed 21 as the shrinker left it under ``held_answer_lost_to_a_failed_check``
+REFUSED = WorldPlan(
+    seed=21, processes=1, sessions={"s-2": "p-2"},
+    files={"notes-1.txt": "note 1 of seed 21", "notes-2.txt": "note 2 of seed 21"},
+    steps=(Submit(at_s=61.0, process=0, principal="p-2", session="s-2", request_id="r-89a91a",
+                  text="Write note 4 to s-2-out-4.txt."),
+           Drain(at_s=75.0, process=0, session="s-2")),
+    verify_before_answer=True, refuse_the_check=True)
+
+
+def test_the_refused_check_is_drawn_only_with_the_gate(monkeypatch: Any) -> None:
+    """With the check part held back a plan is what the other parts drew; with it, about
+    half the worlds with the gate on (the gated part's and the edges') refuse the check,
+    and nothing else of theirs changes. A plan that refuses a check no gate asks for is
+    refused as it loads."""
+    from sim.explore import gated
+
+    every = [generate(seed) for seed in range(600)]
+    monkeypatch.setattr(gated, "CHECK_SHARE", 0.0)
+    gates = refused = 0
+    for seed, plan in enumerate(every):
+        without = generate(seed)
+        gates += plan.verify_before_answer
+        refused += plan.refuse_the_check
+        assert plan.verify_before_answer or not plan.refuse_the_check, seed
+        assert plan.model_copy(update={"refuse_the_check": False}) == without, seed
+    assert gates >= 30 and 0.3 * gates <= refused <= 0.7 * gates, (gates, refused)
+    try:
+        WorldPlan.model_validate({**REFUSED.model_dump(), "verify_before_answer": False})
+    except ValueError as error:
+        assert "refuse_the_check needs verify_before_answer" in str(error)
+    else:
+        raise AssertionError("a refused check without the gate was taken")
+
+
+def test_the_refused_check_world_runs_replays_and_finds_its_sabotage() -> None:
+    """A turn writes a file and answers; the gate holds the answer back, and the provider
+    refuses the request that asks for the check (a 400, terminal). On the intact engine
+    the held answer stands; the fault is rendered and replayed, and the plan goes through
+    its JSON file unchanged. A finalizer that rescues the held answer on context pressure
+    alone loses it (FIN-6), and the shrinker keeps the refusal (without it the world passes)."""
+    import scenarios  # noqa: F401
+
+    report = run_plan(REFUSED)
+    assert report.verdict.value == "passed", report.violations
+    assert {FaultKind.CHECK_REFUSED, FaultKind.VERIFY_GATE} <= report.fired
+    assert "reason=terminal_provider_error" in report.timeline
+    source = render(REFUSED, report)
+    assert "refuse_the_check=True" in source
+    assert same_timeline(replay_rendered(REFUSED, report, source), report)
+    assert load_plan(REFUSED.model_dump_json()) == REFUSED
+    with SABOTAGES["held_answer_lost_to_a_failed_check"].applied():
+        assert run_plan(REFUSED, trace=False).invariants == ["FIN-6"]
+        calm = REFUSED.model_copy(update={"refuse_the_check": False})
+        assert run_plan(calm, trace=False).verdict.value == "passed"
+        assert shrink(REFUSED).plan.refuse_the_check
