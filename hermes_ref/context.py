@@ -159,7 +159,8 @@ class TurnState:
     hops: int = 0                     # LOOP-2: fallback hops, each refunding the call it replaced
     provider_errors: int = 0          # LOOP-5: failed calls this turn (outer_loop_errors_max)
     cut_partial: str | None = None    # LOOP-4: raw text of a call a correction cut short
-    withheld_answer: str | None = None  # FIN-1: an answer the verification gate held back
+    withheld_answer: str | None = None  # FIN-1: an answer the verification gate holds back
+    gate_spent: bool = False          # FIN-1's gate held an answer this turn (it holds one)
     files_changed: bool = False       # FIN-1's gate: a writer tool ran this turn
 
     @property

@@ -314,12 +314,13 @@ def _processable(ctx: TurnContext, reply: ProviderReply) -> bool:
 def _withheld_for_verification(ctx: TurnContext, text: str) -> bool:
     """FIN-1's gate: after file changes, the first answer is held back while the model
     checks its work (``verify_before_answer``). The answer waits in the turn's state; the
-    finalizer delivers it if the budget runs out before the model answers again."""
+    finalizer delivers it if the budget runs out, or the check fails, before the model
+    answers again. The gate holds one answer per turn, even when a correction has since
+    overruled it (``redirect.take_redirects``)."""
     state = ctx.state
-    if not (ctx.limits.verify_before_answer and state.files_changed) \
-            or state.withheld_answer is not None:
+    if not (ctx.limits.verify_before_answer and state.files_changed) or state.gate_spent:
         return False
-    state.withheld_answer = text
+    state.gate_spent, state.withheld_answer = True, text
     ctx.transcript.append(scaffold(Role.ASSISTANT, text, ScaffoldFlag.VERIFICATION_STOP,
                                    ctx.turn_id))
     ctx.transcript.append(scaffold(Role.USER, PRE_VERIFY_NUDGE, ScaffoldFlag.PRE_VERIFY,

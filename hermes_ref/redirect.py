@@ -16,6 +16,9 @@ correction is there:
    with no text: a hidden row marks where the turn was cut and never goes on the wire
    (``loop.build_request`` leaves it out);
 3. the correction is a user row of the turn, stored before the next call;
+4. an answer the verification gate held back (FIN-1) is no longer the answer: it answered
+   what the user asked before the correction. The budget's end then asks for a summary
+   instead, and a failed check leaves no answer to stand;
 
 and the loop goes on with the next iteration, preflight first. Hermes does the same in
 ``_apply_active_turn_redirect``.
@@ -66,6 +69,7 @@ async def take_redirects(ctx: TurnContext) -> None:
     partial, ctx.state.cut_partial = ctx.state.cut_partial, None
     if not corrections:
         return
+    ctx.state.withheld_answer = None  # the user's word overrules the answer held back (FIN-1)
     ctx.transcript.drop_scaffolding()
     rows: list[Message] = []
     tail = ctx.transcript.tail()

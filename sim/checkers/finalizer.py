@@ -47,7 +47,7 @@ def grace_summary(obs: Observation) -> list[Violation]:
         records = view.calls
         if view.exit is None or not _ran_out(obs.limits, view.exit, records):
             continue
-        if loop_fire.withheld_answers(view, obs):
+        if loop_fire.withheld_answers(view, obs, standing=True):
             continue  # an answer held back for verification stands in for it (withheld_answer_reused)
         graces = distinct_requests([r for r in records if is_grace(r)])
         if not graces and grace_would_not_fit(obs, view):
@@ -215,7 +215,7 @@ def _held_answers_kept(obs: Observation, lost: set[tuple[str, str | None]]) -> l
         if line is None or line.reason not in loop_fire.CHECK_FAILURES or done is None \
                 or (view.session_id, view.turn_id) in lost:
             continue
-        held = loop_fire.withheld_answers(view, obs)
+        held = loop_fire.withheld_answers(view, obs, standing=True)
         if held and (done.failed or not loop_fire.delivers_held(done.final_response, held)):
             out.append(Violation("answer_delivered", "FIN-6",
                                  f"turn {view.key} ended {line.reason.value} while the gate "

@@ -110,20 +110,29 @@ def _budgeted(view: TurnView) -> list[CallRecord]:
     return [c for c in view.calls if not is_grace(c) and c.cut is None]
 
 
-def withheld_answers(view: TurnView, obs: Observation | None = None) -> list[str]:
+def withheld_answers(view: TurnView, obs: Observation | None = None, *,
+                     standing: bool = False) -> list[str]:
     """Texts the turn's replies gave that the next request held back for verification
     (FIN-1's gate): that request ends on the pre-verify nudge after the text. Given the
-    observation, also the answer the gate held when the budget left no next request."""
-    out = []
+    observation, also the answer the gate held when the budget left no next request.
+
+    ``standing``: only those still the turn's to deliver, none that a correction the turn
+    took in after it overruled (it answered what the user asked before: LOOP-4). What the
+    model said is all of them; what the budget's end or a failed check owes the user is
+    the standing ones (FIN-1, FIN-6)."""
+    held: list[tuple[CallRecord, str]] = []
     calls = view.calls
     for call, nxt in pairwise(calls):
         sent = _messages(nxt)
         text = _answer_text(call)
         if text and len(sent) >= 2 and sent[-1].get("content") == PRE_VERIFY_NUDGE \
                 and (sent[-2].get("content") or "").strip() == text.strip():
-            out.append(text)
-    last = _held_at_the_end(obs, view) if obs is not None and not out else None
-    return out + ([last] if last else [])
+            held.append((call, text))
+    last = _held_at_the_end(obs, view) if obs is not None and not held else None
+    if last is not None:
+        held.append((calls[-1], last))
+    return [text for call, text in held
+            if not standing or obs is None or not took_in_after(obs, view, call.seq)]
 
 
 def delivers_held(answer: str | None, held: list[str]) -> bool:
@@ -172,7 +181,7 @@ def held_answer_stood(obs: Observation, view: TurnView) -> bool:
     line, done = view.exit, view.completion
     return line is not None and line.reason in CHECK_FAILURES \
         and line.detail.endswith(HELD_BACK_NOTE) and done is not None and not done.failed \
-        and delivers_held(done.final_response, withheld_answers(view, obs))
+        and delivers_held(done.final_response, withheld_answers(view, obs, standing=True))
 
 
 def stood_row_ids(obs: Observation, view: TurnView) -> set[int]:
@@ -879,7 +888,7 @@ def _v4(message: str) -> Violation:
 def withheld_answer_reused(obs: Observation) -> list[Violation]:
     out = []
     for view in obs.ended_turns():
-        held = withheld_answers(view, obs)
+        held = withheld_answers(view, obs, standing=True)
         if not held:
             continue
         done = view.completion
@@ -891,6 +900,39 @@ def withheld_answer_reused(obs: Observation) -> list[Violation]:
                                  f"{held[-1][:30]!r} held back, and delivered {answer!r} after "
                                  f"{len(graces)} summary calls"))
     return out
+
+
+@checker("overruled_answer_not_delivered", ("FIN-1",),
+         "an answer the verification gate held back is not delivered once a correction the "
+         "turn took in after it overruled it, unless the model gave it again since")
+def overruled_answer_not_delivered(obs: Observation) -> list[Violation]:
+    """The held answer answered what the user asked before the correction (LOOP-4): at the
+    budget's end the turn owes a summary instead, and a failed check leaves no answer to
+    stand. Read from the provider's log (the hold, the calls after the correction) and
+    the world's log of corrections taken in."""
+    out = []
+    for view in obs.ended_turns():
+        done = view.completion
+        if done is None or done.failed or view.exit is None:
+            continue
+        standing = withheld_answers(view, obs, standing=True)
+        overruled = [t for t in withheld_answers(view, obs) if t not in standing]
+        if not overruled or not delivers_held(done.final_response, overruled):
+            continue
+        since = _taken_in_at(obs, view)
+        again = [t for c in view.calls if c.seq > since and (t := _answer_text(c)) is not None]
+        if not delivers_held(done.final_response, again):
+            out.append(Violation("overruled_answer_not_delivered", "FIN-1",
+                                 f"turn {view.key} ended {view.exit.reason.value} delivering "
+                                 f"the held answer {overruled[-1][:30]!r}, which a correction "
+                                 "it took in had overruled"))
+    return out
+
+
+def _taken_in_at(obs: Observation, view: TurnView) -> int:
+    """The effect at which the turn last took a correction in (0: never)."""
+    return max((i.seq for i in obs.interventions if i.what == "drained"
+                and (i.session_id, i.turn_id) == (view.session_id, view.turn_id)), default=0)
 
 
 # ---- liveness: every turn ends within a bound the limits give --------------------------------
