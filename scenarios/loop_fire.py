@@ -557,6 +557,33 @@ def held_answer_stands_past_rounds_of_missing_tools(s: Story) -> None:
     _held_answer_stood(s, s.turn("Save 42 to out.txt."), ExitReason.INVALID_TOOL_CALLS)
 
 
+@scenario("A correction taken in while the model checks its work overrules the answer the gate "
+          "held back: the budget's end asks for a summary instead",
+          invariants=("FIN-1", "LOOP-4"), stage="loop_fire")
+def correction_overrules_the_held_answer(s: Story) -> None:
+    """The model writes 42 and answers; the gate holds "Saved 42." back and asks for a
+    check. While the checking read runs, the user writes "Make it 43."; the turn takes the
+    correction in at the loop's top, and the model writes 43, the last call the cap allows.
+    The held answer answered what the user asked before: delivered now, it would answer
+    the correction with the very answer it corrects. So the budget's end asks for a
+    summary, written after the correction, and that is the answer."""
+    s.limits(verify_before_answer=True, max_iterations=4, iteration_budget=4)
+    s.world.tools.slow("read_file", 30.0)
+    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
+             tool_calls(("read_file", {"path": "out.txt"})),
+             tool_calls(("write_file", {"path": "out.txt", "content": "43"})),
+             text("Saved 43, as corrected."))
+    s.redirect("Make it 43.", after_s=10.0)
+    result = s.turn("Save 42 to out.txt.")
+    s.expect(s.world.calls[2].request.messages[-1].content == PRE_VERIFY_NUDGE,
+             "the model was asked to verify")
+    s.expect(s.world.calls[3].request.messages[-1].content == "Make it 43.",
+             "the correction was taken in before the next call")
+    s.expect(s.world.calls[-1].request.purpose == "grace", "the budget's end asked for a summary")
+    s.expect(result is not None and result.final_response == "Saved 43, as corrected.",
+             "the summary is the answer, not the answer the correction overruled")
+
+
 @scenario("An answer given after verifying is the one delivered",
           invariants=("FIN-1", "LOOP-3", "SCAF-1"), stage="loop_fire")
 def verified_answer_is_delivered(s: Story) -> None:

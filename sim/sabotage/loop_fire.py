@@ -287,6 +287,7 @@ async def _correction_alone(ctx: TurnContext) -> None:
     ctx.state.cut_partial = None
     if not corrections:
         return
+    ctx.state.withheld_answer = None
     ctx.transcript.drop_scaffolding()
     row = Message(role=Role.USER, content="\n\n".join(corrections), turn_id=ctx.turn_id)
     await ctx.persist((row,), Site.REDIRECT)
@@ -365,3 +366,15 @@ def _withheld_forgotten() -> list[AbstractContextManager[Any]]:
 sabotage("withheld_answer_forgotten", ("FIN-1",),
          "the budget fallback ignores the answer the verification gate held back and asks for "
          "a summary instead")(_withheld_forgotten)
+
+
+def _held_past_a_correction() -> list[AbstractContextManager[Any]]:
+    kept = one_line_changed(redirect, "take_redirects", "ctx.state.withheld_answer = None",
+                            "pass")  # "the held answer is still the model's answer"
+    return [mock.patch.object(redirect, "take_redirects", kept)]
+
+
+sabotage("correction_keeps_the_held_answer", ("FIN-1",),
+         "a correction taken in while the model checks its work leaves the answer the gate "
+         "held back in place, and the budget's end delivers it as the answer to the "
+         "correction that overruled it")(_held_past_a_correction)

@@ -10,10 +10,11 @@ import re
 import pytest
 
 import scenarios
-from hermes_ref import compaction, finalizer, loop
+from hermes_ref import compaction, finalizer, loop, redirect
 from hermes_ref.context import TurnContext
+from hermes_ref.effects import CallProvider
 from hermes_ref.limits import Limits
-from hermes_ref.models import Message, Role, ScaffoldFlag, ToolCall
+from hermes_ref.models import Message, ProviderReply, Role, ScaffoldFlag, ToolCall
 from hermes_ref.outcomes import ExitReason
 from hermes_ref.phases import Phase
 from hermes_ref.scaffolding import EMPTY_SENTINEL, PRE_VERIFY_NUDGE
@@ -110,6 +111,29 @@ def test_a_failed_write_does_not_deliver_the_held_answer() -> None:
     result = Rig().run(finalizer.finalize(ctx))
     assert result.failed and result.exit_reason is ExitReason.PERSISTENCE_FAILED
     assert result.final_response != ANSWER
+
+
+def test_a_correction_overrules_the_held_answer_and_the_gate_holds_once() -> None:
+    """A correction taken in while the answer is held clears it (it answered what the user
+    asked before), and the gate holds no second answer in the same turn."""
+    ctx = _held()
+    rig = Rig(DrainRedirects=lambda e: ("Make it 43.",))
+    rig.run(redirect.take_redirects(ctx))
+    assert ctx.state.withheld_answer is None and ctx.state.gate_spent
+    assert not loop._withheld_for_verification(ctx, "Saved 43.")
+    assert ctx.transcript.tail() is not None and ctx.transcript.tail().content == "Make it 43."
+
+
+def test_a_budget_end_after_an_overruling_correction_asks_for_a_summary() -> None:
+    """With the held answer overruled the budget's end makes its grace call, and the
+    summary, not the held answer, is delivered."""
+    ctx = _held(Limits(verify_before_answer=True, max_iterations=3, iteration_budget=3))
+    ctx.state.api_calls = 3
+    Rig(DrainRedirects=lambda e: ("Make it 43.",)).run(redirect.take_redirects(ctx))
+    rig = Rig([ProviderReply(content="Saved 43, as corrected.")])
+    result = rig.run(finalizer.finalize(ctx))
+    assert result.final_response == "Saved 43, as corrected." and not result.failed
+    assert [e.request.purpose for e in rig.effects if isinstance(e, CallProvider)] == ["grace"]
 
 
 def test_a_pressure_exit_with_nothing_held_still_fails() -> None:
