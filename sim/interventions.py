@@ -22,8 +22,8 @@ world's own account that the checkers read.
 * A correction may also be held for a **moment** of a turn rather than sent at a time
   (``correct_at_a_moment``, ``Moment``, ``World.moments``): the driver asks at each tool
   round and model call whether it is the moment, so the correction arrives during a tool
-  round, during the grace call, or during a call that prepares a tool call, which a timer
-  would rarely hit.
+  round, during the grace call, during a call that prepares a tool call, or during the
+  call that asks the model to check its work, which a timer would rarely hit.
 
 ``script_for`` gives a model of its own a scripted fake (``World.providers``): a fallback
 route (LOOP-6) answers from its own script while the primary fails from the story's.
@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_ref import effects as fx
 from hermes_ref.errors import Redirected, TurnInterrupted
-from hermes_ref.models import ProviderReply
+from hermes_ref.models import ProviderReply, ScaffoldFlag
+from hermes_ref.wire import ProviderRequest
 from sim.provider import ScriptedProvider
 from sim.scheduler import Actor
 from sim.world import Intervention, World
@@ -121,7 +122,7 @@ def _deliver(world: World, actor: Actor, session: str, text: str) -> None:
     _cut(world, actor, Redirected(raw_partial(reply)))
 
 
-MOMENTS = ("tools", "grace", "call")
+MOMENTS = ("tools", "grace", "call", "check")
 
 
 @dataclass
@@ -136,7 +137,10 @@ class Moment:
       user corrects the turn halfway, which cuts the grace call;
     * ``call``: the turn sends a model call whose reply is a tool call with no text; it
       streams for ``slow_s`` and the user cuts it halfway, before it showed anything (the
-      cut reply is stored hidden, LOOP-4).
+      cut reply is stored hidden, LOOP-4);
+    * ``check``: the turn sends the model call that asks the model to verify its work
+      after the gate held an answer back (FIN-1); it streams for ``slow_s`` and the user
+      cuts it halfway, so the correction comes while the answer is held.
     """
 
     session: str
@@ -168,6 +172,8 @@ class Moment:
         if self.during == "call" and (purpose != "turn" or not reply.tool_calls
                                       or (reply.content or "").strip()):
             return None
+        if self.during == "check" and not _asks_for_the_check(effect.request):
+            return None
         world.scheduler.at(world.clock.now() + self.slow_s / 2, lambda: self._cut(world, actor, effect))
         return self.slow_s
 
@@ -185,8 +191,14 @@ class Moment:
             return
         _note(world, "redirect", self.session, actor, self.text)
         world.timeline.add("redirect", f"the user says {self.text!r} during the {self.during} call"
-                           if self.during == "grace" else f"the user says {self.text!r}")
+                           if self.during in ("grace", "check") else f"the user says {self.text!r}")
         _deliver(world, actor, self.session, self.text)
+
+
+def _asks_for_the_check(request: ProviderRequest) -> bool:
+    """The request ends on the nudge FIN-1's gate adds after the answer it holds back."""
+    last = request.messages[-1] if request.messages else None
+    return last is not None and last.scaffold is ScaffoldFlag.PRE_VERIFY
 
 
 def correct_at_a_moment(story: Story, text: str, *, after_s: float, session: str,

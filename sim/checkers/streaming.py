@@ -192,11 +192,24 @@ def streamed_answer_recovered(obs: Observation) -> list[Violation]:
             text = whole_answer(call)
             if text is None or key not in ended:
                 continue
-            problem = _recovery_problem(view, view.calls[i + 1:], call, text)
+            if _overruled(obs, view, text):  # held back, then a correction overruled it (FIN-1)
+                again = any(c.request is call.request for c in view.calls[i + 1:])
+                problem = "a stream that had delivered its whole answer was asked for again" \
+                    if again else None
+            else:
+                problem = _recovery_problem(view, view.calls[i + 1:], call, text)
             if problem:
                 out.append(Violation("streamed_answer_recovered", "FIN-2",
                                      f"turn {view.key}: {problem}"))
     return out
+
+
+def _overruled(obs: Observation, view: TurnView, text: str) -> bool:
+    """The recovered answer was one the verification gate held back, and a correction the
+    turn took in after it overruled it: it is no longer the turn's answer to store."""
+    standing = loop_fire.withheld_answers(view, obs, standing=True)
+    held = loop_fire.withheld_answers(view, obs)
+    return any(t.strip() == text.strip() for t in held if t not in standing)
 
 
 def _recovery_problem(view: TurnView, later: list[CallRecord], call: CallRecord,

@@ -24,11 +24,18 @@ The window is one way the check fails; the provider is another. The held answer 
 as well when the provider refused the request that asks for the check, when the model's
 replies to it ran the empty ladder out, or named tools that do not exist (FIN-6, found at
 seeds 2269 and 2772 once the checker read every such failure). Blind seeds meet that
-seldom: a reply fault must fall on the one request the gate adds. So in ``CHECK_SHARE`` of
-every world with the gate on (this part's, and the edges' budget worlds), drawn from a
-sub-stream of its own ("check"), the provider refuses each request that asks for the
-check with a 400 (``WorldPlan.refuse_the_check``, carried out by ``ExploreModel``): a
-terminal error, after which the held answer must stand.
+seldom: a reply fault must fall on the one request the gate adds. So in ``CHECK_SHARE``
+of the worlds with the gate on (this part's, and the edges' budget worlds of 2 units),
+drawn from a sub-stream of its own ("check"), the provider refuses each request that asks
+for the check with a 400 (``WorldPlan.refuse_the_check``, carried out by
+``ExploreModel``): a terminal error, after which the held answer must stand.
+
+In the edges' budget worlds of 3 units the request that asks for the check is the last
+one the budget allows (a write, the answer the gate holds, the check). There the user of
+each session whose turns change files corrects its turn during that call
+(``Redirect.during="check"``, slow to stream and cut halfway): the held answer answered
+what the user asked before, so the correction overrules it, and the budget's end owes a
+summary, not the held answer (FIN-1).
 
 It is drawn after every other part, and a world that does not draw it keeps its plan and
 its record byte for byte.
@@ -38,21 +45,44 @@ from __future__ import annotations
 
 import random
 
-from sim.explore.plan import FaultKind, WorldPlan
+from sim.explore.plan import FaultKind, Redirect, Submit, WorldPlan
 
 SHARE = 1.0  # of the worlds it takes (a share kept to tune by: every one, now)
-CHECK_SHARE = 0.5  # of the worlds with the gate on: the check refused
+CHECK_SHARE = 0.5  # of the worlds with the gate on and no budget of 3: the check refused
+CHECK_LAST = 3  # the budget whose last call asks for the check: there, a correction during it
+WRITES = ("Write note", "Patch note")  # the submissions whose turns change a file
 
 
 def draw(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
     """``plan`` with the verification gate on, in ``SHARE`` of the one-process worlds with a
-    small window and nothing that keeps the gate away, and the check refused in
-    ``CHECK_SHARE`` of the worlds with the gate (see the module docstring)."""
+    small window and nothing that keeps the gate away; in the worlds with the gate, the
+    check corrected (a budget of 3) or refused (``CHECK_SHARE`` of the others; see the
+    module docstring)."""
     plan = _gate(seed, kinds, plan)
-    if not plan.verify_before_answer or FaultKind.CHECK_REFUSED not in kinds \
-            or random.Random(f"{seed}:check").random() >= CHECK_SHARE:
+    if not plan.verify_before_answer or FaultKind.CHECK_REFUSED not in kinds:
         return plan
-    return plan.model_copy(update={"refuse_the_check": True})
+    rng = random.Random(f"{seed}:check")
+    if plan.iteration_budget == CHECK_LAST:
+        return _corrected(rng, kinds, plan)
+    if rng.random() < CHECK_SHARE:
+        return plan.model_copy(update={"refuse_the_check": True})
+    return plan
+
+
+def _corrected(rng: random.Random, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
+    """A correction during the check of each session whose turns change files, the user
+    watching from a time before the first such turn is submitted."""
+    first: dict[str, float] = {}
+    for step in plan.steps:
+        if isinstance(step, Submit) and step.text.startswith(WRITES):
+            first[step.session] = min(step.at_s, first.get(step.session, step.at_s))
+    if FaultKind.REDIRECT not in kinds or not first:
+        return plan
+    corrections = [Redirect(at_s=round(rng.uniform(0.0, at_s), 1), session=session,
+                            text=f"Say hello {rng.randint(10, 99)} instead.", during="check",
+                            slow_s=30.0) for session, at_s in sorted(first.items())]
+    steps = sorted((*plan.steps, *corrections), key=lambda s: s.at_s)
+    return plan.model_copy(update={"steps": tuple(steps)})
 
 
 def _gate(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:

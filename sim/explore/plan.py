@@ -167,15 +167,15 @@ class Redirect(Frozen):
     """The user sends ``text`` to the session's running turn as a correction (LOOP-4): at
     ``at_s`` if it waits on a model call then, or, with ``during``, at the first moment
     from ``at_s`` on that a turn of the session begins a tool round after its ``calls``-th
-    model call (``tools``), sends its grace call (``grace``) or a call preparing a tool
-    call (``call``), the last two slow to stream (``slow_s``) and cut halfway
-    (``sim.interventions.Moment``)."""
+    model call (``tools``), sends its grace call (``grace``), a call preparing a tool
+    call (``call``) or the call asking for the gate's check (``check``), the last three
+    slow to stream (``slow_s``) and cut halfway (``sim.interventions.Moment``)."""
 
     op: Literal["redirect"] = "redirect"
     at_s: float = Field(ge=0)
     session: str
     text: str
-    during: Literal["tools", "grace", "call"] | None = None
+    during: Literal["tools", "grace", "call", "check"] | None = None
     slow_s: float = Field(default=0.0, ge=0)
     calls: int = Field(default=0, ge=0)
 

@@ -442,23 +442,35 @@ REFUSED = WorldPlan(
     verify_before_answer=True, refuse_the_check=True)
 
 
-def test_the_refused_check_is_drawn_only_with_the_gate(monkeypatch: Any) -> None:
+def test_the_check_is_refused_or_corrected_only_with_the_gate(monkeypatch: Any) -> None:
     """With the check part held back a plan is what the other parts drew; with it, about
-    half the worlds with the gate on (the gated part's and the edges') refuse the check,
-    and nothing else of theirs changes. A plan that refuses a check no gate asks for is
-    refused as it loads."""
+    half the worlds with the gate on and no budget of 3 refuse the check, and the worlds
+    with a budget of 3 correct it (one correction per session whose turns write, during
+    the check), and nothing else of theirs changes. A plan that refuses a check no gate
+    asks for is refused as it loads."""
     from sim.explore import gated
 
     every = [generate(seed) for seed in range(600)]
     monkeypatch.setattr(gated, "CHECK_SHARE", 0.0)
-    gates = refused = 0
+    monkeypatch.setattr(gated, "CHECK_LAST", 0)
+    others = refused = corrected = 0
     for seed, plan in enumerate(every):
         without = generate(seed)
-        gates += plan.verify_before_answer
-        refused += plan.refuse_the_check
+        checks = [s for s in plan.steps if isinstance(s, Redirect) and s.during == "check"]
+        if checks:
+            corrected += 1
+            assert plan.verify_before_answer and plan.iteration_budget == 3, seed
+            assert not plan.refuse_the_check and {s.session for s in checks} == {
+                s.session for s in plan.steps if isinstance(s, Submit)
+                and s.text.startswith(gated.WRITES)}, seed
+        elif plan.verify_before_answer and plan.iteration_budget != 3:
+            others += 1
+            refused += plan.refuse_the_check
         assert plan.verify_before_answer or not plan.refuse_the_check, seed
-        assert plan.model_copy(update={"refuse_the_check": False}) == without, seed
-    assert gates >= 30 and 0.3 * gates <= refused <= 0.7 * gates, (gates, refused)
+        assert plan.model_copy(update={"refuse_the_check": False, "steps": tuple(
+            s for s in plan.steps if s not in checks)}) == without, seed
+    assert others >= 30 and 0.3 * others <= refused <= 0.7 * others, (others, refused)
+    assert corrected >= 3, corrected
     try:
         WorldPlan.model_validate({**REFUSED.model_dump(), "verify_before_answer": False})
     except ValueError as error:
@@ -488,3 +500,38 @@ def test_the_refused_check_world_runs_replays_and_finds_its_sabotage() -> None:
         calm = REFUSED.model_copy(update={"refuse_the_check": False})
         assert run_plan(calm, trace=False).verdict.value == "passed"
         assert shrink(REFUSED).plan.refuse_the_check
+
+
+# the world of seed 117 as the shrinker left it under ``correction_keeps_the_held_answer``
+CHECKED = WorldPlan(
+    seed=117, processes=1, sessions={"s-2": "p-2"},
+    files={"notes-1.txt": "note 1 of seed 117", "notes-2.txt": "note 2 of seed 117"},
+    steps=(Redirect(at_s=5.0, session="s-2", text="Say hello 55 instead.", during="check",
+                    slow_s=30.0),
+           Submit(at_s=21.0, process=0, principal="p-2", session="s-2", request_id="r-246cad",
+                  text="Write note 1 to s-2-out-1.txt."),
+           Drain(at_s=47.0, process=0, session="s-2")),
+    verify_before_answer=True, iteration_budget=3)
+
+
+def test_the_corrected_check_world_runs_replays_and_finds_its_sabotage() -> None:
+    """A turn writes a file and answers; the gate holds the answer back, and the user
+    corrects the turn during the call that asks for the check, the last the budget of 3
+    allows. On the intact engine the correction overrules the held answer and the budget's
+    end asks for a summary; the moment is rendered and replayed. A correction that leaves
+    the held answer in place delivers it (FIN-1), and the shrinker keeps the correction
+    (without it the world passes)."""
+    import scenarios  # noqa: F401
+
+    report = run_plan(CHECKED)
+    assert report.verdict.value == "passed", report.violations
+    assert {FaultKind.REDIRECT, FaultKind.VERIFY_GATE} <= report.fired
+    assert "during the check call" in report.timeline
+    source = render(CHECKED, report)
+    assert "during='check'" in source
+    assert same_timeline(replay_rendered(CHECKED, report, source), report)
+    with SABOTAGES["correction_keeps_the_held_answer"].applied():
+        assert run_plan(CHECKED, trace=False).invariants == ["FIN-1"]
+        calm = CHECKED.model_copy(update={"steps": CHECKED.steps[1:]})
+        assert run_plan(calm, trace=False).verdict.value == "passed"
+        assert any(isinstance(s, Redirect) for s in shrink(CHECKED).plan.steps)
