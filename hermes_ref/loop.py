@@ -204,13 +204,17 @@ async def _take_in_a_last_cut(ctx: TurnContext) -> None:
     """LOOP-4 at the loop's bound: a correction queued when the loop leaves (one that cut
     the last call it could make, or one sent during its last tool round) is this turn's to
     take in, before the finalizer's grace call, as Hermes drains corrections at the top of
-    the grace call's iteration (LOOP-1 counts a pending grace call as one). Left queued,
-    the session's next turn would take it in as its own. An empty queue takes in nothing.
-    With no grace call to come (none enabled, or a held-back answer to reuse) there is no
-    such iteration, and only a correction that cut a call is taken in."""
+    the grace call's iteration (LOOP-1 counts a pending grace call as one). A correction
+    the turn leaves untaken ends with it: the queue is the turn's. An empty queue takes in
+    nothing. With an answer the verification gate holds back, the correction is taken in
+    too: it overrules that answer (``take_redirects`` clears it), and the finalizer then
+    asks for a summary instead of delivering what the user corrected (FIN-1). With neither
+    a grace call enabled nor an answer held there is no such iteration, and only a
+    correction that cut a call is taken in."""
     state = ctx.state
     grace_to_come = ctx.limits.grace_call_enabled and state.withheld_answer is None
-    if not ctx.ended and (state.cut_partial is not None or grace_to_come):
+    held = state.withheld_answer is not None
+    if not ctx.ended and (state.cut_partial is not None or grace_to_come or held):
         await redirect.take_redirects(ctx)
 
 

@@ -12,7 +12,7 @@ from hermes_ref.closure import INTERRUPTED_CALL_TEXT, NOT_RUN_TEXT
 from hermes_ref.errors import ProviderAuthError, ProviderRejected, ProviderServerError
 from hermes_ref.ladder import RUNGS
 from hermes_ref.limits import ProviderRoute
-from hermes_ref.models import ProviderReply, Role
+from hermes_ref.models import ProviderReply, Role, ToolCall
 from hermes_ref.outcomes import ExitReason, TurnResult
 from hermes_ref.scaffolding import EMPTY_AFTER_TOOLS_NUDGE, EMPTY_SENTINEL, PRE_VERIFY_NUDGE
 from sim.harness import Story, scenario
@@ -582,6 +582,53 @@ def correction_overrules_the_held_answer(s: Story) -> None:
     s.expect(s.world.calls[-1].request.purpose == "grace", "the budget's end asked for a summary")
     s.expect(result is not None and result.final_response == "Saved 43, as corrected.",
              "the summary is the answer, not the answer the correction overruled")
+
+
+@scenario("A correction sent during the last tool round the budget allows, while the gate holds "
+          "an answer, is taken in and overrules it",
+          invariants=("LOOP-4", "FIN-1"), stage="loop_fire")
+def correction_in_the_last_round_overrules_the_held_answer(s: Story) -> None:
+    """The checking read is the last round the cap of 3 allows, and the user writes "Make
+    it 43." while it runs. Leaving the loop, the turn takes the correction in (it would
+    otherwise end with the turn, unread) and it overrules the held answer, so the
+    budget's end asks for a summary."""
+    s.limits(verify_before_answer=True, max_iterations=3, iteration_budget=3)
+    s.world.tools.slow("read_file", 30.0)
+    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
+             tool_calls(("read_file", {"path": "out.txt"})), text("42 is saved; 43 is next."))
+    s.redirect("Make it 43.", after_s=10.0)
+    result = s.turn("Save 42 to out.txt.")
+    s.expect(any(m.role is Role.USER and m.content == "Make it 43." for m in s.transcript()),
+             "the correction is a user row of the turn")
+    s.expect(s.world.calls[-1].request.purpose == "grace", "the budget's end asked for a summary")
+    s.expect(result is not None and result.final_response == "42 is saved; 43 is next.",
+             "the summary is the answer, not the answer the correction overruled")
+
+
+@scenario("An answer held back for verification stands when the model's reply to the check "
+          "cuts its tool call off at the length limit",
+          invariants=("FIN-6", "FIN-1"), stage="loop_fire")
+def held_answer_stands_past_a_cut_off_check(s: Story) -> None:
+    """The checking call's arguments are cut off by the output limit: the turn ends
+    ``truncated_tool_call`` without running or storing the call (LOOP-9), and the answer
+    the model gave before the check is delivered in place of the truncation notice."""
+    cut = ProviderReply(content="", finish_reason="length",
+                        tool_calls=(ToolCall(id="c-9", name="read_file",
+                                             arguments='{"path": "out.t'),))
+    _held_then(s, cut)
+    _held_answer_stood(s, s.turn("Save 42 to out.txt."), ExitReason.TRUNCATED_TOOL_CALL)
+
+
+@scenario("An answer held back for verification stands when the model's reply to the check "
+          "cannot be processed", invariants=("FIN-6", "FIN-1"), stage="loop_fire")
+def held_answer_stands_past_an_unprocessable_check(s: Story) -> None:
+    """The checking call's arguments nest deeper than the parser allows: the reply cannot
+    be processed and the turn stops at once (``local_processing_error``, LOOP-5). The held
+    answer is delivered in place of the error text."""
+    deep = "[" * 5000 + "]" * 5000
+    _held_then(s, ProviderReply(content="", finish_reason="tool_calls", tool_calls=(
+        ToolCall(id="c-9", name="read_file", arguments=f'{{"path": {deep}}}'),)))
+    _held_answer_stood(s, s.turn("Save 42 to out.txt."), ExitReason.LOCAL_PROCESSING_ERROR)
 
 
 @scenario("An answer given after verifying is the one delivered",

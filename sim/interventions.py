@@ -172,7 +172,7 @@ class Moment:
         if self.during == "call" and (purpose != "turn" or not reply.tool_calls
                                       or (reply.content or "").strip()):
             return None
-        if self.during == "check" and not _asks_for_the_check(effect.request):
+        if self.during == "check" and not asks_for_the_check(effect.request):
             return None
         world.scheduler.at(world.clock.now() + self.slow_s / 2, lambda: self._cut(world, actor, effect))
         return self.slow_s
@@ -195,7 +195,7 @@ class Moment:
         _deliver(world, actor, self.session, self.text)
 
 
-def _asks_for_the_check(request: ProviderRequest) -> bool:
+def asks_for_the_check(request: ProviderRequest) -> bool:
     """The request ends on the nudge FIN-1's gate adds after the answer it holds back."""
     last = request.messages[-1] if request.messages else None
     return last is not None and last.scaffold is ScaffoldFlag.PRE_VERIFY

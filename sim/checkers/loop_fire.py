@@ -120,6 +120,13 @@ def withheld_answers(view: TurnView, obs: Observation | None = None, *,
     took in after it overruled (it answered what the user asked before: LOOP-4). What the
     model said is all of them; what the budget's end or a failed check owes the user is
     the standing ones (FIN-1, FIN-6)."""
+    return [text for call, text in held_calls(view, obs)
+            if not standing or obs is None or not took_in_after(obs, view, call.seq)]
+
+
+def held_calls(view: TurnView, obs: Observation | None = None) -> list[tuple[CallRecord, str]]:
+    """The calls whose answers the gate held back, each with the text held
+    (``withheld_answers``, which reads them)."""
     held: list[tuple[CallRecord, str]] = []
     calls = view.calls
     for call, nxt in pairwise(calls):
@@ -131,8 +138,7 @@ def withheld_answers(view: TurnView, obs: Observation | None = None, *,
     last = _held_at_the_end(obs, view) if obs is not None and not held else None
     if last is not None:
         held.append((calls[-1], last))
-    return [text for call, text in held
-            if not standing or obs is None or not took_in_after(obs, view, call.seq)]
+    return held
 
 
 def delivers_held(answer: str | None, held: list[str]) -> bool:
@@ -849,16 +855,23 @@ def _cut_work_rows(view: TurnView) -> list[str]:
 def _skipped_corrections(obs: Observation, view: TurnView) -> list[str]:
     """A correction sent to the turn before one of its later model calls: the top of that
     call's iteration drains the queue (a grace call counts as an iteration, LOOP-1), so a
-    turn that made the call and never took the correction in skipped it."""
+    turn that made the call and never took the correction in skipped it. Nor may a turn
+    that its budget ended leave one untaken that was sent after the gate held an answer
+    back: leaving the loop takes it in, since it overrules the held answer."""
     drained = _drained(obs, view)
     out = []
     for sent in obs.interventions:
         if sent.what != "redirect" or sent.turn_id != view.turn_id or sent.text in drained:
             continue
         later = [c.seq for c in view.calls if c.seq > sent.seq]
+        held = [c.seq for c, _ in held_calls(view, obs) if c.seq < sent.seq]
         if later:
             out.append(f"the correction {sent.text[:30]!r} was sent before the call at effect "
                        f"{later[0]} and never taken in")
+        elif held and _budget_ended(obs, view):  # it overrules the held answer, so leaving
+            # the loop at its bound takes it in (FIN-1)
+            out.append(f"the correction {sent.text[:30]!r} was sent while the gate held the "
+                       f"answer of the call at effect {held[-1]} and never taken in")
     return out
 
 

@@ -192,10 +192,8 @@ def streamed_answer_recovered(obs: Observation) -> list[Violation]:
             text = whole_answer(call)
             if text is None or key not in ended:
                 continue
-            if _overruled(obs, view, text):  # held back, then a correction overruled it (FIN-1)
-                again = any(c.request is call.request for c in view.calls[i + 1:])
-                problem = "a stream that had delivered its whole answer was asked for again" \
-                    if again else None
+            if any(held is call for held, _ in loop_fire.held_calls(view, obs)):
+                problem = _asked_again(view.calls[i + 1:], call)  # the gate held it (FIN-1)
             else:
                 problem = _recovery_problem(view, view.calls[i + 1:], call, text)
             if problem:
@@ -204,18 +202,21 @@ def streamed_answer_recovered(obs: Observation) -> list[Violation]:
     return out
 
 
-def _overruled(obs: Observation, view: TurnView, text: str) -> bool:
-    """The recovered answer was one the verification gate held back, and a correction the
-    turn took in after it overruled it: it is no longer the turn's answer to store."""
-    standing = loop_fire.withheld_answers(view, obs, standing=True)
-    held = loop_fire.withheld_answers(view, obs)
-    return any(t.strip() == text.strip() for t in held if t not in standing)
+def _asked_again(later: list[CallRecord], call: CallRecord) -> str | None:
+    """A whole streamed answer is an answer: its request is never sent again. When the
+    verification gate held that answer back, whether it is the turn's answer is FIN-1's
+    and FIN-6's to judge (owed at the budget's end or on a failed check, superseded by the
+    model's verified answer, overruled by a correction); this is all FIN-2 asks of it."""
+    if any(c.request is call.request for c in later):
+        return "a stream that had delivered its whole answer was asked for again"
+    return None
 
 
 def _recovery_problem(view: TurnView, later: list[CallRecord], call: CallRecord,
                       text: str) -> str | None:
-    if any(c.request is call.request for c in later):
-        return "a stream that had delivered its whole answer was asked for again"
+    again = _asked_again(later, call)
+    if again is not None:
+        return again
     row = _answer_row(view)
     if row is None:
         return "a whole streamed answer was lost: the turn stores no answer row"

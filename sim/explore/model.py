@@ -40,11 +40,12 @@ from hermes_ref.errors import (
     ProviderServerError,
     RateLimited,
 )
-from hermes_ref.models import ProviderReply, Role, ScaffoldFlag
+from hermes_ref.models import ProviderReply, Role
 from hermes_ref.wire import ProviderRequest
 from sim.choices import Chooser
 from sim.explore import edges
 from sim.explore.plan import BIG_LOG, FaultKind, ReplyFault
+from sim.interventions import asks_for_the_check
 from sim.provider import LONE_SURROGATE, _FakeBase, calls_sharing_id, text, tool_calls
 
 _READ = re.compile(r"^Read (\S+)\.$")
@@ -103,7 +104,7 @@ class ExploreModel(_FakeBase):
             self._corrections.add(corrected)  # once per correction, then answered as ever
             self.fired.append(ReplyFault(call=self.calls, kind=FaultKind.EMPTY_AFTER_CORRECTION))
             return ProviderReply(content="", finish_reason="stop")
-        if not self.calm and self._refuse_the_check and _asks_for_the_check(request):
+        if not self.calm and self._refuse_the_check and asks_for_the_check(request):
             self.fired.append(ReplyFault(call=self.calls, kind=FaultKind.CHECK_REFUSED))
             raise ProviderRejected(f"400 at call {self.calls}: the check is refused", status=400)
         if refused and self._outage is not None:
@@ -276,12 +277,6 @@ def _corrected_after_tools(request: ProviderRequest) -> tuple[str, int] | None:
     if len(rows) < 2 or not any(m.role is Role.TOOL for m in messages[rows[0]:rows[-1]]):
         return None
     return last.turn_id, len(rows)
-
-
-def _asks_for_the_check(request: ProviderRequest) -> bool:
-    """The request ends on the nudge FIN-1's gate adds after the answer it holds back."""
-    last = request.messages[-1] if request.messages else None
-    return last is not None and last.scaffold is ScaffoldFlag.PRE_VERIFY
 
 
 def _asked(request: ProviderRequest) -> tuple[tuple[str, str], ...]:
