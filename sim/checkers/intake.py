@@ -83,6 +83,8 @@ def call_ids_distinct(obs: Observation) -> list[Violation]:
     out = []
     for view in obs.turns.values():
         for row in view.rows:
+            if len(row.tool_calls) < 2:
+                continue  # most rows: no two calls to share an id
             counts = Counter(c.id for c in row.tool_calls)
             for call_id, n in counts.items():
                 if n > 1:

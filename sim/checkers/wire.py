@@ -115,13 +115,29 @@ def _private_outside_messages(body: dict[str, Any]) -> str | None:
     return None
 
 
-Shape = tuple[Any, Any, tuple[Any, ...], Any]
+# A message as alignment compares it: its head (role, tool call id, the ids of the calls it
+# makes), which must match, and its content, which must match where content is judged.
+Shape = tuple[tuple[Any, Any, tuple[Any, ...]], Any]
 
 
 def _shape(wire: WireMessage) -> Shape:
-    return (wire.get("role"), wire.get("tool_call_id"),
-            tuple(c.get("id") for c in wire.get("tool_calls") or () if isinstance(c, dict)),
+    return ((wire.get("role"), wire.get("tool_call_id"),
+             tuple(c.get("id") for c in wire.get("tool_calls") or () if isinstance(c, dict))),
             wire.get("content"))
+
+
+def _sent_shapes(call: CallRecord) -> list[tuple[WireMessage, Shape]] | str:
+    """The sent messages but the system prompt, each with its shape, or what is wrong with
+    the body (``sent_messages``). Read once per record and kept with it: both alignments
+    of a call (CTX-2's by content, WIRE-1's by position) walk the same messages."""
+    readings = call.readings
+    if "sent shapes" not in readings:
+        messages = sent_messages(call)
+        system = Role.SYSTEM.value  # read once: an enum's value is a property
+        readings["sent shapes"] = messages if isinstance(messages, str) else [
+            (m, _shape(m)) for m in messages if m.get("role") != system]
+    found: list[tuple[WireMessage, Shape]] | str = readings["sent shapes"]
+    return found
 
 
 @checker("requests_match_record", ("CTX-2",),
@@ -209,12 +225,15 @@ def _row_shape(row: Message, shapes: RowShapes | None) -> Shape:
     return kept[1]
 
 
-def _same(sent: WireMessage, row: Message, rewritten: frozenset[int] = frozenset(),
+def _same(sent: Shape, row: Message, rewritten: frozenset[int] = frozenset(),
           by_content: bool = True, shapes: RowShapes | None = None) -> bool:
-    a, b = _shape(sent), _row_shape(row, shapes)
+    """Does a sent message of shape ``sent`` stand for ``row``?"""
+    b = _row_shape(row, shapes)
+    if sent[0] != b[0]:
+        return False
     if not by_content or row.row_id in rewritten:  # rewritten since (WIRE-2): the call sent what it said then
-        return a[:3] == b[:3]
-    return a[:3] == b[:3] and (a[3] == b[3] or not str(a[3] or "").strip())
+        return True
+    return sent[1] == b[1] or not str(sent[1] or "").strip()
 
 
 def rewritten_since(obs: Observation, call: CallRecord) -> frozenset[int]:
@@ -239,15 +258,14 @@ def align_request(call: CallRecord, durable: list[Message],
     position, role and tool ids alone, so a row sent with the wrong bytes still pairs and
     WIRE-1 can judge those bytes (CTX-2 judges the content).
     """
-    messages = sent_messages(call)
-    if isinstance(messages, str):
+    sent = _sent_shapes(call)
+    if isinstance(sent, str):
         return [], None
     pairs: Aligned = []
     in_turn = False
-    system = Role.SYSTEM.value  # read once: an enum's value is a property
-    for message in (m for m in messages if m.get("role") != system):
+    for message, shape in sent:
         matched = len(pairs)
-        if matched < len(durable) and _same(message, durable[matched], rewritten, by_content,
+        if matched < len(durable) and _same(shape, durable[matched], rewritten, by_content,
                                             shapes):
             row = durable[matched]
             in_turn = in_turn or (row.role is Role.USER and row.turn_id == call.turn_id)
