@@ -136,7 +136,9 @@ def _summary_problem(obs: Observation, view: TurnView) -> str | None:
     if done is None or done.failed:
         return None
     said = [taken_in_text(text) for text in grace_texts(view)]
-    said += loop_fire.withheld_answers(view, obs)  # FIN-1: an answer held back for verification
+    # FIN-1: an answer held back for verification, overruled by a correction or not: LOOP-3
+    # asks only that the model said it; whether it was still owed is FIN-1's to judge
+    said += loop_fire.withheld_answers(view, obs)
     answer = done.final_response or ""
     given = answer.strip()  # delivered as it came: whitespace at its edges is no difference
     if not any(given == text.strip() or (given.startswith(text.strip())

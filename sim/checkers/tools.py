@@ -240,6 +240,8 @@ def _ended_by_something_else(obs: Observation, session_id: str, turn_id: str) ->
     return any((v.exit is not None and v.exit.reason is ExitReason.INTERRUPTED
                 and ((v.session_id, turn_id) in stopped or (session_id, turn_id) in stopped))
                or loop_fire.refused_by_preflight(v)
+               # every held answer, overruled or not: which one the budget's end owes is
+               # FIN-1's to judge (``withheld_answer_reused``, ``overruled_answer_not_delivered``)
                or (bound_spent(obs, v) and loop_fire.withheld_answers(v, obs))
                for v in views)
 
