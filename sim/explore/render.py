@@ -35,6 +35,14 @@ def scenario_name(plan: WorldPlan) -> str:
     return f"explored_seed_{plan.seed}"
 
 
+def _model_options(plan: WorldPlan) -> str:
+    """The explored model's keyword arguments the plan sets, each with its leading comma."""
+    return ((f", grace_outages={plan.grace_outages!r}" if plan.grace_outages else "")
+            + (", huge_reads_share_id=True" if plan.huge_reads_share_id else "")
+            + (", empty_after_correction=True" if plan.empty_after_correction else "")
+            + (", refuse_the_check=True" if plan.refuse_the_check else ""))
+
+
 def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> str:
     """The Python source of a scenario module that replays ``plan``."""
     ids = report.invariants or ["ADM-5"]
@@ -72,11 +80,7 @@ def render(plan: WorldPlan, report: RunReport, *, title: str | None = None) -> s
     ]
     body = [f"s.seed = {plan.seed}  # the world's seed: it draws the interleaving",
             's.world.id_style = "seeded"  # turn, admission and call ids drawn from the seed',
-            f"model = ExploreModel(({_replies(plan)}), ids=s.world.chooser"
-            + (f", grace_outages={plan.grace_outages!r}" if plan.grace_outages else "")
-            + (", huge_reads_share_id=True" if plan.huge_reads_share_id else "")
-            + (", empty_after_correction=True" if plan.empty_after_correction else "")
-            + (", refuse_the_check=True" if plan.refuse_the_check else "") + ")",
+            f"model = ExploreModel(({_replies(plan)}), ids=s.world.chooser{_model_options(plan)})",
             "s.use_provider(model)"]
     if plan.files:
         body.append(f"s.files({dict(plan.files)!r})")
