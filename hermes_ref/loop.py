@@ -212,9 +212,9 @@ async def _take_in_a_last_cut(ctx: TurnContext) -> None:
     a grace call enabled nor an answer held there is no such iteration, and only a
     correction that cut a call is taken in."""
     state = ctx.state
-    grace_to_come = ctx.limits.grace_call_enabled and state.withheld_answer is None
-    held = state.withheld_answer is not None
-    if not ctx.ended and (state.cut_partial is not None or grace_to_come or held):
+    # a grace call will answer it, or it overrules the answer the gate holds back
+    matters = ctx.limits.grace_call_enabled or state.withheld_answer is not None
+    if not ctx.ended and (state.cut_partial is not None or matters):
         await redirect.take_redirects(ctx)
 
 

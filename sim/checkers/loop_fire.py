@@ -859,12 +859,13 @@ def _skipped_corrections(obs: Observation, view: TurnView) -> list[str]:
     that its budget ended leave one untaken that was sent after the gate held an answer
     back: leaving the loop takes it in, since it overrules the held answer."""
     drained = _drained(obs, view)
+    holds = [c.seq for c, _ in held_calls(view, obs)]
     out = []
     for sent in obs.interventions:
         if sent.what != "redirect" or sent.turn_id != view.turn_id or sent.text in drained:
             continue
         later = [c.seq for c in view.calls if c.seq > sent.seq]
-        held = [c.seq for c, _ in held_calls(view, obs) if c.seq < sent.seq]
+        held = [seq for seq in holds if seq < sent.seq]
         if later:
             out.append(f"the correction {sent.text[:30]!r} was sent before the call at effect "
                        f"{later[0]} and never taken in")
@@ -928,8 +929,8 @@ def overruled_answer_not_delivered(obs: Observation) -> list[Violation]:
         done = view.completion
         if done is None or done.failed or view.exit is None:
             continue
-        standing = withheld_answers(view, obs, standing=True)
-        overruled = [t for t in withheld_answers(view, obs) if t not in standing]
+        overruled = [text for call, text in held_calls(view, obs)
+                     if took_in_after(obs, view, call.seq)]
         if not overruled or not delivers_held(done.final_response, overruled):
             continue
         since = _taken_in_at(obs, view)
