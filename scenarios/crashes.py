@@ -10,8 +10,18 @@ from __future__ import annotations
 
 from hermes_ref.closure import RECOVERED_BOUNDARY_TEXT, RECOVERED_CALL_TEXT
 from hermes_ref.models import ProviderReply, Role
+from hermes_ref.outcomes import TurnResult
 from sim.harness import Story, scenario
 from sim.provider import text, tool_calls
+
+
+def _next_process_asks(s: Story) -> TurnResult | None:
+    """A new process, faults off, and a plain turn that asks whether it is still there:
+    its prologue repairs what the crash left before the model answers "I am here." """
+    s.restart()
+    s.faults()
+    s.script(text("I am here."))
+    return s.turn("Are you still there?")
 
 
 def _crash_then_recover(s: Story, point: str) -> None:
@@ -21,10 +31,7 @@ def _crash_then_recover(s: Story, point: str) -> None:
              text("Saved."))
     first = s.turn("Save the final version of my notes.")
     s.expect(first is None, f"the process died at {point}")
-    s.restart()
-    s.faults()
-    s.script(text("I am here."))
-    after = s.turn("Are you still there?")
+    after = _next_process_asks(s)
     s.expect(after is not None and after.final_response == "I am here.", "the next turn answers")
 
 
@@ -64,10 +71,7 @@ def crash_after_a_call_row_with_a_missing_tool(s: Story) -> None:
     s.script(tool_calls(("read_file", {"path": "a.txt"}), ("teleport", {"to": "mars"})))
     first = s.turn("Read a.txt and teleport.")
     s.expect(first is None, "the process died after the call row")
-    s.restart()
-    s.faults()
-    s.script(text("I am here."))
-    s.turn("Are you still there?")
+    _next_process_asks(s)
     calls = [c.name for r in s.transcript() for c in r.tool_calls]
     s.expect(calls == ["read_file", "teleport"], f"the call row keeps both calls: {calls}")
     unknown = [r.tool_call_id for r in s.transcript() if r.role is Role.TOOL
@@ -146,10 +150,7 @@ def crash_between_segments(s: Story) -> None:
              text("Saved."))
     first = s.turn("Read my notes, then save the final version.")
     s.expect(first is None, "the process died after the read's result was recorded")
-    s.restart()
-    s.faults()
-    s.script(text("I am here."))
-    s.turn("Are you still there?")
+    _next_process_asks(s)
     results = [r.content or "" for r in s.transcript() if r.role is Role.TOOL]
     s.expect(len(results) == 2 and "draft" in results[0] and results[1] == RECOVERED_CALL_TEXT,
              "the read kept its result; the write, never run, is reported unknown")

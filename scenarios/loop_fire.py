@@ -557,6 +557,24 @@ def held_answer_stands_past_rounds_of_missing_tools(s: Story) -> None:
     _held_answer_stood(s, s.turn("Save 42 to out.txt."), ExitReason.INVALID_TOOL_CALLS)
 
 
+def _corrected_during_the_check(s: Story, cap: int, *after: object) -> TurnResult | None:
+    """The model writes 42 and answers "Saved 42.", which the gate holds back; it checks
+    with a read that runs 30 s, during which the user writes "Make it 43." ``cap`` is the
+    call cap and the budget; ``after`` the model's replies after the read."""
+    s.limits(verify_before_answer=True, max_iterations=cap, iteration_budget=cap)
+    s.world.tools.slow("read_file", 30.0)
+    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
+             tool_calls(("read_file", {"path": "out.txt"})), *after)
+    s.redirect("Make it 43.", after_s=10.0)
+    return s.turn("Save 42 to out.txt.")
+
+
+def _summary_answered(s: Story, result: TurnResult | None, summary: str) -> None:
+    s.expect(s.world.calls[-1].request.purpose == "grace", "the budget's end asked for a summary")
+    s.expect(result is not None and result.final_response == summary,
+             "the summary is the answer, not the answer the correction overruled")
+
+
 @scenario("A correction taken in while the model checks its work overrules the answer the gate "
           "held back: the budget's end asks for a summary instead",
           invariants=("FIN-1", "LOOP-4"), stage="loop_fire")
@@ -567,21 +585,13 @@ def correction_overrules_the_held_answer(s: Story) -> None:
     The held answer answered what the user asked before: delivered now, it would answer
     the correction with the very answer it corrects. So the budget's end asks for a
     summary, written after the correction, and that is the answer."""
-    s.limits(verify_before_answer=True, max_iterations=4, iteration_budget=4)
-    s.world.tools.slow("read_file", 30.0)
-    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
-             tool_calls(("read_file", {"path": "out.txt"})),
-             tool_calls(("write_file", {"path": "out.txt", "content": "43"})),
-             text("Saved 43, as corrected."))
-    s.redirect("Make it 43.", after_s=10.0)
-    result = s.turn("Save 42 to out.txt.")
+    result = _corrected_during_the_check(s, 4, tool_calls(
+        ("write_file", {"path": "out.txt", "content": "43"})), text("Saved 43, as corrected."))
     s.expect(s.world.calls[2].request.messages[-1].content == PRE_VERIFY_NUDGE,
              "the model was asked to verify")
     s.expect(s.world.calls[3].request.messages[-1].content == "Make it 43.",
              "the correction was taken in before the next call")
-    s.expect(s.world.calls[-1].request.purpose == "grace", "the budget's end asked for a summary")
-    s.expect(result is not None and result.final_response == "Saved 43, as corrected.",
-             "the summary is the answer, not the answer the correction overruled")
+    _summary_answered(s, result, "Saved 43, as corrected.")
 
 
 @scenario("A correction sent during the last tool round the budget allows, while the gate holds "
@@ -592,17 +602,10 @@ def correction_in_the_last_round_overrules_the_held_answer(s: Story) -> None:
     it 43." while it runs. Leaving the loop, the turn takes the correction in (it would
     otherwise end with the turn, unread) and it overrules the held answer, so the
     budget's end asks for a summary."""
-    s.limits(verify_before_answer=True, max_iterations=3, iteration_budget=3)
-    s.world.tools.slow("read_file", 30.0)
-    s.script(tool_calls(("write_file", {"path": "out.txt", "content": "42"})), text("Saved 42."),
-             tool_calls(("read_file", {"path": "out.txt"})), text("42 is saved; 43 is next."))
-    s.redirect("Make it 43.", after_s=10.0)
-    result = s.turn("Save 42 to out.txt.")
+    result = _corrected_during_the_check(s, 3, text("42 is saved; 43 is next."))
     s.expect(any(m.role is Role.USER and m.content == "Make it 43." for m in s.transcript()),
              "the correction is a user row of the turn")
-    s.expect(s.world.calls[-1].request.purpose == "grace", "the budget's end asked for a summary")
-    s.expect(result is not None and result.final_response == "42 is saved; 43 is next.",
-             "the summary is the answer, not the answer the correction overruled")
+    _summary_answered(s, result, "42 is saved; 43 is next.")
 
 
 @scenario("An answer held back for verification stands when the model's reply to the check "
