@@ -485,21 +485,11 @@ def test_the_refused_check_world_runs_replays_and_finds_its_sabotage() -> None:
     the held answer stands; the fault is rendered and replayed, and the plan goes through
     its JSON file unchanged. A finalizer that rescues the held answer on context pressure
     alone loses it (FIN-6), and the shrinker keeps the refusal (without it the world passes)."""
-    import scenarios  # noqa: F401
-
-    report = run_plan(REFUSED)
-    assert report.verdict.value == "passed", report.violations
-    assert {FaultKind.CHECK_REFUSED, FaultKind.VERIFY_GATE} <= report.fired
-    assert "reason=terminal_provider_error" in report.timeline
-    source = render(REFUSED, report)
-    assert "refuse_the_check=True" in source
-    assert same_timeline(replay_rendered(REFUSED, report, source), report)
-    assert load_plan(REFUSED.model_dump_json()) == REFUSED
-    with SABOTAGES["held_answer_lost_to_a_failed_check"].applied():
-        assert run_plan(REFUSED, trace=False).invariants == ["FIN-6"]
-        calm = REFUSED.model_copy(update={"refuse_the_check": False})
-        assert run_plan(calm, trace=False).verdict.value == "passed"
-        assert shrink(REFUSED).plan.refuse_the_check
+    calm = REFUSED.model_copy(update={"refuse_the_check": False})
+    kept = _held_world_holds(REFUSED, FaultKind.CHECK_REFUSED, "reason=terminal_provider_error",
+                             "refuse_the_check=True", "held_answer_lost_to_a_failed_check",
+                             "FIN-6", calm)
+    assert kept.refuse_the_check
 
 
 # the world of seed 117 as the shrinker left it under ``correction_keeps_the_held_answer``
@@ -521,17 +511,29 @@ def test_the_corrected_check_world_runs_replays_and_finds_its_sabotage() -> None
     end asks for a summary; the moment is rendered and replayed. A correction that leaves
     the held answer in place delivers it (FIN-1), and the shrinker keeps the correction
     (without it the world passes)."""
-    import scenarios  # noqa: F401
+    calm = CHECKED.model_copy(update={"steps": CHECKED.steps[1:]})
+    kept = _held_world_holds(CHECKED, FaultKind.REDIRECT, "during the check call",
+                             "during='check'", "correction_keeps_the_held_answer", "FIN-1", calm)
+    assert any(isinstance(s, Redirect) for s in kept.steps)
 
-    report = run_plan(CHECKED)
+
+def _held_world_holds(plan: WorldPlan, fault: FaultKind, shown: str, rendered: str,
+                      sabotage: str, invariant: str, calm: WorldPlan) -> WorldPlan:
+    """``plan`` passes on the intact engine with ``fault`` and the gate fired and ``shown``
+    in its timeline; its scenario renders ``rendered`` and replays the same timeline; the
+    plan goes through its JSON file unchanged. Under ``sabotage`` it breaks ``invariant``
+    alone and ``calm`` (the plan without its moment) passes. Returns the shrunk plan."""
+    import scenarios  # noqa: F401 - the sabotages register beside the scenarios
+
+    report = run_plan(plan)
     assert report.verdict.value == "passed", report.violations
-    assert {FaultKind.REDIRECT, FaultKind.VERIFY_GATE} <= report.fired
-    assert "during the check call" in report.timeline
-    source = render(CHECKED, report)
-    assert "during='check'" in source
-    assert same_timeline(replay_rendered(CHECKED, report, source), report)
-    with SABOTAGES["correction_keeps_the_held_answer"].applied():
-        assert run_plan(CHECKED, trace=False).invariants == ["FIN-1"]
-        calm = CHECKED.model_copy(update={"steps": CHECKED.steps[1:]})
+    assert {fault, FaultKind.VERIFY_GATE} <= report.fired
+    assert shown in report.timeline
+    source = render(plan, report)
+    assert rendered in source
+    assert same_timeline(replay_rendered(plan, report, source), report)
+    assert load_plan(plan.model_dump_json()) == plan
+    with SABOTAGES[sabotage].applied():
+        assert run_plan(plan, trace=False).invariants == [invariant]
         assert run_plan(calm, trace=False).verdict.value == "passed"
-        assert any(isinstance(s, Redirect) for s in shrink(CHECKED).plan.steps)
+        return shrink(plan).plan
