@@ -86,6 +86,7 @@ def _corrected(rng: random.Random, kinds: frozenset[FaultKind], plan: WorldPlan)
 
 
 def _gate(seed: int, kinds: frozenset[FaultKind], plan: WorldPlan) -> WorldPlan:
+    """The gate on in ``SHARE`` of the one-process small-window worlds nothing keeps it from."""
     if FaultKind.SMALL_WINDOW not in kinds or plan.context_window is None \
             or plan.processes > 1 or plan.lanes is not None or plan.verify_before_answer \
             or plan.iteration_budget is not None or plan.max_iterations is not None \
